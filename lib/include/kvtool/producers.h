@@ -1,0 +1,39 @@
+// Producers of kvdump v1 files: a real llama2.c forward pass and a deterministic synthetic generator.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kvtool/dump.h"
+#include "kvtool/llama2c.h"
+
+namespace kvtool {
+
+// Identity attributes a caller may set on a produced dump (the rest comes from the producer).
+struct IdentityOptions {
+  std::string tenant_namespace = "default";
+  int64_t checkpoint_generation = 0;
+  int64_t namespace_generation = 0;
+  int64_t request_generation = 0;
+  int64_t cache_generation = 0;
+  int64_t publication_generation = 0;
+  int64_t frontier = -1;  // -1: all T rows committed
+};
+
+// BOS, then the prompt's tokens teacher-forced, then greedy decoding; `tokens` positions in total.
+ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const IdentityOptions& ident,
+                             const std::string& out_path, bool overwrite = true);
+
+struct SynthOptions {
+  int64_t layers = 2, kv_heads = 2, q_heads = 4, head_dim = 64, tokens = 1024;
+  uint64_t seed = 0;
+  DType dtype = DType::f16;
+  int64_t query_count = 64;  // queries of the last min(T, query_count) positions go to /kv/q
+};
+
+void synth_dump(const SynthOptions& opt, const IdentityOptions& ident, const std::string& out_path,
+                bool overwrite = true);
+
+// rope_config JSON of the interleaved-pair RoPE used by llama2.c and by synth.
+std::string llama_rope_config(int64_t head_dim, double theta = 10000.0);
+
+}  // namespace kvtool

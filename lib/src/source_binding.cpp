@@ -1,0 +1,254 @@
+#include "kvtool/source_binding.h"
+
+#include <algorithm>
+
+#include "kvtool/canonical.h"
+#include "kvtool/error.h"
+
+namespace kvtool {
+
+namespace {
+
+enum Tag : uint16_t {
+  kModel = 1, kCheckpoint = 2, kAdapter = 3, kPositionContract = 4, kRope = 5, kRepresentation = 6,
+  kTenant = 7, kHeadMap = 8, kLayers = 9, kKvHeads = 10, kHeadDim = 11, kDtype = 12, kRangeEnd = 13,
+  kPayload = 14,
+  kNamespaceGen = 20, kRequestGen = 21, kCacheGen = 22, kPublicationGen = 23, kTokens = 24,
+  kFrontier = 25, kContent = 26,
+};
+
+void identity_fields(CanonicalHasher& h, const DumpIdentity& id, const DumpGeometry& g) {
+  h.str(kModel, id.model_artifact_sha256);
+  h.i64(kCheckpoint, id.checkpoint_generation);
+  h.str(kAdapter, id.adapter_set_sha256);
+  h.str(kPositionContract, id.position_contract);
+  h.str(kRope, canonical_rope_config(id.rope_config));
+  h.str(kRepresentation, id.representation);
+  h.str(kTenant, id.tenant_namespace);
+  h.i32_array(kHeadMap, id.q_to_kv_head);
+  h.u64(kLayers, static_cast<uint64_t>(g.layers));
+  h.u64(kKvHeads, static_cast<uint64_t>(g.kv_heads));
+  h.u64(kHeadDim, static_cast<uint64_t>(g.head_dim));
+  h.str(kDtype, dtype_name(g.dtype));
+}
+
+// One pass over the dump feeding payload streams for several range ends at once.
+std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<int64_t>& ends) {
+  const auto& g = dump.info().geo;
+  int64_t maxe = 0;
+  for (auto e : ends) {
+    KVT_CHECK(e >= 0 && e <= g.tokens, "INTERNAL", "payload range end " << e << " beyond T");
+    maxe = std::max(maxe, e);
+  }
+  std::vector<std::unique_ptr<Sha256>> hs;
+  for (auto e : ends) {
+    hs.push_back(std::make_unique<Sha256>());
+    hs.back()->update("kvtool.payload.v1", 18);  // includes the terminating NUL
+    uint8_t le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<uint8_t>(static_cast<uint64_t>(e) >> (8 * i));
+    hs.back()->update(le, 8);
+  }
+  size_t row_bytes = static_cast<size_t>(g.head_dim) * dtype_size(g.dtype);
+  std::vector<uint8_t> buf(static_cast<size_t>(maxe) * row_bytes);
+  for (int64_t l = 0; l < g.layers; ++l)
+    for (int64_t h = 0; h < g.kv_heads; ++h)
+      for (int which = 0; which < 2; ++which) {
+        if (which == 0)
+          dump.read_k_raw(l, h, 0, maxe, buf.data());
+        else
+          dump.read_v_raw(l, h, 0, maxe, buf.data());
+        for (size_t i = 0; i < ends.size(); ++i) hs[i]->update(buf.data(), static_cast<size_t>(ends[i]) * row_bytes);
+      }
+  std::vector<Digest> out;
+  for (auto& h : hs) out.push_back(h->finish());
+  return out;
+}
+
+std::string get_str(const json& j, const char* k) {
+  KVT_CHECK(j.contains(k) && j[k].is_string(), "BAD_MANIFEST", "source binding field '" << k << "' is missing or not a string");
+  return j[k].get<std::string>();
+}
+int64_t get_int(const json& j, const char* k) {
+  KVT_CHECK(j.contains(k) && j[k].is_number_integer(), "BAD_MANIFEST",
+            "source binding field '" << k << "' is missing or not an integer");
+  return j[k].get<int64_t>();
+}
+
+}  // namespace
+
+std::string canonical_rope_config(const std::string& rope) {
+  json j = parse_json(rope, "BAD_ATTRIBUTE", "rope_config");
+  KVT_CHECK(j.is_object(), "BAD_ATTRIBUTE", "rope_config must be a JSON object");
+  return canonical_json(j);
+}
+
+Digest payload_digest(const DumpReader& dump, int64_t end) { return payload_digests(dump, {end})[0]; }
+
+Digest content_digest(const DumpIdentity& id, const DumpGeometry& g, int64_t end, const Digest& payload) {
+  CanonicalHasher h("kvtool.content.v1");
+  identity_fields(h, id, g);
+  h.u64(kRangeEnd, static_cast<uint64_t>(end));
+  h.digest(kPayload, payload);
+  return h.finish();
+}
+
+Digest snapshot_digest(const DumpIdentity& id, const DumpGeometry& g, int64_t frontier, const Digest& content) {
+  CanonicalHasher h("kvtool.snapshot.v1");
+  identity_fields(h, id, g);
+  h.i64(kNamespaceGen, id.namespace_generation);
+  h.i64(kRequestGen, id.request_generation);
+  h.i64(kCacheGen, id.cache_generation);
+  h.i64(kPublicationGen, id.publication_generation);
+  h.u64(kTokens, static_cast<uint64_t>(g.tokens));
+  h.u64(kFrontier, static_cast<uint64_t>(frontier));
+  h.digest(kContent, content);
+  return h.finish();
+}
+
+Digest prefix_tokens_digest(const std::vector<int64_t>& tokens, int64_t end) {
+  CanonicalHasher h("kvtool.prefix-tokens.v1");
+  h.u64(1, static_cast<uint64_t>(end));
+  Sha256 ids;
+  for (int64_t i = 0; i < end && i < static_cast<int64_t>(tokens.size()); ++i) {
+    uint8_t le[8];
+    for (int b = 0; b < 8; ++b) le[b] = static_cast<uint8_t>(static_cast<uint64_t>(tokens[i]) >> (8 * b));
+    ids.update(le, 8);
+  }
+  h.digest(2, ids.finish());
+  return h.finish();
+}
+
+SourceBinding bind_source(const DumpReader& dump, int64_t coverage_end) {
+  const auto& info = dump.info();
+  KVT_CHECK(coverage_end >= 0 && coverage_end <= info.committed_frontier, "USAGE",
+            "coverage end " << coverage_end << " is beyond the committed frontier " << info.committed_frontier);
+  SourceBinding b;
+  b.id = info.id;
+  b.geo = info.geo;
+  b.committed_frontier = info.committed_frontier;
+  b.coverage_end = coverage_end;
+  auto pd = payload_digests(dump, {coverage_end, info.committed_frontier});
+  b.payload_sha256 = to_hex(pd[0]);
+  b.content_digest = to_hex(content_digest(info.id, info.geo, coverage_end, pd[0]));
+  Digest cf = content_digest(info.id, info.geo, info.committed_frontier, pd[1]);
+  b.snapshot_digest = to_hex(snapshot_digest(info.id, info.geo, info.committed_frontier, cf));
+  if (info.has_tokens) b.prefix_tokens_sha256 = to_hex(prefix_tokens_digest(dump.tokens(), coverage_end));
+  return b;
+}
+
+json SourceBinding::to_json() const {
+  json j;
+  j["model_artifact_sha256"] = id.model_artifact_sha256;
+  j["checkpoint_generation"] = id.checkpoint_generation;
+  j["adapter_set_sha256"] = id.adapter_set_sha256;
+  j["position_contract"] = id.position_contract;
+  j["rope_config"] = id.rope_config;
+  j["tenant_namespace"] = id.tenant_namespace;
+  j["namespace_generation"] = id.namespace_generation;
+  j["request_generation"] = id.request_generation;
+  j["cache_generation"] = id.cache_generation;
+  j["publication_generation"] = id.publication_generation;
+  j["q_to_kv_head"] = id.q_to_kv_head;
+  j["representation"] = id.representation;
+  j["layers"] = geo.layers;
+  j["kv_heads"] = geo.kv_heads;
+  j["q_heads"] = geo.q_heads;
+  j["head_dim"] = geo.head_dim;
+  j["tokens"] = geo.tokens;
+  j["dtype"] = dtype_name(geo.dtype);
+  j["committed_frontier"] = committed_frontier;
+  j["coverage_end"] = coverage_end;
+  j["payload_sha256"] = payload_sha256;
+  j["content_digest"] = content_digest;
+  j["snapshot_digest"] = snapshot_digest;
+  j["prefix_tokens_sha256"] = prefix_tokens_sha256;
+  return j;
+}
+
+SourceBinding SourceBinding::from_json(const json& j) {
+  KVT_CHECK(j.is_object(), "BAD_MANIFEST", "source binding is not an object");
+  SourceBinding b;
+  b.id.model_artifact_sha256 = get_str(j, "model_artifact_sha256");
+  b.id.checkpoint_generation = get_int(j, "checkpoint_generation");
+  b.id.adapter_set_sha256 = get_str(j, "adapter_set_sha256");
+  b.id.position_contract = get_str(j, "position_contract");
+  b.id.rope_config = get_str(j, "rope_config");
+  b.id.tenant_namespace = get_str(j, "tenant_namespace");
+  b.id.namespace_generation = get_int(j, "namespace_generation");
+  b.id.request_generation = get_int(j, "request_generation");
+  b.id.cache_generation = get_int(j, "cache_generation");
+  b.id.publication_generation = get_int(j, "publication_generation");
+  KVT_CHECK(j.contains("q_to_kv_head") && j["q_to_kv_head"].is_array(), "BAD_MANIFEST", "q_to_kv_head missing");
+  for (const auto& x : j["q_to_kv_head"]) {
+    KVT_CHECK(x.is_number_integer(), "BAD_MANIFEST", "q_to_kv_head entries must be integers");
+    b.id.q_to_kv_head.push_back(x.get<int32_t>());
+  }
+  b.id.representation = get_str(j, "representation");
+  b.geo.layers = get_int(j, "layers");
+  b.geo.kv_heads = get_int(j, "kv_heads");
+  b.geo.q_heads = get_int(j, "q_heads");
+  b.geo.head_dim = get_int(j, "head_dim");
+  b.geo.tokens = get_int(j, "tokens");
+  try {
+    b.geo.dtype = parse_dtype(get_str(j, "dtype"));
+  } catch (const Error&) {
+    KVT_THROW("BAD_MANIFEST", "source binding has an unknown dtype");
+  }
+  b.committed_frontier = get_int(j, "committed_frontier");
+  b.coverage_end = get_int(j, "coverage_end");
+  b.payload_sha256 = get_str(j, "payload_sha256");
+  b.content_digest = get_str(j, "content_digest");
+  b.snapshot_digest = get_str(j, "snapshot_digest");
+  b.prefix_tokens_sha256 = get_str(j, "prefix_tokens_sha256");
+  KVT_CHECK(b.geo.layers > 0 && b.geo.kv_heads > 0 && b.geo.head_dim > 0 && b.coverage_end >= 0 &&
+                b.coverage_end <= b.committed_frontier && b.committed_frontier <= b.geo.tokens,
+            "BAD_MANIFEST", "source binding geometry or coverage is inconsistent");
+  return b;
+}
+
+void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_snapshot) {
+  const auto& info = dump.info();
+  const auto& d = info.id;
+  KVT_CHECK(d.tenant_namespace == r.id.tenant_namespace, "TENANT_MISMATCH",
+            "the dump belongs to tenant '" << d.tenant_namespace << "' but the artifact was built for tenant '"
+                                           << r.id.tenant_namespace << "'");
+  KVT_CHECK(d.model_artifact_sha256 == r.id.model_artifact_sha256, "MODEL_MISMATCH",
+            "the dump comes from model " << d.model_artifact_sha256 << ", the artifact from " << r.id.model_artifact_sha256);
+  KVT_CHECK(d.checkpoint_generation == r.id.checkpoint_generation, "CHECKPOINT_MISMATCH",
+            "checkpoint generation " << d.checkpoint_generation << " differs from the artifact's " << r.id.checkpoint_generation);
+  KVT_CHECK(d.adapter_set_sha256 == r.id.adapter_set_sha256, "ADAPTER_MISMATCH",
+            "the dump's adapter set " << d.adapter_set_sha256 << " differs from the artifact's " << r.id.adapter_set_sha256);
+  KVT_CHECK(canonical_rope_config(d.rope_config) == canonical_rope_config(r.id.rope_config), "ROPE_MISMATCH",
+            "the dump's rope_config " << d.rope_config << " differs from the artifact's " << r.id.rope_config);
+  KVT_CHECK(d.position_contract == r.id.position_contract, "POSITION_CONTRACT_MISMATCH",
+            "position contract '" << d.position_contract << "' differs from the artifact's '" << r.id.position_contract << "'");
+  KVT_CHECK(d.representation == r.id.representation, "REPRESENTATION_MISMATCH",
+            "representation '" << d.representation << "' differs from the artifact's '" << r.id.representation << "'");
+  KVT_CHECK(d.q_to_kv_head == r.id.q_to_kv_head, "HEAD_MAP_MISMATCH",
+            "the dump's q_to_kv_head mapping differs from the artifact's");
+  const auto& g = info.geo;
+  KVT_CHECK(g.layers == r.geo.layers && g.kv_heads == r.geo.kv_heads && g.head_dim == r.geo.head_dim &&
+                g.dtype == r.geo.dtype,
+            "GEOMETRY_MISMATCH",
+            "the dump is [L=" << g.layers << ", H_kv=" << g.kv_heads << ", d=" << g.head_dim << "] " << dtype_name(g.dtype)
+                              << ", the artifact was built from [L=" << r.geo.layers << ", H_kv=" << r.geo.kv_heads
+                              << ", d=" << r.geo.head_dim << "] " << dtype_name(r.geo.dtype));
+  KVT_CHECK(r.coverage_end <= info.committed_frontier, "COVERAGE_BEYOND_FRONTIER",
+            "the artifact covers rows [0, " << r.coverage_end << ") but the dump commits only [0, "
+                                            << info.committed_frontier << ")");
+  Digest pd = payload_digest(dump, r.coverage_end);
+  KVT_CHECK(to_hex(pd) == r.payload_sha256, "PAYLOAD_MISMATCH",
+            "the dump's K/V rows in [0, " << r.coverage_end << ") differ from the rows the artifact was built from");
+  std::string cd = to_hex(content_digest(d, g, r.coverage_end, pd));
+  KVT_CHECK(cd == r.content_digest, "STALE_SOURCE",
+            "the content digest of [0, " << r.coverage_end << ") is " << cd << ", the artifact records " << r.content_digest);
+  if (strict_snapshot) {
+    SourceBinding now = bind_source(dump, r.coverage_end);
+    KVT_CHECK(now.snapshot_digest == r.snapshot_digest, "SNAPSHOT_MISMATCH",
+              "--strict-snapshot: the dump's snapshot digest " << now.snapshot_digest << " differs from the recorded "
+                                                               << r.snapshot_digest
+                                                               << " (generations or frontier changed)");
+  }
+}
+
+}  // namespace kvtool

@@ -1,0 +1,186 @@
+#include "cli.h"
+
+#include <cstdio>
+#include <iostream>
+#include <new>
+
+#include "kvtool/atomic_file.h"
+
+namespace kvtool::cli {
+
+namespace {
+void print_error(const std::string& tool, const std::string& reason, const std::string& msg, bool as_json) {
+  std::cerr << tool << ": error [" << reason << "]: " << msg << "\n";
+  if (as_json)
+    std::cout << json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}}.dump()
+              << std::endl;
+}
+}  // namespace
+
+int run(const std::string& tool, CLI::App& app, int argc, char** argv, const bool* json_errors,
+        const std::function<int()>& body) {
+  install_cleanup_handlers();
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      std::cerr << tool << ": error [USAGE]: " << e.what() << "\n";
+      std::cerr << "Run '" << tool << " --help' for usage.\n";
+      return static_cast<int>(ExitCode::usage);
+    }
+    return body();
+  } catch (const Error& e) {
+    print_error(tool, e.reason(), e.what(), json_errors && *json_errors);
+    return static_cast<int>(e.exit_code());
+  } catch (const std::bad_alloc&) {
+    print_error(tool, "INTERNAL", "out of memory", json_errors && *json_errors);
+    return static_cast<int>(ExitCode::internal);
+  } catch (const std::exception& e) {
+    print_error(tool, "INTERNAL", std::string("unexpected error: ") + e.what(), json_errors && *json_errors);
+    return static_cast<int>(ExitCode::internal);
+  }
+}
+
+void print_json(const json& j) { std::cout << j.dump(2) << std::endl; }
+
+void add_identity_options(CLI::App* cmd, IdentityOptions& o) {
+  cmd->add_option("--tenant", o.tenant_namespace, "tenant namespace recorded in the dump")->capture_default_str();
+  cmd->add_option("--checkpoint-generation", o.checkpoint_generation, "checkpoint generation")->capture_default_str();
+  cmd->add_option("--namespace-generation", o.namespace_generation, "namespace generation")->capture_default_str();
+  cmd->add_option("--request-generation", o.request_generation, "request generation")->capture_default_str();
+  cmd->add_option("--cache-generation", o.cache_generation, "cache generation")->capture_default_str();
+  cmd->add_option("--publication-generation", o.publication_generation, "publication generation")->capture_default_str();
+  cmd->add_option("--frontier", o.frontier, "committed frontier (default: all rows)");
+}
+
+std::string human_bytes(uint64_t b) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int i = 0;
+  while (v >= 1024 && i < 4) {
+    v /= 1024;
+    ++i;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, i == 0 ? "%.0f %s" : "%.2f %s", v, u[i]);
+  return buf;
+}
+
+void print_dump_inspection(const json& j) {
+  const auto& g = j["geometry"];
+  const auto& id = j["identity"];
+  std::cout << "kvdump v1: " << j["path"].get<std::string>() << (j["synthetic"].get<bool>() ? "  [SYNTHETIC]" : "") << "\n";
+  if (!j["generator"].get<std::string>().empty()) std::cout << "  generator          " << j["generator"].get<std::string>() << "\n";
+  std::cout << "  shape [L,H_kv,T,d] [" << g["layers"] << ", " << g["kv_heads"] << ", " << g["tokens"] << ", "
+            << g["head_dim"] << "]  dtype " << g["dtype"].get<std::string>() << "\n";
+  std::cout << "  query heads        " << g["q_heads"] << "  q_to_kv_head " << id["q_to_kv_head"].dump() << "\n";
+  std::cout << "  dumped queries     " << g["q_tokens"] << "\n";
+  std::cout << "  committed frontier " << j["committed_frontier"] << " (" << j["uncommitted_rows"] << " uncommitted rows)\n";
+  std::cout << "  model              " << id["model_artifact_sha256"].get<std::string>() << " (checkpoint generation "
+            << id["checkpoint_generation"] << ")\n";
+  std::cout << "  adapter set        " << id["adapter_set_sha256"].get<std::string>() << "\n";
+  std::cout << "  tenant             " << id["tenant_namespace"].get<std::string>() << " (namespace generation "
+            << id["namespace_generation"] << ")\n";
+  std::cout << "  position contract  " << id["position_contract"].get<std::string>() << "\n";
+  std::cout << "  rope config        " << id["rope_config"].get<std::string>() << "\n";
+  std::cout << "  representation     " << id["representation"].get<std::string>() << "\n";
+  std::cout << "  generations        request " << id["request_generation"] << ", cache " << id["cache_generation"]
+            << ", publication " << id["publication_generation"] << "\n";
+  const auto& b = j["bytes"];
+  std::cout << "  bytes              " << human_bytes(b["per_token_all_layers"]) << " per token (all layers), "
+            << human_bytes(b["kv_total"]) << " K/V total, " << human_bytes(b["q_total"]) << " queries\n";
+  const auto& s = j["health_summary"];
+  std::cout << "  health             NaN " << s["nan"] << ", Inf " << s["inf"] << " (" << s["nonfinite_committed"]
+            << " below the frontier), max|K| " << s["max_abs_k"].get<double>() << ", max|V| "
+            << s["max_abs_v"].get<double>() << "\n";
+  std::cout << "  layer head  K max|x|  K NaN/Inf  K top channels            V max|x|  V NaN/Inf\n";
+  for (const auto& h : j["health"]) {
+    char line[256];
+    std::string top;
+    for (const auto& t : h["k"]["top_channels"]) {
+      char c[48];
+      std::snprintf(c, sizeof c, "%s%lld:%.2f", top.empty() ? "" : " ", static_cast<long long>(t["channel"].get<int64_t>()),
+                    t["max_abs"].get<double>());
+      top += c;
+    }
+    std::snprintf(line, sizeof line, "  %5lld %4lld  %8.3f  %4lld/%-4lld  %-24s  %8.3f  %4lld/%-4lld\n",
+                  static_cast<long long>(h["layer"].get<int64_t>()), static_cast<long long>(h["kv_head"].get<int64_t>()),
+                  h["k"]["max_abs"].get<double>(), static_cast<long long>(h["k"]["nan"].get<int64_t>()),
+                  static_cast<long long>(h["k"]["inf"].get<int64_t>()), top.c_str(), h["v"]["max_abs"].get<double>(),
+                  static_cast<long long>(h["v"]["nan"].get<int64_t>()), static_cast<long long>(h["v"]["inf"].get<int64_t>()));
+    std::cout << line;
+  }
+}
+
+void print_artifact_inspection(const json& j) {
+  const auto& m = j["manifest"];
+  const auto& src = j["source"];
+  std::cout << "kvi artifact: " << j["path"].get<std::string>() << "\n";
+  std::cout << "  format version     " << m["format_version"][0] << "." << m["format_version"][1] << "  ("
+            << human_bytes(j["file_bytes"]) << ")\n";
+  std::cout << "  kind               " << j["kind"].get<std::string>() << "\n";
+  std::cout << "  params             " << m["params"].dump() << "\n";
+  std::cout << "  params digest      " << m["params_digest"].get<std::string>() << "\n";
+  std::cout << "  builder            " << m["builder"]["name"].get<std::string>() << " "
+            << m["builder"]["version"].get<std::string>() << "\n";
+  std::cout << "  generations        index " << m["index_generation"] << ", selector " << m["selector_generation"] << "\n";
+  std::cout << "  semantics          " << m["semantics"].get<std::string>() << "\n";
+  std::cout << "  manifest sha256    " << j["manifest_sha256"].get<std::string>() << " (" << j["manifest_bytes"] << " bytes)\n";
+  if (j["signature"].is_null())
+    std::cout << "  signature          none\n";
+  else
+    std::cout << "  signature          ed25519, key id " << j["signature"]["key_id"].get<std::string>() << "\n";
+  std::cout << "  source binding\n";
+  std::cout << "    coverage         [0, " << src["coverage_end"] << ") of frontier " << src["committed_frontier"]
+            << ", T " << src["tokens"] << "\n";
+  std::cout << "    content digest   " << src["content_digest"].get<std::string>() << "\n";
+  std::cout << "    snapshot digest  " << src["snapshot_digest"].get<std::string>() << "\n";
+  std::cout << "    model            " << src["model_artifact_sha256"].get<std::string>() << "\n";
+  std::cout << "    tenant           " << src["tenant_namespace"].get<std::string>() << "\n";
+  std::cout << "    geometry         [L=" << src["layers"] << ", H_kv=" << src["kv_heads"] << ", d=" << src["head_dim"]
+            << "] " << src["dtype"].get<std::string>() << "\n";
+  const auto& sb = j["section_bytes"];
+  std::cout << "  sections           " << sb["count"] << " (" << human_bytes(sb["raw"]) << " raw, "
+            << human_bytes(sb["stored"]) << " stored)\n";
+  std::cout << "    name                 layer head  dtype shape              codec  raw        stored     sha256\n";
+  for (const auto& s : j["sections"]) {
+    char line[512];
+    std::snprintf(line, sizeof line, "    %-20s %5lld %4lld  %-5s %-18s %-5s  %-10llu %-10llu %.16s…\n",
+                  s["name"].get<std::string>().c_str(), static_cast<long long>(s["layer"].get<int64_t>()),
+                  static_cast<long long>(s["kv_head"].get<int64_t>()), s["dtype"].get<std::string>().c_str(),
+                  s["shape"].dump().c_str(), s["codec"].get<std::string>().c_str(),
+                  static_cast<unsigned long long>(s["raw_size"].get<uint64_t>()),
+                  static_cast<unsigned long long>(s["stored_size"].get<uint64_t>()), s["sha256"].get<std::string>().c_str());
+    std::cout << line;
+  }
+}
+
+void print_verify_result(const json& j) {
+  std::cout << "OK: " << j["path"].get<std::string>() << " is a valid " << j["type"].get<std::string>();
+  if (j["type"] == "kvi") {
+    std::cout << " artifact (kind " << j["kind"].get<std::string>() << ", " << j["sections_verified"]
+              << " section digests verified";
+    if (j["signed"].get<bool>())
+      std::cout << ", signed by " << j["key_id"].get<std::string>().substr(0, 16)
+                << (j["signature_trusted"].get<bool>() ? " (trusted)" : " (signature valid, key not checked against a trust list)");
+    else
+      std::cout << ", unsigned";
+    std::cout << ")\n";
+    if (j.contains("source_checked"))
+      std::cout << "    bound to " << j["source_checked"].get<std::string>() << ": content digest of [0, "
+                << j["coverage"][1] << ") matches" << (j["strict_snapshot"].get<bool>() ? ", snapshot digest matches" : "")
+                << "\n";
+  } else {
+    std::cout << " dump (frontier " << j["committed_frontier"] << ", " << j["uncommitted_rows"] << " uncommitted rows)\n";
+    std::cout << "    content digest  " << j["content_digest"].get<std::string>() << "\n";
+    std::cout << "    snapshot digest " << j["snapshot_digest"].get<std::string>() << "\n";
+  }
+}
+
+}  // namespace kvtool::cli

@@ -1,0 +1,29 @@
+// Shared CLI helpers for every kvtool binary: error → exit-code mapping, --json error objects,
+// identity options, and the human-readable renderers of the library's JSON reports.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+#include "kvtool/error.h"
+#include "kvtool/json.h"
+#include "kvtool/producers.h"
+
+namespace kvtool::cli {
+
+// Runs `body` (which parses and executes) and maps every failure to DESIGN.md §10 exit codes:
+// CLI11 parse errors → 2 (help/version → 0), kvtool::Error → its reason's code, anything else → 4.
+// With *json_errors set, failures are also printed as {"ok":false,...} on stdout.
+int run(const std::string& tool, CLI::App& app, int argc, char** argv, const bool* json_errors,
+        const std::function<int()>& body);
+
+void print_json(const json& j);
+// Identity attributes for produced dumps (--tenant, --*-generation, --frontier).
+void add_identity_options(CLI::App* cmd, IdentityOptions& o);
+
+std::string human_bytes(uint64_t b);
+void print_dump_inspection(const json& j);
+void print_artifact_inspection(const json& j);
+void print_verify_result(const json& j);
+
+}  // namespace kvtool::cli

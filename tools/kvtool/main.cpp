@@ -1,0 +1,244 @@
+// kvtool: inspect, verify, export, keygen, sign, dump, synth, demo, reasons.
+// Argument parsing and printing only; all logic lives in libkvtool.
+#include <sys/stat.h>
+
+#include <iostream>
+
+#include "cli.h"
+#include "kvtool/artifact.h"
+#include "kvtool/error.h"
+#include "kvtool/producers.h"
+#include "kvtool/report.h"
+#include "kvtool/signing.h"
+
+using namespace kvtool;
+
+namespace {
+
+std::vector<PublicKeyRaw> trusted_keys(const std::vector<std::string>& pubkeys, const std::string& dir) {
+  std::vector<PublicKeyRaw> keys;
+  for (const auto& p : pubkeys) keys.push_back(load_public_key(p));
+  if (!dir.empty()) {
+    auto more = load_trusted_keys(dir);
+    KVT_CHECK(!more.empty(), "USAGE", "--trusted-keys directory '" << dir << "' holds no *.pem keys");
+    keys.insert(keys.end(), more.begin(), more.end());
+  }
+  return keys;
+}
+
+void require_file(const std::string& p, const char* what) {
+  struct stat st {};
+  KVT_CHECK(stat(p.c_str(), &st) == 0, "IO_ERROR", what << " '" << p << "' does not exist");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "kvtool: offline retrieval indexes over dumped attention K/V caches.\n"
+      "Dumps are kvdump v1 (HDF5); artifacts are signed kvi v1 containers. See kvtool(1)."};
+  app.set_version_flag("--version", std::string("kvtool ") + KVTOOL_VERSION);
+  app.require_subcommand(1);
+  bool as_json = false, quiet = false;
+
+  // inspect
+  std::string inspect_path;
+  int top_channels = 3;
+  auto* inspect = app.add_subcommand("inspect", "Show shapes, identity, byte ledger and health of a dump, or the manifest, sections and signature of an artifact");
+  inspect->add_option("FILE", inspect_path, "dump (.h5) or artifact (.kvi); detected by content")->required();
+  inspect->add_option("--top-channels", top_channels, "outlier channels listed per (layer, head)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  inspect->add_flag("--json", as_json, "machine-readable output");
+
+  // verify
+  std::string verify_path;
+  VerifyOptions vopt;
+  std::vector<std::string> pubkeys;
+  std::string trusted_dir;
+  auto* verify = app.add_subcommand("verify", "Check structure, every digest, the signature and (with --source) the binding to a dump");
+  verify->add_option("FILE", verify_path, "dump or artifact")->required();
+  verify->add_option("--source", vopt.source, "dump the artifact must have been built from (content digest of its covered range)");
+  verify->add_flag("--strict-snapshot", vopt.strict_snapshot, "also require the dump's snapshot digest (generations, frontier) to match");
+  verify->add_option("--pubkey", pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
+  verify->add_option("--trusted-keys", trusted_dir, "directory of trusted public keys (*.pem)");
+  verify->add_flag("--require-signature", vopt.require_signature, "fail unsigned artifacts");
+  verify->add_flag("--json", as_json, "machine-readable output");
+
+  // export
+  std::string export_in, export_out;
+  auto* exp = app.add_subcommand("export", "Write every section of an artifact as an HDF5 dataset (manifest as an attribute)");
+  exp->add_option("ART", export_in, "artifact (.kvi)")->required();
+  exp->add_option("-o,--output", export_out, "output HDF5 file")->required();
+  exp->add_flag("--json", as_json, "machine-readable output");
+
+  // keygen
+  std::string keygen_out;
+  auto* keygen = app.add_subcommand("keygen", "Create an Ed25519 signing key (KEY.pem, mode 0600) and KEY.pub.pem; never overwrites");
+  keygen->add_option("-o,--output", keygen_out, "private key path, e.g. key.pem")->required();
+  keygen->add_flag("--json", as_json, "machine-readable output");
+
+  // sign
+  std::string sign_path, sign_key;
+  auto* sign = app.add_subcommand("sign", "Sign (or re-sign) an artifact's manifest in place, atomically");
+  sign->add_option("ART", sign_path, "artifact (.kvi)")->required();
+  sign->add_option("--key", sign_key, "Ed25519 private key (PEM)")->required();
+  sign->add_flag("--json", as_json, "machine-readable output");
+
+  // dump
+  ModelDumpOptions mopt;
+  std::string dump_out, dump_dtype = "f32";
+  IdentityOptions ident;
+  auto* dump = app.add_subcommand("dump", "Run a llama2.c checkpoint (BOS, prompt, greedy decoding) and dump post-RoPE K/V (and Q)");
+  dump->add_option("--llama2c", mopt.model_path, "llama2.c legacy-format checkpoint (.bin)")->required();
+  dump->add_option("--tokenizer", mopt.tokenizer_path, "llama2.c tokenizer (.bin); needed for --prompt and for the text");
+  dump->add_option("--prompt", mopt.prompt, "prompt text, teacher-forced after BOS (cut if longer than --tokens)");
+  dump->add_option("--tokens", mopt.tokens, "positions in total, BOS and prompt included")->required()->check(CLI::PositiveNumber);
+  dump->add_flag("--queries", mopt.queries, "also write the post-RoPE queries of every position to /kv/q");
+  dump->add_option("--dtype", dump_dtype, "f32 | f16 | bf16")->capture_default_str();
+  dump->add_option("-o,--output", dump_out, "output dump (.h5)")->required();
+  cli::add_identity_options(dump, ident);
+  dump->add_flag("--json", as_json, "machine-readable summary");
+  dump->add_flag("-q,--quiet", quiet, "print nothing on success");
+
+  // synth
+  SynthOptions sopt;
+  std::string synth_out, synth_dtype = "f16";
+  IdentityOptions sident;
+  auto* synth = app.add_subcommand("synth", "Write a deterministic synthetic dump of any size (RoPE, outlier channels, a sink row)");
+  synth->add_option("--layers", sopt.layers, "layers L")->required()->check(CLI::PositiveNumber);
+  synth->add_option("--kv-heads", sopt.kv_heads, "KV heads H_kv")->required()->check(CLI::PositiveNumber);
+  synth->add_option("--q-heads", sopt.q_heads, "query heads H_q (multiple of H_kv)")->required()->check(CLI::PositiveNumber);
+  synth->add_option("--head-dim", sopt.head_dim, "head dimension d (even)")->required()->check(CLI::PositiveNumber);
+  synth->add_option("--tokens", sopt.tokens, "rows T")->required()->check(CLI::PositiveNumber);
+  synth->add_option("--seed", sopt.seed, "seed")->required();
+  synth->add_option("--dtype", synth_dtype, "f16 | bf16 | f32")->capture_default_str();
+  synth->add_option("--query-count", sopt.query_count, "queries of the last N positions written to /kv/q")->capture_default_str()->check(CLI::NonNegativeNumber);
+  synth->add_option("-o,--output", synth_out, "output dump (.h5)")->required();
+  cli::add_identity_options(synth, sident);
+  synth->add_flag("--json", as_json, "machine-readable summary");
+  synth->add_flag("-q,--quiet", quiet, "print nothing on success");
+
+  // demo
+  std::string demo_dir = "kvtool-demo", demo_model, demo_tok;
+  auto* demo = app.add_subcommand("demo", "Make a dump from a real model (or a synthetic one), inspect it and verify it");
+  demo->add_option("--dir", demo_dir, "working directory for the demo files")->capture_default_str();
+  demo->add_option("--model", demo_model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin when present)");
+  demo->add_option("--tokenizer", demo_tok, "tokenizer for --model (default: tok512.bin next to it)");
+
+  // reasons
+  auto* reasons = app.add_subcommand("reasons", "List every reason code with its exit code");
+  reasons->add_flag("--json", as_json, "machine-readable output");
+
+  return cli::run("kvtool", app, argc, argv, &as_json, [&]() -> int {
+    if (*inspect) {
+      FileKind k = detect_file_kind(inspect_path);
+      KVT_CHECK(k != FileKind::unknown, "UNKNOWN_FILE_TYPE",
+                "'" << inspect_path << "' is neither a kvdump (HDF5) nor a kvi artifact");
+      json j = k == FileKind::dump ? inspect_dump(inspect_path, top_channels) : inspect_artifact(inspect_path);
+      if (as_json)
+        cli::print_json(j);
+      else if (k == FileKind::dump)
+        cli::print_dump_inspection(j);
+      else
+        cli::print_artifact_inspection(j);
+      return 0;
+    }
+    if (*verify) {
+      FileKind k = detect_file_kind(verify_path);
+      KVT_CHECK(k != FileKind::unknown, "UNKNOWN_FILE_TYPE",
+                "'" << verify_path << "' is neither a kvdump (HDF5) nor a kvi artifact");
+      vopt.trusted_keys = trusted_keys(pubkeys, trusted_dir);
+      if (!vopt.source.empty()) require_file(vopt.source, "source dump");
+      json j;
+      if (k == FileKind::dump) {
+        KVT_CHECK(vopt.source.empty() && vopt.trusted_keys.empty() && !vopt.require_signature && !vopt.strict_snapshot,
+                  "USAGE", "--source, --strict-snapshot and signature options apply to artifacts, not to dumps");
+        j = verify_dump(verify_path);
+      } else {
+        j = verify_artifact(verify_path, vopt);
+      }
+      if (as_json)
+        cli::print_json(j);
+      else
+        cli::print_verify_result(j);
+      return 0;
+    }
+    if (*exp) {
+      json j = export_artifact(export_in, export_out);
+      if (as_json) cli::print_json(j);
+      else std::cout << "wrote " << j["sections"] << " sections of " << export_in << " to " << export_out << "\n";
+      return 0;
+    }
+    if (*keygen) {
+      std::string pub = generate_keypair(keygen_out);
+      PublicKeyRaw raw = load_public_key(pub);
+      json j{{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"private_key", keygen_out}, {"public_key", pub}, {"key_id", key_id(raw)}};
+      if (as_json) cli::print_json(j);
+      else std::cout << "wrote " << keygen_out << " (private, mode 0600) and " << pub << "\nkey id " << key_id(raw) << "\n";
+      return 0;
+    }
+    if (*sign) {
+      SigningKey key = SigningKey::load(sign_key);
+      sign_artifact(sign_path, key);
+      json j{{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"artifact", sign_path}, {"key_id", key_id(key.public_key())}};
+      if (as_json) cli::print_json(j);
+      else std::cout << "signed " << sign_path << " with key " << key_id(key.public_key()) << "\n";
+      return 0;
+    }
+    if (*dump) {
+      DType t = parse_dtype(dump_dtype);
+      ModelDumpResult r = dump_llama2c(mopt, t, ident, dump_out);
+      json j{{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", dump_out}, {"tokens", r.tokens}, {"text", r.text}, {"dtype", dtype_name(t)}};
+      if (as_json) cli::print_json(j);
+      else if (!quiet) std::cout << "wrote " << dump_out << " (" << r.tokens.size() << " tokens, " << dtype_name(t) << ")\n" << r.text << "\n";
+      return 0;
+    }
+    if (*synth) {
+      sopt.dtype = parse_dtype(synth_dtype);
+      synth_dump(sopt, sident, synth_out);
+      json j{{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", synth_out}, {"synthetic", true}};
+      if (as_json) cli::print_json(j);
+      else if (!quiet) std::cout << "wrote synthetic dump " << synth_out << "\n";
+      return 0;
+    }
+    if (*demo) {
+      if (demo_model.empty()) {
+        struct stat st {};
+        if (stat("../shared/models/stories260K.bin", &st) == 0) {
+          demo_model = "../shared/models/stories260K.bin";
+          if (demo_tok.empty()) demo_tok = "../shared/models/tok512.bin";
+        }
+      }
+      mkdir(demo_dir.c_str(), 0755);
+      std::string path = demo_dir + "/demo.h5";
+      if (!demo_model.empty()) {
+        ModelDumpOptions o;
+        o.model_path = demo_model;
+        o.tokenizer_path = demo_tok;
+        o.tokens = 128;
+        o.queries = true;
+        std::cout << "== kvtool dump --llama2c " << demo_model << " --tokens 128 --queries -o " << path << "\n";
+        ModelDumpResult r = dump_llama2c(o, DType::f32, IdentityOptions{}, path);
+        std::cout << "greedy text: " << r.text << "\n\n";
+      } else {
+        SynthOptions o;
+        o.layers = 2; o.kv_heads = 2; o.q_heads = 4; o.head_dim = 32; o.tokens = 256; o.seed = 1;
+        std::cout << "== kvtool synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 32 --tokens 256 --seed 1 -o " << path << "\n";
+        synth_dump(o, IdentityOptions{}, path);
+      }
+      std::cout << "== kvtool inspect " << path << "\n";
+      cli::print_dump_inspection(inspect_dump(path));
+      std::cout << "\n== kvtool verify " << path << "\n";
+      cli::print_verify_result(verify_dump(path));
+      return 0;
+    }
+    if (*reasons) {
+      json arr = json::array();
+      for (const auto& r : all_reasons()) arr.push_back({{"reason", r.code}, {"exit_code", static_cast<int>(r.exit)}, {"meaning", r.meaning}});
+      if (as_json) cli::print_json({{"schema_version", kJsonSchemaVersion}, {"reasons", arr}});
+      else
+        for (const auto& r : all_reasons()) std::printf("%-28s %d  %s\n", r.code, static_cast<int>(r.exit), r.meaning);
+      return 0;
+    }
+    return 2;
+  });
+}
