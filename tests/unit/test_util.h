@@ -1,0 +1,40 @@
+// Helpers shared by the unit tests and kvtool-testgen.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "kvtool/artifact.h"
+#include "kvtool/dump.h"
+#include "kvtool/producers.h"
+
+namespace kvtool::test {
+
+// A fresh temporary directory removed at destruction.
+struct TempDir {
+  TempDir();
+  ~TempDir();
+  std::string path;
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+std::string shared_dir();  // $KVTOOL_SHARED or ../shared relative to the source tree
+
+// Small synthetic dump: L=2, H_kv=2, H_q=4, d=16, T=48, f32.
+void small_dump(const std::string& path, uint64_t seed = 7, DType dt = DType::f32, const IdentityOptions& id = {});
+
+// Copies a dump, letting `edit` change the spec and `poke` change K/V of each (layer, head) slice.
+void copy_dump(const std::string& src, const std::string& dst, const std::function<void(DumpSpec&)>& edit,
+               const std::function<void(int64_t, int64_t, std::vector<float>&, std::vector<float>&)>& poke = {});
+
+// A "container-test" artifact over [0, coverage): per part a keys section (f32, stored as is or
+// zstd) and a u16 section; plus one part-less u8 section.
+void write_test_artifact(const std::string& dump, const std::string& out, const SigningKey* key = nullptr,
+                         int64_t coverage = -1, int zstd_level = 3);
+
+std::vector<uint8_t> read_bytes(const std::string& path);
+void write_bytes(const std::string& path, const std::vector<uint8_t>& b);
+// Rewrites an artifact with an edited manifest and a recomputed manifest digest (a "forger" who
+// knows the format), keeping sections and the signature block bytes.
+void rewrite_manifest(const std::string& path, const std::function<void(json&)>& edit, bool canonical = true);
+
+}  // namespace kvtool::test
