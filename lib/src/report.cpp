@@ -80,6 +80,14 @@ FileKind detect_file_kind(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   KVT_CHECK(f.good(), "IO_ERROR", "cannot open '" << path << "'");
   if (looks_like_artifact(path)) return FileKind::artifact;
+  // A damaged header still leaves the footer magic: report it as an artifact (BAD_MAGIC).
+  f.seekg(0, std::ios::end);
+  if (f.tellg() >= 4) {
+    char tail[4] = {};
+    f.seekg(-4, std::ios::end);
+    f.read(tail, 4);
+    if (f.gcount() == 4 && std::string(tail, 4) == "KVI1") return FileKind::artifact;
+  }
   if (looks_like_hdf5(path)) return FileKind::dump;
   return FileKind::unknown;
 }

@@ -22,7 +22,7 @@ TempDir::~TempDir() {
 
 std::string shared_dir() {
   if (const char* s = std::getenv("KVTOOL_SHARED")) return s;
-  return "../shared";
+  return KVTOOL_SHARED_DEFAULT;
 }
 
 void small_dump(const std::string& path, uint64_t seed, DType dt, const IdentityOptions& id) {

@@ -12,7 +12,7 @@ namespace {
 void print_error(const std::string& tool, const std::string& reason, const std::string& msg, bool as_json) {
   std::cerr << tool << ": error [" << reason << "]: " << msg << "\n";
   if (as_json)
-    std::cout << json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}}.dump()
+    std::cout << json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}}.dump(2)
               << std::endl;
 }
 }  // namespace

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Artifacts through the CLI: inspect, verify (digests, signatures, source binding), sign, keygen,
+# export, and a sample of the mutation corpus with exit codes.
+. "$(dirname "$0")/lib.sh"
+GEN=$BIN/kvtool-testgen
+
+"$KVTOOL" synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 16 --tokens 64 --seed 3 -o d.h5 -q
+"$KVTOOL" synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 16 --tokens 64 --seed 3 --tenant other -o other.h5 -q
+"$KVTOOL" synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 16 --tokens 64 --seed 3 --request-generation 7 -o regen.h5 -q
+"$GEN" d.h5 -o a.kvi --coverage 56 || fail "testgen"
+expect_exit 0 "$KVTOOL" inspect a.kvi
+contains "$WORK/out" "kind               container-test"
+contains "$WORK/out" "signature          none"
+contains "$WORK/out" "coverage         \[0, 56)"
+expect_exit 0 "$KVTOOL" inspect a.kvi --json
+contains "$WORK/out" '"schema_version": 1'
+expect_exit 0 "$KVTOOL" verify a.kvi --source d.h5
+contains "$WORK/out" "content digest of \[0, 56) matches"
+expect_exit 0 "$KVTOOL" verify a.kvi --source regen.h5
+expect_reason 1 SNAPSHOT_MISMATCH "$KVTOOL" verify a.kvi --source regen.h5 --strict-snapshot
+expect_reason 1 TENANT_MISMATCH "$KVTOOL" verify a.kvi --source other.h5
+expect_exit 1 "$KVTOOL" verify a.kvi --source other.h5 --json
+contains "$WORK/out" '"reason": "TENANT_MISMATCH"'
+expect_reason 3 IO_ERROR "$KVTOOL" verify a.kvi --source missing.h5
+
+# Keys and signatures.
+expect_exit 0 "$KVTOOL" keygen -o key.pem
+[ "$(stat -c %a key.pem)" = 600 ] || fail "key.pem mode is $(stat -c %a key.pem)"
+[ -s key.pub.pem ] || fail "no key.pub.pem"
+expect_reason 3 OUTPUT_EXISTS "$KVTOOL" keygen -o key.pem
+"$KVTOOL" keygen -o other.pem >/dev/null
+expect_reason 1 SIGNATURE_REQUIRED "$KVTOOL" verify a.kvi --require-signature
+cp a.kvi unsigned.kvi
+expect_exit 0 "$KVTOOL" sign a.kvi --key key.pem
+expect_exit 0 "$KVTOOL" verify a.kvi --require-signature --pubkey key.pub.pem --source d.h5
+contains "$WORK/out" "(trusted)"
+mkdir trusted && cp key.pub.pem trusted/
+expect_exit 0 "$KVTOOL" verify a.kvi --trusted-keys trusted --require-signature
+expect_reason 1 UNTRUSTED_KEY "$KVTOOL" verify a.kvi --pubkey other.pub.pem
+expect_reason 1 BAD_KEY "$KVTOOL" sign unsigned.kvi --key d.h5
+"$GEN" d.h5 -o b.kvi --coverage 56 --sign-key key.pem
+cmp a.kvi b.kvi || fail "signing after the fact differs from signing at build time"
+
+# Mutations through the CLI: exit 1 with a reason, never a crash (exit >= 128).
+size=$(stat -c %s a.kvi)
+cp a.kvi magic.kvi; printf "XVI1" | dd of=magic.kvi bs=1 count=4 conv=notrunc status=none
+head -c $((size / 2)) a.kvi > trunc.kvi
+expect_reason 1 TRUNCATED "$KVTOOL" verify trunc.kvi
+expect_reason 1 BAD_MAGIC "$KVTOOL" verify magic.kvi
+cp a.kvi flip.kvi; printf '\x00' | dd of=flip.kvi bs=1 seek=200 count=1 conv=notrunc status=none
+expect_exit 1 "$KVTOOL" verify flip.kvi
+grep -Eq 'error \[(SECTION_DIGEST|DECOMPRESS_FAILED)\]' "$WORK/err" || fail "flipped section byte: $(cat "$WORK/err")"
+for n in 1 7 63 64 65 100 1000 $((size - 81)) $((size - 1)); do
+  head -c $n a.kvi > t$n.kvi
+  "$KVTOOL" verify t$n.kvi >/dev/null 2>"$WORK/err"; rc=$?
+  [ $rc = 1 ] || fail "truncation at $n: exit $rc"
+done
+
+# Export to HDF5.
+expect_exit 0 "$KVTOOL" export a.kvi -o a.h5
+[ -s a.h5 ] || fail "export wrote nothing"
+expect_exit 1 "$KVTOOL" export trunc.kvi -o bad.h5
+absent bad.h5
+no_temps .
+finish
