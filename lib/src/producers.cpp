@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include "kvtool/error.h"
 #include "kvtool/json.h"
@@ -153,52 +155,84 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
   spec.synthetic = true;
   DumpWriter w(out_path, spec, overwrite);
 
-  std::vector<float> k(static_cast<size_t>(T * d)), v(k.size()), q(static_cast<size_t>(Tq * d));
-  std::vector<float> basis(static_cast<size_t>(rank * d));
-  for (int64_t l = 0; l < L; ++l)
-    for (int64_t h = 0; h < H; ++h) {
-      // Keys: a low-rank "semantic" part with slowly drifting topics, isotropic noise, two
-      // high-magnitude outlier channels in the slow (low-frequency) RoPE pairs, and a sink row.
-      SplitMix64 g(part_seed(o.seed, l, h, 1));
-      for (auto& x : basis) x = static_cast<float>(g.normal());
-      int64_t outlier = d - 2 - 2 * static_cast<int64_t>(g.below(static_cast<uint64_t>(std::max<int64_t>(1, d / 8))));
-      std::vector<double> topic(rank);
-      for (auto& t : topic) t = g.normal();
-      for (int64_t t = 0; t < T; ++t) {
-        for (auto& z : topic) z = 0.95 * z + 0.31 * g.normal();
-        float* row = k.data() + t * d;
-        for (int64_t i = 0; i < d; ++i) {
-          double s = 0;
-          for (int64_t r = 0; r < rank; ++r) s += topic[r] * basis[r * d + i];
-          row[i] = static_cast<float>(0.6 * s / std::sqrt(static_cast<double>(rank)) + 0.5 * g.normal());
-        }
-        row[outlier] += static_cast<float>(6.0 + 0.5 * g.normal());
-        row[outlier + 1] += static_cast<float>(-4.0 + 0.5 * g.normal());
-        if (t == 0)
-          for (int64_t i = 0; i < d; ++i) row[i] *= 4.0f;
-        apply_rope(row, d, t, theta);
-        for (int64_t i = 0; i < d; ++i) v[t * d + i] = static_cast<float>(g.normal());
+  // Slices are independent (seeded per (layer, head)), so they are generated in parallel batches
+  // and written in order; the bytes do not depend on the thread count.
+  struct Slice {
+    std::vector<float> k, v, q;  // q: [group, Tq, d]
+  };
+  const int64_t group = Hq / H;
+  auto generate = [&](int64_t l, int64_t h, Slice& s) {
+    s.k.assign(static_cast<size_t>(T * d), 0.f);
+    s.v.assign(s.k.size(), 0.f);
+    s.q.assign(static_cast<size_t>(group * Tq * d), 0.f);
+    std::vector<float> basis(static_cast<size_t>(rank * d));
+    // Keys: a low-rank "semantic" part with slowly drifting topics, isotropic noise, two
+    // high-magnitude outlier channels in the slow (low-frequency) RoPE pairs, and a sink row.
+    SplitMix64 g(part_seed(o.seed, l, h, 1));
+    for (auto& x : basis) x = static_cast<float>(g.normal());
+    int64_t outlier = d - 2 - 2 * static_cast<int64_t>(g.below(static_cast<uint64_t>(std::max<int64_t>(1, d / 8))));
+    std::vector<double> topic(rank);
+    for (auto& t : topic) t = g.normal();
+    const double scale = 0.6 / std::sqrt(static_cast<double>(rank));
+    for (int64_t t = 0; t < T; ++t) {
+      for (auto& z : topic) z = 0.95 * z + 0.31 * g.normal();
+      float* row = s.k.data() + t * d;
+      for (int64_t i = 0; i < d; ++i) {
+        double acc = 0;
+        for (int64_t r = 0; r < rank; ++r) acc += topic[r] * basis[r * d + i];
+        row[i] = static_cast<float>(scale * acc + 0.5 * g.normal());
       }
-      w.write_kv(l, h, k.data(), v.data());
-      // Queries of the heads mapped to this kv head: aligned with the key basis plus noise.
-      for (int64_t qh = h * (Hq / H); qh < (h + 1) * (Hq / H) && Tq > 0; ++qh) {
-        SplitMix64 gq(part_seed(o.seed, l, static_cast<uint64_t>(qh), 2));
-        for (int64_t j = 0; j < Tq; ++j) {
-          int64_t pos = T - Tq + j;
-          float* row = q.data() + j * d;
-          std::vector<double> coef(rank);
-          for (auto& cf : coef) cf = gq.normal();
-          for (int64_t i = 0; i < d; ++i) {
-            double s = 0;
-            for (int64_t r = 0; r < rank; ++r) s += coef[r] * basis[r * d + i];
-            row[i] = static_cast<float>(s / std::sqrt(static_cast<double>(rank)) + 0.3 * gq.normal());
-          }
-          row[outlier] += 1.0f;
-          apply_rope(row, d, pos, theta);
+      row[outlier] += static_cast<float>(6.0 + 0.5 * g.normal());
+      row[outlier + 1] += static_cast<float>(-4.0 + 0.5 * g.normal());
+      if (t == 0)
+        for (int64_t i = 0; i < d; ++i) row[i] *= 4.0f;
+      apply_rope(row, d, t, theta);
+      for (int64_t i = 0; i < d; ++i) s.v[t * d + i] = static_cast<float>(g.normal());
+    }
+    // Queries of the heads mapped to this kv head: aligned with the key basis plus noise.
+    for (int64_t j = 0; j < group; ++j) {
+      int64_t qh = h * group + j;
+      SplitMix64 gq(part_seed(o.seed, l, static_cast<uint64_t>(qh), 2));
+      std::vector<double> coef(rank);
+      for (int64_t r = 0; r < Tq; ++r) {
+        int64_t pos = T - Tq + r;
+        float* row = s.q.data() + (j * Tq + r) * d;
+        for (auto& cf : coef) cf = gq.normal();
+        for (int64_t i = 0; i < d; ++i) {
+          double acc = 0;
+          for (int64_t c = 0; c < rank; ++c) acc += coef[c] * basis[c * d + i];
+          row[i] = static_cast<float>(acc / std::sqrt(static_cast<double>(rank)) + 0.3 * gq.normal());
         }
-        w.write_q(l, qh, q.data());
+        row[outlier] += 1.0f;
+        apply_rope(row, d, pos, theta);
       }
     }
+  };
+  const int64_t parts = L * H;
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(parts, std::thread::hardware_concurrency()));
+  std::vector<Slice> batch(static_cast<size_t>(workers));
+  for (int64_t base = 0; base < parts; base += workers) {
+    int64_t n = std::min(workers, parts - base);
+    std::vector<std::thread> ts;
+    std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      ts.emplace_back([&, i] {
+        try {
+          generate((base + i) / H, (base + i) % H, batch[i]);
+        } catch (...) {
+          errs[i] = std::current_exception();
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (auto& e : errs)
+      if (e) std::rethrow_exception(e);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t l = (base + i) / H, h = (base + i) % H;
+      w.write_kv(l, h, batch[i].k.data(), batch[i].v.data());
+      for (int64_t j = 0; j < group && Tq > 0; ++j)
+        w.write_q(l, h * group + j, batch[i].q.data() + j * Tq * d);
+    }
+  }
   if (Tq > 0) {
     std::vector<int64_t> qp(static_cast<size_t>(Tq));
     for (int64_t j = 0; j < Tq; ++j) qp[j] = T - Tq + j;
