@@ -7,6 +7,7 @@
 
 #include "kvtool/error.h"
 #include "kvtool/json.h"
+#include "kvtool/progress.h"
 #include "kvtool/prng.h"
 #include "kvtool/sha256.h"
 
@@ -131,7 +132,8 @@ ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const Ide
   return res;
 }
 
-void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::string& out_path, bool overwrite) {
+void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::string& out_path, bool overwrite,
+                bool quiet) {
   KVT_CHECK(o.layers >= 1 && o.kv_heads >= 1 && o.q_heads >= 1 && o.tokens >= 1 && o.head_dim >= 2,
             "USAGE", "synth geometry must be positive (head dim >= 2)");
   KVT_CHECK(o.head_dim % 2 == 0, "USAGE", "--head-dim must be even (RoPE rotates pairs)");
@@ -211,6 +213,7 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
   const int64_t parts = L * H;
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(parts, std::thread::hardware_concurrency()));
   std::vector<Slice> batch(static_cast<size_t>(workers));
+  Progress progress("kvtool synth", parts, quiet);
   for (int64_t base = 0; base < parts; base += workers) {
     int64_t n = std::min(workers, parts - base);
     std::vector<std::thread> ts;
@@ -231,6 +234,7 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
       w.write_kv(l, h, batch[i].k.data(), batch[i].v.data());
       for (int64_t j = 0; j < group && Tq > 0; ++j)
         w.write_q(l, h * group + j, batch[i].q.data() + j * Tq * d);
+      progress.advance();
     }
   }
   if (Tq > 0) {

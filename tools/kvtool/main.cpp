@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
     }
     if (*synth) {
       sopt.dtype = parse_dtype(synth_dtype);
-      synth_dump(sopt, sident, synth_out);
+      synth_dump(sopt, sident, synth_out, true, quiet || as_json);
       json j{{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", synth_out}, {"synthetic", true}};
       if (as_json) cli::print_json(j);
       else if (!quiet) std::cout << "wrote synthetic dump " << synth_out << "\n";

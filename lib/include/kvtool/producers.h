@@ -30,8 +30,9 @@ struct SynthOptions {
   int64_t query_count = 64;  // queries of the last min(T, query_count) positions go to /kv/q
 };
 
+// `quiet` silences the progress report on stderr.
 void synth_dump(const SynthOptions& opt, const IdentityOptions& ident, const std::string& out_path,
-                bool overwrite = true);
+                bool overwrite = true, bool quiet = true);
 
 // rope_config JSON of the interleaved-pair RoPE used by llama2.c and by synth.
 std::string llama_rope_config(int64_t head_dim, double theta = 10000.0);
