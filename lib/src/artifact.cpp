@@ -159,6 +159,16 @@ void ArtifactWriter::add_section(const std::string& name, const std::string& dty
   sections_.push_back(std::move(e));
 }
 
+void ArtifactWriter::add_stored_section(const SectionEntry& entry, const uint8_t* stored) {
+  KVT_CHECK(!finished_, "INTERNAL", "section added after finish");
+  SectionEntry e = entry;
+  pad_to_alignment();
+  e.offset = pos_;
+  write_all(out_->fd(), stored, e.stored_size, out_->temp_path());
+  pos_ += e.stored_size;
+  sections_.push_back(std::move(e));
+}
+
 Digest ArtifactWriter::finish(const ManifestCore& core, const SigningKey* key) {
   KVT_CHECK(!finished_, "INTERNAL", "artifact finished twice");
   json m;

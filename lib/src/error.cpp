@@ -52,6 +52,14 @@ const std::vector<ReasonInfo>& all_reasons() {
       {"GEOMETRY_MISMATCH", ExitCode::invalid, "the dump has another geometry (layers, kv heads, head dim) or dtype"},
       {"COVERAGE_BEYOND_FRONTIER", ExitCode::invalid, "the artifact covers rows beyond the dump's committed frontier"},
       {"PAYLOAD_MISMATCH", ExitCode::invalid, "the K/V rows of the covered range differ"},
+      // validation (1): merge
+      {"MERGE_MISMATCH", ExitCode::invalid, "shards differ in kind, parameters, generations or source"},
+      {"MERGE_OVERLAP", ExitCode::invalid, "two shards contain the same part"},
+      {"MERGE_INCOMPLETE", ExitCode::invalid, "some parts are in none of the shards"},
+      // validation (1): index kinds
+      {"CODE_OUT_OF_RANGE", ExitCode::invalid, "a PQ code is not below 2^bits"},
+      {"NO_QUERIES", ExitCode::invalid, "the dump has no /kv/q queries usable for this evaluation"},
+      {"PART_INVALID", ExitCode::invalid, "a part's sections or metadata are missing or inconsistent"},
   };
   return reasons;
 }

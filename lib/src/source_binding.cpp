@@ -1,6 +1,10 @@
 #include "kvtool/source_binding.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kvtool/half.h"
 
 #include "kvtool/canonical.h"
 #include "kvtool/error.h"
@@ -33,7 +37,8 @@ void identity_fields(CanonicalHasher& h, const DumpIdentity& id, const DumpGeome
 }
 
 // One pass over the dump feeding payload streams for several range ends at once.
-std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<int64_t>& ends) {
+// With finite_below >= 0, also requires every K/V value of rows [0, finite_below) to be finite.
+std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<int64_t>& ends, int64_t finite_below = -1) {
   const auto& g = dump.info().geo;
   int64_t maxe = 0;
   for (auto e : ends) {
@@ -58,6 +63,21 @@ std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<in
         else
           dump.read_v_raw(l, h, 0, maxe, buf.data());
         for (size_t i = 0; i < ends.size(); ++i) hs[i]->update(buf.data(), static_cast<size_t>(ends[i]) * row_bytes);
+        if (finite_below > 0) {
+          size_t n = static_cast<size_t>(finite_below * g.head_dim);
+          for (size_t i = 0; i < n; ++i) {
+            float x;
+            if (g.dtype == DType::f32) std::memcpy(&x, buf.data() + 4 * i, 4);
+            else {
+              uint16_t b;
+              std::memcpy(&b, buf.data() + 2 * i, 2);
+              x = g.dtype == DType::f16 ? f16_to_f32(b) : bf16_to_f32(b);
+            }
+            KVT_CHECK(std::isfinite(x), "NON_FINITE",
+                      (which == 0 ? "K" : "V") << " of layer " << l << ", kv head " << h << " has a non-finite value at row "
+                                               << static_cast<int64_t>(i) / g.head_dim << " (below the committed frontier)");
+          }
+        }
       }
   std::vector<Digest> out;
   for (auto& h : hs) out.push_back(h->finish());
@@ -127,7 +147,7 @@ SourceBinding bind_source(const DumpReader& dump, int64_t coverage_end) {
   b.geo = info.geo;
   b.committed_frontier = info.committed_frontier;
   b.coverage_end = coverage_end;
-  auto pd = payload_digests(dump, {coverage_end, info.committed_frontier});
+  auto pd = payload_digests(dump, {coverage_end, info.committed_frontier}, info.committed_frontier);
   b.payload_sha256 = to_hex(pd[0]);
   b.content_digest = to_hex(content_digest(info.id, info.geo, coverage_end, pd[0]));
   Digest cf = content_digest(info.id, info.geo, info.committed_frontier, pd[1]);

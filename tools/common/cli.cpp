@@ -59,6 +59,34 @@ void add_identity_options(CLI::App* cmd, IdentityOptions& o) {
   cmd->add_option("--frontier", o.frontier, "committed frontier (default: all rows)");
 }
 
+void add_builder_options(CLI::App* cmd, BuilderCli& b) {
+  cmd->add_option("-o,--output", b.opt.output, "output artifact (.kvi)")->required();
+  cmd->add_option("--prefix", b.opt.prefix, "coverage [0, N) (default: the dump's committed frontier)");
+  cmd->add_option("--sink", b.opt.sink, "first N rows are sinks: not indexed, always included (default: per kind)");
+  cmd->add_option("--local", b.opt.local, "last N covered rows are the local window: not indexed, always included (default: per kind)");
+  cmd->add_option("--layers", b.layers, "layer range A-B (inclusive; default: all layers)");
+  cmd->add_option("--seed", b.opt.seed, "seed of every random choice (per part: seed, layer, kv head)")->capture_default_str();
+  cmd->add_option("--threads", b.opt.threads, "worker threads (default: the CPUs this process may use)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--shard", b.shard, "build only shard I/N of the parts (contiguous ranges in (layer, kv head) order), or 'auto' from the Slurm job array");
+  cmd->add_option("--sign-key", b.opt.sign_key, "Ed25519 private key (PEM) to sign the artifact");
+  cmd->add_option("--zstd-level", b.opt.zstd_level, "zstd level of the sections (0 = store raw)")->capture_default_str()->check(CLI::Range(0, 19));
+  cmd->add_flag("--json", b.json, "print a JSON summary on stdout");
+  cmd->add_flag("-q,--quiet", b.opt.quiet, "no progress on stderr");
+}
+
+void finish_builder_options(BuilderCli& b) {
+  if (!b.layers.empty()) parse_layers(b.layers, b.opt.layer_first, b.opt.layer_last);
+  if (!b.shard.empty()) parse_shard(b.shard, b.opt.shard_index, b.opt.shard_count);
+  KVT_CHECK(b.opt.prefix >= -1 && b.opt.sink >= -1 && b.opt.local >= -1, "USAGE", "--prefix, --sink and --local must be >= 0");
+}
+
+void print_build_summary(const json& j) {
+  std::cout << "wrote " << j["output"].get<std::string>() << ": kind " << j["kind"].get<std::string>() << ", parts "
+            << j["part_range"][0] << "-" << j["part_range"][1] << " of " << j["parts_total"] << ", coverage [0, "
+            << j["coverage"][1] << "), " << human_bytes(j["section_raw_bytes"]) << " of sections"
+            << (j["signed"].get<bool>() ? ", signed" : "") << "\n";
+}
+
 std::string human_bytes(uint64_t b) {
   const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
@@ -181,6 +209,36 @@ void print_verify_result(const json& j) {
     std::cout << "    content digest  " << j["content_digest"].get<std::string>() << "\n";
     std::cout << "    snapshot digest " << j["snapshot_digest"].get<std::string>() << "\n";
   }
+}
+
+}  // namespace kvtool::cli
+
+namespace kvtool::cli {
+
+void print_eval(const json& j) {
+  std::cout << "kvtool eval: " << j["kind"].get<std::string>() << " artifact " << j["artifact"].get<std::string>() << " on "
+            << j["source"].get<std::string>() << "\n";
+  std::cout << "  support = covered rows [0, " << j["coverage"][1] << "): " << j["indexed_rows"] << " indexed, "
+            << j["always_included_rows"] << " always included (sink + local); " << j["query_positions"]
+            << " query positions x query heads x layers\n";
+  std::printf("  %-8s %9s %9s %9s %9s %8s %9s %9s %10s %12s\n", "budget", "sel.frac", "retained", "ret.p10", "oracle",
+              "ratio", "recall", "out.err", "rel.err", "rows bytes");
+  for (const auto& b : j["budgets"]) {
+    std::printf("  %-8s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f\n",
+                b["selector"]["budget"].get<std::string>().c_str(), b["selected_fraction_mean"].get<double>(),
+                b["retained_mass_mean"].get<double>(), b["retained_mass_p10"].get<double>(),
+                b["oracle_retained_mass_mean"].get<double>(), b["quality_ratio"].get<double>(),
+                b["recall_support_mean"].get<double>(), b["output_error_mean"].get<double>(),
+                b["relative_output_error_mean"].get<double>(), b["selected_row_bytes_mean"].get<double>());
+  }
+  const auto& b0 = j["budgets"][0];
+  std::cout << "  index bytes " << human_bytes(b0["index_bytes"]) << ", metadata bytes " << human_bytes(b0["metadata_bytes"])
+            << ", selected full-row bytes " << j["selected_row_bytes_per_row"] << " per row per head\n";
+  std::cout << "  per layer (budget " << b0["selector"]["budget"].get<std::string>() << "):";
+  for (const auto& l : b0["per_layer"])
+    std::printf(" L%lld %.3f/%.3f", static_cast<long long>(l["layer"].get<int64_t>()), l["retained_mass_mean"].get<double>(),
+                l["oracle_retained_mass_mean"].get<double>());
+  std::cout << "  (retained/oracle)\n";
 }
 
 }  // namespace kvtool::cli

@@ -7,6 +7,7 @@
 
 #include "kvtool/error.h"
 #include "kvtool/json.h"
+#include "kvtool/builder.h"
 #include "kvtool/producers.h"
 
 namespace kvtool::cli {
@@ -21,7 +22,19 @@ void print_json(const json& j);
 // Identity attributes for produced dumps (--tenant, --*-generation, --frontier).
 void add_identity_options(CLI::App* cmd, IdentityOptions& o);
 
+// The options every builder shares (-o, --prefix, --sink, --local, --layers, --seed, --threads,
+// --shard, --sign-key, --zstd-level, --json, --quiet); finish_builder_options() parses the strings.
+struct BuilderCli {
+  BuildOptions opt;
+  std::string layers, shard;
+  bool json = false;
+};
+void add_builder_options(CLI::App* cmd, BuilderCli& b);
+void finish_builder_options(BuilderCli& b);
+
 std::string human_bytes(uint64_t b);
+void print_build_summary(const json& j);
+void print_eval(const json& j);
 void print_dump_inspection(const json& j);
 void print_artifact_inspection(const json& j);
 void print_verify_result(const json& j);

@@ -1,13 +1,21 @@
 // kvtool: inspect, verify, export, keygen, sign, dump, synth, demo, reasons.
 // Argument parsing and printing only; all logic lives in libkvtool.
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 #include <iostream>
 
 #include "cli.h"
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
+#include "kvtool/builder.h"
 #include "kvtool/producers.h"
+#include "kvtool/query.h"
+#include "kvtool/pq.h"
 #include "kvtool/report.h"
 #include "kvtool/signing.h"
 
@@ -124,6 +132,48 @@ int main(int argc, char** argv) {
   demo->add_option("--model", demo_model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin when present)");
   demo->add_option("--tokenizer", demo_tok, "tokenizer for --model (default: tok512.bin next to it)");
 
+  // query
+  std::string q_art, q_src, q_vec, q_budget = "0.1";
+  int64_t q_layer = 0, q_head = 0, q_pos = -1;
+  auto* query = app.add_subcommand("query", "Candidate rows of one (layer, query head) for a dumped query position or a given vector");
+  query->add_option("ART", q_art, "artifact (.kvi)")->required();
+  query->add_option("--source", q_src, "dump the artifact was built from (checked by content digest)")->required();
+  query->add_option("--layer", q_layer, "layer")->required();
+  query->add_option("--q-head", q_head, "query head (its kv head comes from q_to_kv_head)")->required();
+  auto* qp = query->add_option("--position", q_pos, "use the dumped query at this position (>= coverage end - 1)");
+  auto* qv = query->add_option("--vector", q_vec, "query vector file: d numbers as text, or raw float32 (.f32/.bin)");
+  qp->excludes(qv);
+  query->add_option("--budget", q_budget, "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)")->capture_default_str();
+  query->add_flag("--json", as_json, "machine-readable receipt");
+
+  // eval
+  std::string e_art, e_src, e_csv, e_plot;
+  std::vector<std::string> e_budgets;
+  auto* eval = app.add_subcommand("eval", "Retained attention mass, recall, output error and bytes against dense attention");
+  eval->add_option("ART", e_art, "artifact (.kvi)")->required();
+  eval->add_option("--source", e_src, "dump with /kv/q queries at positions >= the coverage end")->required();
+  eval->add_option("--budget", e_budgets, "budget(s); several give a curve (default 0.1)");
+  eval->add_option("--csv", e_csv, "write one row per (budget, layer, query head, position)");
+  eval->add_option("--plot", e_plot, "write an SVG of retained mass vs selected fraction");
+  eval->add_flag("--json", as_json, "machine-readable output");
+  eval->add_flag("-q,--quiet", quiet, "no progress");
+
+  // merge
+  std::vector<std::string> m_in;
+  std::string m_out, m_key;
+  auto* merge = app.add_subcommand("merge", "Combine shard artifacts (same source, kind, params) into the artifact an unsharded build gives");
+  merge->add_option("SHARDS", m_in, "shard artifacts")->required();
+  merge->add_option("-o,--output", m_out, "merged artifact")->required();
+  merge->add_option("--sign-key", m_key, "Ed25519 private key (PEM) to sign the merged artifact");
+  merge->add_flag("--json", as_json, "machine-readable summary");
+  merge->add_flag("-q,--quiet", quiet, "no progress");
+
+  // build → kvtool-KIND build
+  std::string b_kind;
+  auto* build = app.add_subcommand("build", "Run the builder of an index kind: kvtool build KIND ARGS... = kvtool-KIND build ARGS...");
+  build->add_option("KIND", b_kind, "pq")->required();
+  build->prefix_command();
+
   // reasons
   auto* reasons = app.add_subcommand("reasons", "List every reason code with its exit code");
   reasons->add_flag("--json", as_json, "machine-readable output");
@@ -230,6 +280,90 @@ int main(int argc, char** argv) {
       std::cout << "\n== kvtool verify " << path << "\n";
       cli::print_verify_result(verify_dump(path));
       return 0;
+    }
+    if (*query) {
+      ArtifactReader r(q_art);
+      r.verify_sections();
+      DumpReader d(q_src);
+      check_source(r.source(), d, false);
+      std::vector<float> qv_data;
+      int64_t position = q_pos;
+      const int64_t dim = r.source().geo.head_dim;
+      if (!q_vec.empty()) {
+        qv_data = read_query_vector(q_vec, dim);
+        if (position < 0) position = r.source().coverage_end - 1;
+      } else {
+        KVT_CHECK(qp->count() > 0, "USAGE", "give --position (a dumped query) or --vector FILE");
+        KVT_CHECK(d.info().has_q, "NO_QUERIES", "the dump has no /kv/q; use --vector or dump with --queries");
+        auto qpos = d.q_positions();
+        auto it = std::find(qpos.begin(), qpos.end(), position);
+        KVT_CHECK(it != qpos.end(), "NO_QUERIES", "the dump has no query at position " << position);
+        KVT_CHECK(q_head >= 0 && q_head < d.info().geo.q_heads && q_layer >= 0 && q_layer < d.info().geo.layers, "USAGE",
+                  "--layer/--q-head out of range");
+        std::vector<float> all(static_cast<size_t>(d.info().geo.q_tokens * dim));
+        d.read_q(q_layer, q_head, all.data());
+        qv_data.assign(all.begin() + (it - qpos.begin()) * dim, all.begin() + (it - qpos.begin() + 1) * dim);
+      }
+      SelectorSet sel(r);
+      CandidateReceipt rc = sel.query(q_layer, q_head, qv_data.data(), position, Budget::parse(q_budget));
+      if (as_json) {
+        cli::print_json(rc.to_json());
+      } else {
+        std::cout << "kind " << rc.kind << ", index generation " << rc.index_generation << ", content digest "
+                  << rc.content_digest.substr(0, 16) << "…\n";
+        std::cout << "layer " << rc.layer << ", query head " << rc.q_head << " (kv head " << rc.kv_head << "), position "
+                  << rc.position << ": " << rc.candidates.size() << " candidates of " << rc.indexed_rows
+                  << " indexed rows, " << rc.always_included.size() << " always included\n";
+        std::cout << "candidates:";
+        for (size_t i = 0; i < rc.candidates.size(); ++i) std::cout << " " << rc.candidates[i];
+        std::cout << "\nalways included:";
+        for (int64_t id : rc.always_included) std::cout << " " << id;
+        std::cout << "\n";
+      }
+      return 0;
+    }
+    if (*eval) {
+      ArtifactReader r(e_art);
+      r.verify_sections();
+      DumpReader d(e_src);
+      EvalOptions eo;
+      if (!e_budgets.empty()) {
+        eo.budgets.clear();
+        for (const auto& b : e_budgets) eo.budgets.push_back(Budget::parse(b));
+      }
+      eo.csv_path = e_csv;
+      eo.plot_path = e_plot;
+      eo.quiet = quiet || as_json;
+      json j = evaluate(r, d, eo);
+      if (as_json) cli::print_json(j);
+      else cli::print_eval(j);
+      return 0;
+    }
+    if (*merge) {
+      json j = merge_artifacts(m_in, m_out, m_key, quiet || as_json);
+      if (as_json) cli::print_json(j);
+      else if (!quiet) std::cout << "merged " << j["shards"] << " shards (" << j["parts_total"] << " parts) into " << m_out << "\n";
+      return 0;
+    }
+    if (*build) {
+      char self[PATH_MAX];
+      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+      KVT_CHECK(n > 0, "INTERNAL", "cannot locate the kvtool binary");
+      self[n] = 0;
+      std::string dir(self);
+      dir = dir.substr(0, dir.find_last_of('/'));
+      KVT_CHECK(b_kind.find('/') == std::string::npos && !b_kind.empty(), "USAGE", "bad kind '" << b_kind << "'");
+      std::string tool = dir + "/kvtool-" + b_kind;
+      KVT_CHECK(access(tool.c_str(), X_OK) == 0, "USAGE",
+                "unknown index kind '" << b_kind << "': no " << tool << " (kinds: pq)");
+      std::vector<std::string> args = {tool, "build"};
+      for (const auto& a : build->remaining()) args.push_back(a);
+      std::vector<char*> av;
+      for (auto& a : args) av.push_back(a.data());
+      av.push_back(nullptr);
+      std::cout.flush();
+      execv(tool.c_str(), av.data());
+      KVT_THROW("IO_ERROR", "cannot run " << tool << ": " << std::strerror(errno));
     }
     if (*reasons) {
       json arr = json::array();

@@ -56,6 +56,8 @@ class ArtifactWriter {
   ~ArtifactWriter();
   void add_section(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
                    const void* data, size_t bytes, int64_t layer = -1, int64_t kv_head = -1);
+  // Copies a section exactly as stored in another artifact (same codec and bytes; used by merge).
+  void add_stored_section(const SectionEntry& entry, const uint8_t* stored);
   // Writes manifest, optional signature and footer, then renames into place. Returns the manifest digest.
   Digest finish(const ManifestCore& core, const SigningKey* key = nullptr);
 

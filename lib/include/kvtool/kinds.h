@@ -1,22 +1,58 @@
-// Registry of artifact kinds: each kind registers the structural validation `verify` runs on its
-// sections (one kind = one place: build, serialize, validate, query live in that kind's file).
+// Registry of artifact kinds. Each kind lives in one place (lib/src/kinds/KIND.cpp): its builder,
+// the structural validation `verify` runs, and the selector that answers queries.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kvtool/json.h"
 
 namespace kvtool {
 
 class ArtifactReader;
+
+// Rows of the dump an artifact indexes: coverage [0, coverage_end), sink rows [0, sink) and the
+// local window [coverage_end - local, coverage_end) are not indexed but always included.
+struct IndexedRows {
+  int64_t coverage_end = 0, sink = 0, local = 0;
+  int64_t begin() const;
+  int64_t end() const;
+  int64_t count() const { return end() - begin(); }
+  static IndexedRows of(const ArtifactReader& r);  // from the manifest (params sink/local, coverage)
+};
+
+// Loaded selector state of one (layer, kv head) part.
+class PartSelector {
+ public:
+  virtual ~PartSelector() = default;
+  virtual int64_t indexed_rows() const = 0;
+  // Appends up to `budget` index-chosen row ids (absolute dump rows) with their scores, best first,
+  // ties broken by lower id. A part that keeps attention dense returns all its indexed rows.
+  virtual void select(const float* q, int64_t budget, std::vector<int64_t>& ids, std::vector<float>& scores) const = 0;
+  virtual json describe() const { return json::object(); }
+};
 
 struct KindInfo {
   std::string name;
   std::string summary;
   // Throws Error with a kind-specific reason (CODE_OUT_OF_RANGE, ...) when the artifact is invalid.
   std::function<void(const ArtifactReader&)> validate;
+  // Loads the selector of one part (nullptr for kinds without queries).
+  std::function<std::unique_ptr<PartSelector>(const ArtifactReader&, int64_t layer, int64_t kv_head)> load;
 };
 
 const KindInfo* find_kind(const std::string& name);
 std::vector<std::string> kind_names();
+
+// Validation shared by all builder-made kinds: kind_data.parts lists exactly the parts of
+// part_range in (layer, kv head) order, inside the params' layer range and the geometry.
+void validate_part_list(const ArtifactReader& r);
+
+namespace kinds {
+// Defined in lib/src/kinds/*.cpp.
+KindInfo pq_kind();
+}  // namespace kinds
 
 }  // namespace kvtool

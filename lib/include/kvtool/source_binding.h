@@ -37,6 +37,7 @@ Digest prefix_tokens_digest(const std::vector<int64_t>& tokens, int64_t end);
 std::string canonical_rope_config(const std::string& rope);
 
 // Reads the dump once and computes everything an artifact records for coverage [0, coverage_end).
+// Also requires every committed K/V value to be finite (NON_FINITE).
 SourceBinding bind_source(const DumpReader& dump, int64_t coverage_end);
 
 // Checks that `dump` is a valid source for an artifact that recorded `recorded`. Throws Error naming

@@ -1,0 +1,82 @@
+// The builder framework shared by every index kind: reads a dump slice by slice, builds one part
+// per (layer, kv head) in parallel, writes the parts in order into one signed kvi artifact.
+// Deterministic whatever the thread count: parts are seeded from (seed, layer, kv head), each
+// part's FAISS/BLAS work runs single-threaded, and parts are written in (layer, kv head) order.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtool/json.h"
+
+namespace kvtool {
+
+struct BuildOptions {
+  std::string output;
+  int64_t prefix = -1;  // coverage end; -1: the dump's committed frontier
+  int64_t sink = -1;    // -1: the kind's default
+  int64_t local = -1;   // -1: the kind's default
+  int64_t layer_first = 0, layer_last = -1;  // inclusive; -1: last layer
+  uint64_t seed = 0;
+  int threads = 0;  // 0: default_threads()
+  int64_t shard_index = 0, shard_count = 1;
+  std::string sign_key;
+  int zstd_level = 3;
+  bool quiet = false;
+};
+
+// CPUs this process may use: affinity mask, cgroup v2/v1 CPU quota, SLURM_CPUS_PER_TASK (smallest wins).
+int default_threads();
+// "I/N" or "auto" (SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN of SLURM_ARRAY_TASK_COUNT). USAGE on error.
+void parse_shard(const std::string& spec, int64_t& index, int64_t& count);
+// "A-B" or "A" (inclusive). USAGE on error.
+void parse_layers(const std::string& spec, int64_t& first, int64_t& last);
+// Keeps OpenBLAS (and OpenMP) single-threaded in the calling thread (parallelism is across parts).
+void pin_blas_single_thread();
+
+// One section produced by a part.
+struct PartSection {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+struct PartInput {
+  int64_t layer, kv_head, head_dim;
+  int64_t coverage_end, sink, local;  // indexed rows: [row_begin(), row_end())
+  uint64_t seed;                      // part_seed(seed, layer, kv_head)
+  const float* keys;                  // rows [0, coverage_end), row-major [coverage_end, head_dim]
+  int64_t row_begin() const;
+  int64_t row_end() const;
+};
+
+struct PartOutput {
+  std::vector<PartSection> sections;
+  json meta = json::object();  // recorded in kind_data.parts (with layer and kv_head added)
+};
+
+class KindBuilder {
+ public:
+  virtual ~KindBuilder() = default;
+  virtual std::string kind() const = 0;
+  virtual int64_t default_sink() const = 0;
+  virtual int64_t default_local() const = 0;
+  // Kind parameters recorded in the manifest params (common parameters are added by the framework).
+  virtual json params() const = 0;
+  // Checks the parameters against the dump geometry (USAGE on error).
+  virtual void check(int64_t head_dim) const = 0;
+  // Builds one part; called concurrently from several threads.
+  virtual PartOutput build_part(const PartInput& in) const = 0;
+};
+
+// Builds the artifact and returns the --json summary. Throws Error on bad input; nothing is left at
+// the output path on failure.
+json build_artifact(const std::string& dump_path, const BuildOptions& opt, const KindBuilder& kind);
+
+// Combines shard artifacts (same kind, params, source binding) into the artifact an unsharded build
+// gives, byte for byte (before signing). Returns the --json summary.
+json merge_artifacts(const std::vector<std::string>& shards, const std::string& output, const std::string& sign_key,
+                     bool quiet);
+
+}  // namespace kvtool

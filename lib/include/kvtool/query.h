@@ -1,0 +1,68 @@
+// Candidate queries against an artifact (any kind) and the evaluation against dense attention
+// (DESIGN.md §7–§8).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtool/artifact.h"
+#include "kvtool/dump.h"
+#include "kvtool/json.h"
+#include "kvtool/kinds.h"
+
+namespace kvtool {
+
+// A budget counts index-chosen rows only: a fraction of the indexed rows (0 < value < 1, or a
+// value written with a '%') or a row count (an integer >= 1).
+struct Budget {
+  double value = 0.1;
+  bool fraction = true;
+  int64_t rows(int64_t indexed) const;
+  std::string str() const;
+  static Budget parse(const std::string& s);  // USAGE on error
+};
+
+struct CandidateReceipt {
+  std::string kind, content_digest;
+  int64_t index_generation = 0, layer = 0, q_head = 0, kv_head = 0, position = 0;
+  int64_t budget_rows = 0, indexed_rows = 0;
+  std::vector<int64_t> candidates;
+  std::vector<float> scores;
+  std::vector<int64_t> always_included;  // sink, local window, uncovered tail (coverage_end .. position)
+  json part = json::object();
+  json to_json() const;
+};
+
+// The loaded selectors of one artifact, one part at a time, cached.
+class SelectorSet {
+ public:
+  explicit SelectorSet(const ArtifactReader& r);
+  const PartSelector& part(int64_t layer, int64_t kv_head);
+  // `position` is the row the query sits at; it must be >= coverage_end - 1.
+  CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b);
+  const ArtifactReader& artifact() const { return r_; }
+
+ private:
+  const ArtifactReader& r_;
+  const KindInfo* kind_;
+  IndexedRows rows_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PartSelector>> cache_;
+};
+
+// Reads a query vector file: whitespace/comma separated floats (text) or raw little-endian float32
+// (.f32 / .bin); exactly `d` values.
+std::vector<float> read_query_vector(const std::string& path, int64_t d);
+
+struct EvalOptions {
+  std::vector<Budget> budgets{Budget{}};
+  std::string csv_path;   // per-query rows
+  std::string plot_path;  // SVG: retained mass vs selected fraction
+  bool quiet = true;
+};
+
+// Every layer of the artifact, every query head, every dumped query at or after coverage_end;
+// support = the covered rows. Returns {"schema_version", "budgets": [...], ...}.
+json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt);
+
+}  // namespace kvtool

@@ -1,0 +1,306 @@
+// kind "pq": everything about PQCache artifacts lives here (build, validate, query, append).
+#include "kvtool/pq.h"
+
+#include <faiss/Clustering.h>
+#include <faiss/IndexFlat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kvtool/artifact.h"
+#include "kvtool/dump.h"
+#include "kvtool/error.h"
+#include "kvtool/kinds.h"
+#include "kvtool/progress.h"
+#include "kvtool/source_binding.h"
+
+namespace kvtool {
+
+namespace {
+
+std::string code_dtype(int64_t bits) { return bits <= 8 ? "u8" : "u16"; }
+
+// Nearest centroid of every row (L2), by FAISS' flat index: the codes of the actual rows.
+void encode_subspace(const float* x, int64_t n, int64_t dsub, const float* centroids, int64_t k, std::vector<int64_t>& labels) {
+  faiss::IndexFlatL2 index(static_cast<faiss::Index::idx_t>(dsub));
+  index.add(k, centroids);
+  std::vector<float> dist(static_cast<size_t>(n));
+  labels.assign(static_cast<size_t>(n), 0);
+  if (n > 0) index.search(n, x, 1, dist.data(), reinterpret_cast<faiss::Index::idx_t*>(labels.data()));
+}
+
+void store_codes(const std::vector<int64_t>& labels, int64_t j, int64_t m, int64_t bits, std::vector<uint8_t>& out) {
+  const size_t n = labels.size();
+  if (bits <= 8) {
+    for (size_t i = 0; i < n; ++i) out[i * m + j] = static_cast<uint8_t>(labels[i]);
+  } else {
+    uint16_t* p = reinterpret_cast<uint16_t*>(out.data());
+    for (size_t i = 0; i < n; ++i) p[i * m + j] = static_cast<uint16_t>(labels[i]);
+  }
+}
+
+struct PqLayout {
+  int64_t m, bits, k, d, dsub;
+  static PqLayout of(const ArtifactReader& r) {
+    const json& p = r.manifest()["params"];
+    KVT_CHECK(p.contains("subspaces") && p["subspaces"].is_number_unsigned() && p.contains("bits") && p["bits"].is_number_unsigned(),
+              "BAD_MANIFEST", "pq params need subspaces and bits");
+    PqLayout l;
+    l.m = p["subspaces"];
+    l.bits = p["bits"];
+    l.d = r.source().geo.head_dim;
+    KVT_CHECK(l.m >= 1 && l.d % l.m == 0 && l.bits >= 1 && l.bits <= 16, "BAD_MANIFEST",
+              "pq params subspaces=" << l.m << ", bits=" << l.bits << " do not fit head dim " << l.d);
+    l.k = int64_t{1} << l.bits;
+    l.dsub = l.d / l.m;
+    return l;
+  }
+};
+
+const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t head) {
+  for (const auto& pm : r.manifest()["kind_data"]["parts"])
+    if (pm["layer"] == layer && pm["kv_head"] == head) return pm;
+  KVT_THROW("USAGE", "part (layer " << layer << ", kv head " << head << ") is not in this artifact");
+}
+
+class PqSelector : public PartSelector {
+ public:
+  PqSelector(const ArtifactReader& r, int64_t layer, int64_t head) : lay_(PqLayout::of(r)), rows_(IndexedRows::of(r)) {
+    const json& pm = part_meta(r, layer, head);
+    dense_ = pm.value("dense", false);
+    n_ = pm["indexed_rows"];
+    if (dense_) return;
+    auto c = r.read_section(*r.find("pq_centroids", layer, head));
+    centroids_.resize(c.size() / 4);
+    std::memcpy(centroids_.data(), c.data(), c.size());
+    auto codes = r.read_section(*r.find("pq_codes", layer, head));
+    codes_.resize(static_cast<size_t>(n_ * lay_.m));
+    if (lay_.bits <= 8)
+      for (size_t i = 0; i < codes_.size(); ++i) codes_[i] = codes[i];
+    else
+      std::memcpy(codes_.data(), codes.data(), codes.size());
+  }
+  int64_t indexed_rows() const override { return n_; }
+  void select(const float* q, int64_t budget, std::vector<int64_t>& ids, std::vector<float>& scores) const override {
+    const int64_t base = rows_.begin();
+    if (dense_) {
+      for (int64_t i = 0; i < n_; ++i) {
+        ids.push_back(base + i);
+        scores.push_back(0.f);
+      }
+      return;
+    }
+    // Lookup table [m, 2^b] of q_sub · centroid (inner product, as the reference scores).
+    std::vector<float> lut(static_cast<size_t>(lay_.m * lay_.k));
+    for (int64_t j = 0; j < lay_.m; ++j)
+      for (int64_t c = 0; c < lay_.k; ++c) {
+        const float* cen = centroids_.data() + (j * lay_.k + c) * lay_.dsub;
+        float s = 0;
+        for (int64_t t = 0; t < lay_.dsub; ++t) s += q[j * lay_.dsub + t] * cen[t];
+        lut[j * lay_.k + c] = s;
+      }
+    std::vector<float> score(static_cast<size_t>(n_));
+    for (int64_t i = 0; i < n_; ++i) {
+      float s = 0;
+      for (int64_t j = 0; j < lay_.m; ++j) s += lut[j * lay_.k + codes_[i * lay_.m + j]];
+      score[i] = s;
+    }
+    std::vector<int64_t> order(static_cast<size_t>(n_));
+    std::iota(order.begin(), order.end(), 0);
+    int64_t b = std::min(budget, n_);
+    auto better = [&](int64_t a, int64_t c) { return score[a] > score[c] || (score[a] == score[c] && a < c); };
+    std::partial_sort(order.begin(), order.begin() + b, order.end(), better);
+    for (int64_t i = 0; i < b; ++i) {
+      ids.push_back(base + order[i]);
+      scores.push_back(score[order[i]]);
+    }
+  }
+  json describe() const override { return {{"dense", dense_}}; }
+
+ private:
+  PqLayout lay_;
+  IndexedRows rows_;
+  bool dense_ = false;
+  int64_t n_ = 0;
+  std::vector<float> centroids_;
+  std::vector<uint16_t> codes_;
+};
+
+void validate_pq(const ArtifactReader& r) {
+  validate_part_list(r);
+  PqLayout lay = PqLayout::of(r);
+  IndexedRows rows = IndexedRows::of(r);
+  size_t sections_seen = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    int64_t layer = pm["layer"], head = pm["kv_head"];
+    KVT_CHECK(pm.contains("dense") && pm["dense"].is_boolean() && pm.contains("indexed_rows") && pm["indexed_rows"].is_number_unsigned(),
+              "PART_INVALID", "pq part (" << layer << ", " << head << ") lacks dense/indexed_rows");
+    int64_t n = pm["indexed_rows"];
+    KVT_CHECK(n == rows.count(), "PART_INVALID",
+              "pq part (" << layer << ", " << head << ") indexes " << n << " rows but the coverage has " << rows.count());
+    const SectionEntry* c = r.find("pq_centroids", layer, head);
+    const SectionEntry* k = r.find("pq_codes", layer, head);
+    if (pm["dense"].get<bool>()) {
+      KVT_CHECK(!c && !k, "PART_INVALID", "dense pq part (" << layer << ", " << head << ") must have no codebook");
+      continue;
+    }
+    KVT_CHECK(c && k, "PART_INVALID", "pq part (" << layer << ", " << head << ") lacks its centroids or codes");
+    sections_seen += 2;
+    KVT_CHECK(c->dtype == "f32" && c->shape == std::vector<int64_t>({lay.m, lay.k, lay.dsub}), "SHAPE_MISMATCH",
+              "pq_centroids of (" << layer << ", " << head << ") must be f32 [" << lay.m << ", " << lay.k << ", " << lay.dsub << "]");
+    KVT_CHECK(k->dtype == code_dtype(lay.bits) && k->shape == std::vector<int64_t>({n, lay.m}), "SHAPE_MISMATCH",
+              "pq_codes of (" << layer << ", " << head << ") must be " << code_dtype(lay.bits) << " [" << n << ", " << lay.m << "]");
+    auto cb = r.read_section(*c);
+    for (size_t i = 0; i < cb.size(); i += 4) {
+      float x;
+      std::memcpy(&x, cb.data() + i, 4);
+      KVT_CHECK(std::isfinite(x), "NON_FINITE", "pq_centroids of (" << layer << ", " << head << ") hold NaN/Inf");
+    }
+    auto kb = r.read_section(*k);
+    for (int64_t i = 0; i < n * lay.m; ++i) {
+      int64_t code = lay.bits <= 8 ? kb[i] : (kb[2 * i] | (kb[2 * i + 1] << 8));
+      KVT_CHECK(code < lay.k, "CODE_OUT_OF_RANGE",
+                "pq code " << code << " of row " << rows.begin() + i / lay.m << " in part (" << layer << ", " << head
+                           << ") is not below 2^" << lay.bits);
+    }
+  }
+  KVT_CHECK(sections_seen == r.sections().size(), "PART_INVALID", "the artifact has sections that belong to no pq part");
+}
+
+}  // namespace
+
+json PqBuilder::params() const {
+  return {{"subspaces", p_.subspaces}, {"bits", p_.bits}, {"iters", p_.iters},
+          {"max_points_per_centroid", p_.max_points_per_centroid}, {"metric", "l2-train-ip-score"}};
+}
+
+void PqBuilder::check(int64_t d) const {
+  KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, "USAGE", "--bits must be in 1..16 (got " << p_.bits << ")");
+  KVT_CHECK(p_.subspaces >= 1, "USAGE", "--subspaces must be positive");
+  KVT_CHECK(d % p_.subspaces == 0, "USAGE",
+            "--subspaces " << p_.subspaces << " does not divide the head dim " << d << " (choose a divisor of " << d << ")");
+  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, "USAGE", "--iters must be in 1..10000");
+  KVT_CHECK(p_.max_points_per_centroid >= 1, "USAGE", "max points per centroid must be positive");
+}
+
+PartOutput PqBuilder::build_part(const PartInput& in) const {
+  const int64_t d = in.head_dim, m = p_.subspaces, dsub = d / m, k = int64_t{1} << p_.bits;
+  const int64_t rb = in.row_begin(), n = in.row_end() - rb;
+  PartOutput out;
+  out.meta = {{"indexed_rows", n}, {"dense", n <= k}};
+  if (n <= k) return out;  // attention stays dense for this part, as the reference does
+  std::vector<float> centroids(static_cast<size_t>(m * k * dsub));
+  std::vector<uint8_t> codes(static_cast<size_t>(n * m) * (p_.bits <= 8 ? 1 : 2));
+  std::vector<float> x(static_cast<size_t>(n * dsub));
+  std::vector<int64_t> labels;
+  for (int64_t j = 0; j < m; ++j) {
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(x.data() + i * dsub, in.keys + (rb + i) * d + j * dsub, dsub * sizeof(float));
+    faiss::ClusteringParameters cp;
+    cp.niter = static_cast<int>(p_.iters);
+    cp.seed = static_cast<int>((in.seed + static_cast<uint64_t>(j)) & 0x7fffffff);
+    cp.max_points_per_centroid = static_cast<int>(p_.max_points_per_centroid);
+    cp.verbose = false;
+    cp.min_points_per_centroid = 1;  // small parts are expected (FAISS would print a warning per subspace)
+    faiss::Clustering clus(static_cast<int>(dsub), static_cast<int>(k), cp);
+    faiss::IndexFlatL2 index(static_cast<faiss::Index::idx_t>(dsub));
+    clus.train(n, x.data(), index);
+    std::memcpy(centroids.data() + j * k * dsub, clus.centroids.data(), k * dsub * sizeof(float));
+    encode_subspace(x.data(), n, dsub, clus.centroids.data(), k, labels);  // codes of the actual rows
+    store_codes(labels, j, m, p_.bits, codes);
+  }
+  PartSection cs{"pq_centroids", "f32", {m, k, dsub}, {}};
+  cs.bytes.resize(centroids.size() * 4);
+  std::memcpy(cs.bytes.data(), centroids.data(), cs.bytes.size());
+  out.sections.push_back(std::move(cs));
+  out.sections.push_back({"pq_codes", code_dtype(p_.bits), {n, m}, std::move(codes)});
+  return out;
+}
+
+json pq_append(const std::string& artifact, const std::string& dump_path, const std::string& output, int64_t prefix,
+               const std::string& sign_key, bool quiet) {
+  ArtifactReader old(artifact);
+  old.verify_sections();
+  KVT_CHECK(old.kind() == "pq", "USAGE", "'" << artifact << "' is a " << old.kind() << " artifact, not pq");
+  validate_pq(old);
+  DumpReader dump(dump_path);
+  check_source(old.source(), dump, false);  // the old covered range must be the same content
+  const int64_t E = prefix < 0 ? dump.info().committed_frontier : prefix;
+  const int64_t E0 = old.source().coverage_end;
+  KVT_CHECK(E >= E0, "USAGE", "--prefix " << E << " is below the artifact's coverage end " << E0);
+  KVT_CHECK(E <= dump.info().committed_frontier, "USAGE",
+            "--prefix " << E << " is beyond the dump's committed frontier " << dump.info().committed_frontier);
+  SourceBinding binding = bind_source(dump, E);
+  PqLayout lay = PqLayout::of(old);
+  IndexedRows before = IndexedRows::of(old), after = before;
+  after.coverage_end = E;
+  const int64_t d = lay.d;
+  std::unique_ptr<SigningKey> key;
+  if (!sign_key.empty()) key = std::make_unique<SigningKey>(SigningKey::load(sign_key));
+  int zstd_level = old.manifest()["params"].value("zstd_level", 3);
+  ArtifactWriter w(output, zstd_level);
+  json parts = json::array();
+  const json& old_parts = old.manifest()["kind_data"]["parts"];
+  Progress progress("kvtool-pq append", static_cast<int64_t>(old_parts.size()), quiet);
+  int64_t encoded = 0;
+  for (const auto& pm : old_parts) {
+    int64_t layer = pm["layer"], head = pm["kv_head"];
+    json npm = pm;
+    npm["indexed_rows"] = after.count();
+    if (!pm["dense"].get<bool>()) {
+      // Rows that entered the index: [old end, new end) of the indexed range (the old local
+      // window included), encoded with the existing codebooks.
+      int64_t r0 = before.end(), r1 = after.end(), n_new = r1 - r0;
+      auto cb = old.read_section(*old.find("pq_centroids", layer, head));
+      auto codes = old.read_section(*old.find("pq_codes", layer, head));
+      size_t cw = lay.bits <= 8 ? 1 : 2;
+      codes.resize(static_cast<size_t>(after.count() * lay.m) * cw);
+      std::vector<float> keys(static_cast<size_t>(std::max<int64_t>(n_new, 0) * d)), x(static_cast<size_t>(std::max<int64_t>(n_new, 0) * lay.dsub));
+      if (n_new > 0) {
+        dump.read_k(layer, head, r0, r1, keys.data());
+        std::vector<uint8_t> fresh(static_cast<size_t>(n_new * lay.m) * cw);
+        std::vector<int64_t> labels;
+        for (int64_t j = 0; j < lay.m; ++j) {
+          for (int64_t i = 0; i < n_new; ++i)
+            std::memcpy(x.data() + i * lay.dsub, keys.data() + i * d + j * lay.dsub, lay.dsub * sizeof(float));
+          encode_subspace(x.data(), n_new, lay.dsub, reinterpret_cast<const float*>(cb.data()) + j * lay.k * lay.dsub, lay.k, labels);
+          store_codes(labels, j, lay.m, lay.bits, fresh);
+        }
+        std::memcpy(codes.data() + before.count() * lay.m * cw, fresh.data(), fresh.size());
+        encoded += n_new;
+      }
+      const SectionEntry* ce = old.find("pq_centroids", layer, head);
+      w.add_section("pq_centroids", "f32", ce->shape, cb.data(), cb.size(), layer, head);
+      w.add_section("pq_codes", code_dtype(lay.bits), {after.count(), lay.m}, codes.data(), codes.size(), layer, head);
+    }
+    parts.push_back(npm);
+    progress.advance();
+  }
+  progress.finish();
+  ManifestCore core;
+  core.kind = "pq";
+  core.params = old.manifest()["params"];
+  core.source = binding;
+  core.index_generation = old.manifest()["index_generation"].get<int64_t>() + 1;
+  core.selector_generation = old.manifest()["selector_generation"];
+  core.kind_data = old.manifest()["kind_data"];
+  core.kind_data["parts"] = parts;
+  json gens = core.kind_data.value("generations", json::array({{{"index_generation", 1}, {"coverage_end", E0}}}));
+  gens.push_back({{"index_generation", core.index_generation}, {"coverage_end", E}});
+  core.kind_data["generations"] = gens;
+  Digest md = w.finish(core, key.get());
+  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output}, {"index_generation", core.index_generation},
+          {"coverage", {0, E}}, {"previous_coverage_end", E0}, {"rows_encoded_per_part", encoded / std::max<int64_t>(1, static_cast<int64_t>(old_parts.size()))},
+          {"manifest_sha256", to_hex(md)}};
+}
+
+KindInfo kinds::pq_kind() {
+  return {"pq", "PQCache product quantization of keys", validate_pq,
+          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+            return std::make_unique<PqSelector>(r, layer, head);
+          }};
+}
+
+}  // namespace kvtool

@@ -1,0 +1,148 @@
+#include "kvtool/query.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "kvtool/atomic_file.h"
+#include "kvtool/error.h"
+#include "kvtool/progress.h"
+
+namespace kvtool {
+
+int64_t Budget::rows(int64_t indexed) const {
+  if (!fraction) return std::min<int64_t>(static_cast<int64_t>(value), indexed);
+  return std::min<int64_t>(indexed, static_cast<int64_t>(std::llround(value * static_cast<double>(indexed))));
+}
+
+std::string Budget::str() const {
+  std::ostringstream os;
+  if (fraction) os << value; else os << static_cast<int64_t>(value);
+  return os.str();
+}
+
+Budget Budget::parse(const std::string& s) {
+  Budget b;
+  try {
+    size_t pos = 0;
+    std::string t = s;
+    bool pct = !t.empty() && t.back() == '%';
+    if (pct) t.pop_back();
+    double v = std::stod(t, &pos);
+    KVT_CHECK(pos == t.size() && std::isfinite(v) && v > 0, "USAGE", "bad budget");
+    if (pct) {
+      KVT_CHECK(v <= 100, "USAGE", "bad budget");
+      b.value = v / 100;
+      b.fraction = true;
+    } else if (v < 1) {
+      b.value = v;
+      b.fraction = true;
+    } else {
+      KVT_CHECK(v == std::floor(v), "USAGE", "bad budget");
+      b.value = v;
+      b.fraction = false;
+    }
+  } catch (...) {
+    KVT_THROW("USAGE", "--budget '" << s << "' must be a fraction of the indexed rows in (0, 1) such as 0.1, a percentage "
+                                       "such as 10%, or a row count such as 64");
+  }
+  return b;
+}
+
+json CandidateReceipt::to_json() const {
+  json sc = json::array();
+  for (float s : scores) sc.push_back(s);
+  return {{"schema_version", kJsonSchemaVersion},
+          {"kind", kind},
+          {"index_generation", index_generation},
+          {"content_digest", content_digest},
+          {"semantics", "candidate_ids_only"},
+          {"layer", layer},
+          {"q_head", q_head},
+          {"kv_head", kv_head},
+          {"position", position},
+          {"budget_rows", budget_rows},
+          {"indexed_rows", indexed_rows},
+          {"candidates", candidates},
+          {"scores", sc},
+          {"always_included", always_included},
+          {"part", part}};
+}
+
+SelectorSet::SelectorSet(const ArtifactReader& r) : r_(r), kind_(find_kind(r.kind())), rows_() {
+  KVT_CHECK(kind_, "UNKNOWN_KIND", "artifact kind '" << r.kind() << "' is not known to this kvtool");
+  KVT_CHECK(kind_->load, "USAGE", "artifacts of kind '" << r.kind() << "' cannot be queried");
+  rows_ = IndexedRows::of(r);
+}
+
+const PartSelector& SelectorSet::part(int64_t layer, int64_t kv_head) {
+  auto key = std::make_pair(layer, kv_head);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) it = cache_.emplace(key, kind_->load(r_, layer, kv_head)).first;
+  return *it->second;
+}
+
+CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b) {
+  const auto& src = r_.source();
+  KVT_CHECK(layer >= 0 && layer < src.geo.layers, "USAGE", "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
+  KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, "USAGE", "--q-head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
+  KVT_CHECK(position >= rows_.coverage_end - 1, "USAGE",
+            "position " << position << " lies inside the covered rows [0, " << rows_.coverage_end
+                        << "); index queries are for positions >= " << rows_.coverage_end - 1);
+  CandidateReceipt rc;
+  rc.kind = r_.kind();
+  rc.content_digest = src.content_digest;
+  rc.index_generation = r_.manifest()["index_generation"];
+  rc.layer = layer;
+  rc.q_head = q_head;
+  rc.kv_head = src.id.q_to_kv_head[static_cast<size_t>(q_head)];
+  rc.position = position;
+  const PartSelector& sel = part(layer, rc.kv_head);
+  rc.indexed_rows = sel.indexed_rows();
+  rc.budget_rows = b.rows(rc.indexed_rows);
+  sel.select(q, rc.budget_rows, rc.candidates, rc.scores);
+  rc.part = sel.describe();
+  for (int64_t i = 0; i < rows_.begin(); ++i) rc.always_included.push_back(i);
+  for (int64_t i = rows_.end(); i <= position; ++i) rc.always_included.push_back(i);
+  return rc;
+}
+
+std::vector<float> read_query_vector(const std::string& path, int64_t d) {
+  std::ifstream f(path, std::ios::binary);
+  KVT_CHECK(f.good(), "IO_ERROR", "cannot open query vector file '" << path << "'");
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> v;
+  bool binary = path.size() > 4 && (path.substr(path.size() - 4) == ".f32" || path.substr(path.size() - 4) == ".bin");
+  if (binary) {
+    KVT_CHECK(data.size() == static_cast<size_t>(d) * 4, "SHAPE_MISMATCH",
+              "'" << path << "' has " << data.size() << " bytes; a float32 query of head dim " << d << " has " << d * 4);
+    v.resize(static_cast<size_t>(d));
+    std::memcpy(v.data(), data.data(), data.size());
+  } else {
+    for (char& c : data)
+      if (c == ',' || c == '[' || c == ']') c = ' ';
+    std::istringstream is(data);
+    std::string tok;
+    while (is >> tok) {
+      try {
+        size_t pos = 0;
+        float x = std::stof(tok, &pos);
+        KVT_CHECK(pos == tok.size(), "SHAPE_MISMATCH", "'" << tok << "' in '" << path << "' is not a number");
+        v.push_back(x);
+      } catch (const Error&) {
+        throw;
+      } catch (...) {
+        KVT_THROW("SHAPE_MISMATCH", "'" << tok << "' in '" << path << "' is not a number");
+      }
+    }
+    KVT_CHECK(static_cast<int64_t>(v.size()) == d, "SHAPE_MISMATCH",
+              "'" << path << "' holds " << v.size() << " numbers; the head dim is " << d);
+  }
+  for (float x : v) KVT_CHECK(std::isfinite(x), "NON_FINITE", "the query vector in '" << path << "' has NaN/Inf");
+  return v;
+}
+
+}  // namespace kvtool
