@@ -1,0 +1,305 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "kvtool/artifact.h"
+#include "kvtool/builder.h"
+#include "kvtool/error.h"
+#include "kvtool/pq.h"
+#include "kvtool/query.h"
+#include "kvtool/report.h"
+#include "test_util.h"
+
+using namespace kvtool;
+using namespace kvtool::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string reason_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.reason();
+  }
+  return "OK";
+}
+
+// L=2, H_kv=2, H_q=4, d=16, T=300 f32, queries of the last 40 positions.
+void pq_dump(const std::string& path, uint64_t seed = 5, int64_t tokens = 300) {
+  SynthOptions o;
+  o.layers = 2;
+  o.kv_heads = 2;
+  o.q_heads = 4;
+  o.head_dim = 16;
+  o.tokens = tokens;
+  o.seed = seed;
+  o.dtype = DType::f32;
+  o.query_count = 40;
+  synth_dump(o, {}, path);
+}
+
+BuildOptions opts(const std::string& out, int threads = 1) {
+  BuildOptions b;
+  b.output = out;
+  b.threads = threads;
+  b.quiet = true;
+  b.seed = 3;
+  return b;
+}
+
+PqParams small_pq() {
+  PqParams p;
+  p.subspaces = 4;
+  p.bits = 4;
+  p.iters = 10;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("pq build is byte-identical whatever the thread count, and verifies against its dump") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  BuildOptions a = opts(tmp.file("t1.kvi"), 1);
+  a.prefix = 260;
+  BuildOptions b = a;
+  b.output = tmp.file("t3.kvi");
+  b.threads = 3;
+  json ja = build_artifact(tmp.file("d.h5"), a, PqBuilder(small_pq()));
+  build_artifact(tmp.file("d.h5"), b, PqBuilder(small_pq()));
+  CHECK(read_bytes(tmp.file("t1.kvi")) == read_bytes(tmp.file("t3.kvi")));
+  CHECK(ja["parts"] == 4);
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file("t1.kvi"), vo));
+  ArtifactReader r(tmp.file("t1.kvi"));
+  CHECK(r.manifest()["params"]["sink"] == 32);
+  CHECK(r.manifest()["params"]["subspaces"] == 4);
+  CHECK(r.find("pq_codes", 1, 1)->dtype == "u8");
+  CHECK(r.find("pq_codes", 1, 1)->shape == std::vector<int64_t>({260 - 32, 4}));
+}
+
+TEST_CASE("pq codes are the nearest centroid of the actual key rows") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  BuildOptions o = opts(tmp.file("a.kvi"));
+  o.local = 10;
+  build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq()));
+  ArtifactReader r(tmp.file("a.kvi"));
+  DumpReader d(tmp.file("d.h5"));
+  auto cb = r.read_section(*r.find("pq_centroids", 0, 1));
+  auto codes = r.read_section(*r.find("pq_codes", 0, 1));
+  const float* c = reinterpret_cast<const float*>(cb.data());
+  std::vector<float> k(300 * 16);
+  d.read_k(0, 1, 0, 300, k.data());
+  const int64_t rb = 32, re = 290, m = 4, ks = 16, ds = 4;
+  REQUIRE(codes.size() == static_cast<size_t>((re - rb) * m));
+  int64_t mismatches = 0;
+  for (int64_t i = rb; i < re; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      int64_t best = 0;
+      double bd = 1e300;
+      for (int64_t cc = 0; cc < ks; ++cc) {
+        double dist = 0;
+        for (int64_t t = 0; t < ds; ++t) {
+          double diff = k[i * 16 + j * ds + t] - c[(j * ks + cc) * ds + t];
+          dist += diff * diff;
+        }
+        if (dist < bd - 1e-9) bd = dist, best = cc;
+      }
+      mismatches += codes[(i - rb) * m + j] != best;
+    }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("parts with at most 2^b indexed rows stay dense; b > 8 uses uint16 codes") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  BuildOptions o = opts(tmp.file("dense.kvi"));
+  o.prefix = 40;  // 8 indexed rows <= 16 centroids
+  build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq()));
+  ArtifactReader r(tmp.file("dense.kvi"));
+  CHECK(r.sections().empty());
+  CHECK(r.manifest()["kind_data"]["parts"][0]["dense"] == true);
+  CHECK_NOTHROW(verify_artifact(tmp.file("dense.kvi"), {}));
+  SelectorSet sel(r);
+  std::vector<float> q(16, 0.5f);
+  CandidateReceipt rc = sel.query(0, 0, q.data(), 45, Budget::parse("2"));
+  CHECK(rc.candidates.size() == 8);  // dense: every indexed row
+  PqParams p = small_pq();
+  p.bits = 9;
+  pq_dump(tmp.file("long.h5"), 5, 600);  // 568 indexed rows > 2^9
+  BuildOptions o2 = opts(tmp.file("b9.kvi"));
+  build_artifact(tmp.file("long.h5"), o2, PqBuilder(p));
+  ArtifactReader r9(tmp.file("b9.kvi"));
+  REQUIRE(r9.find("pq_codes", 0, 0));
+  CHECK(r9.find("pq_codes", 0, 0)->dtype == "u16");
+  CHECK_NOTHROW(verify_artifact(tmp.file("b9.kvi"), {}));
+}
+
+TEST_CASE("bad pq inputs get their reasons and leave no output") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  PqParams p = small_pq();
+  p.subspaces = 3;
+  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), PqBuilder(p)); }) == "USAGE");
+  p = small_pq();
+  p.bits = 17;
+  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), PqBuilder(p)); }) == "USAGE");
+  BuildOptions o = opts(tmp.file("x.kvi"));
+  o.layer_first = 2;
+  o.layer_last = 3;
+  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq())); }) == "USAGE");
+  o = opts(tmp.file("x.kvi"));
+  o.prefix = 301;
+  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq())); }) == "USAGE");
+  CHECK(reason_of([&] { build_artifact(tmp.file("none.h5"), opts(tmp.file("x.kvi")), PqBuilder(small_pq())); }) == "IO_ERROR");
+  copy_dump(tmp.file("d.h5"), tmp.file("nan.h5"), {}, [](int64_t l, int64_t h, auto&, auto& v) {
+    if (l == 1 && h == 0) v[100 * 16] = NAN;
+  });
+  CHECK(reason_of([&] { build_artifact(tmp.file("nan.h5"), opts(tmp.file("x.kvi")), PqBuilder(small_pq())); }) == "NON_FINITE");
+  CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
+  for (const auto& e : fs::directory_iterator(tmp.path)) CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("sharded builds merge into the unsharded artifact, byte for byte; bad merges are refused") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  BuildOptions full = opts(tmp.file("full.kvi"), 2);
+  build_artifact(tmp.file("d.h5"), full, PqBuilder(small_pq()));
+  std::vector<std::string> shards;
+  for (int i = 0; i < 3; ++i) {
+    BuildOptions s = opts(tmp.file("s" + std::to_string(i) + ".kvi"));
+    s.shard_index = i;
+    s.shard_count = 3;
+    build_artifact(tmp.file("d.h5"), s, PqBuilder(small_pq()));
+    shards.push_back(s.output);
+    CHECK_NOTHROW(verify_artifact(s.output, {}));
+  }
+  merge_artifacts({shards[2], shards[0], shards[1]}, tmp.file("merged.kvi"), "", true);
+  CHECK(read_bytes(tmp.file("merged.kvi")) == read_bytes(tmp.file("full.kvi")));
+  CHECK(reason_of([&] { merge_artifacts({shards[0], shards[2]}, tmp.file("m.kvi"), "", true); }) == "MERGE_INCOMPLETE");
+  CHECK(reason_of([&] { merge_artifacts({shards[0], shards[1]}, tmp.file("m.kvi"), "", true); }) == "MERGE_INCOMPLETE");
+  CHECK(reason_of([&] { merge_artifacts({shards[0], shards[0], shards[1], shards[2]}, tmp.file("m.kvi"), "", true); }) == "MERGE_OVERLAP");
+  BuildOptions other = opts(tmp.file("o1.kvi"));
+  other.shard_index = 1;
+  other.shard_count = 3;
+  other.seed = 99;
+  build_artifact(tmp.file("d.h5"), other, PqBuilder(small_pq()));
+  CHECK(reason_of([&] { merge_artifacts({shards[0], tmp.file("o1.kvi"), shards[2]}, tmp.file("m.kvi"), "", true); }) == "MERGE_MISMATCH");
+  pq_dump(tmp.file("d2.h5"), 6);
+  BuildOptions os = opts(tmp.file("o2.kvi"));
+  os.shard_index = 1;
+  os.shard_count = 3;
+  build_artifact(tmp.file("d2.h5"), os, PqBuilder(small_pq()));
+  CHECK(reason_of([&] { merge_artifacts({shards[0], tmp.file("o2.kvi"), shards[2]}, tmp.file("m.kvi"), "", true); }) == "MERGE_MISMATCH");
+  CHECK_FALSE(fs::exists(tmp.file("m.kvi")));
+}
+
+TEST_CASE("pq append encodes new rows with the old codebooks and refuses a changed prefix") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  BuildOptions o = opts(tmp.file("g1.kvi"));
+  o.prefix = 200;
+  build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq()));
+  json j = pq_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 260, "", true);
+  CHECK(j["index_generation"] == 2);
+  ArtifactReader a(tmp.file("g1.kvi")), b(tmp.file("g2.kvi"));
+  CHECK(b.manifest()["index_generation"] == 2);
+  CHECK(b.manifest()["selector_generation"] == a.manifest()["selector_generation"]);
+  CHECK(b.source().coverage_end == 260);
+  CHECK(b.manifest()["kind_data"]["generations"].size() == 2);
+  auto ca = a.read_section(*a.find("pq_codes", 1, 0)), cb = b.read_section(*b.find("pq_codes", 1, 0));
+  REQUIRE(cb.size() == static_cast<size_t>((260 - 32) * 4));
+  CHECK(std::equal(ca.begin(), ca.end(), cb.begin()));
+  CHECK(a.read_section(*a.find("pq_centroids", 1, 0)) == b.read_section(*b.find("pq_centroids", 1, 0)));
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file("g2.kvi"), vo));
+  copy_dump(tmp.file("d.h5"), tmp.file("changed.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {
+    if (l == 0 && h == 1) k[150 * 16 + 3] += 1.0f;
+  });
+  CHECK(reason_of([&] { pq_append(tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 260, "", true); }) == "PAYLOAD_MISMATCH");
+  CHECK(reason_of([&] { pq_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 150, "", true); }) == "USAGE");
+  CHECK_FALSE(fs::exists(tmp.file("g3.kvi")));
+}
+
+TEST_CASE("pq verify rejects out-of-range codes and missing sections even with valid digests") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), PqBuilder(small_pq()));
+  ArtifactReader r(tmp.file("a.kvi"));
+  auto forge = [&](const std::string& out, bool bad_code, bool drop) {
+    ArtifactWriter w(out, 0);
+    bool first = true;
+    for (const auto& s : r.sections()) {
+      auto bytes = r.read_section(s);
+      if (s.name == "pq_codes" && first) {
+        first = false;
+        if (drop) continue;
+        if (bad_code) bytes[5] = 16;  // bits = 4: codes must be < 16
+      }
+      w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
+    }
+    ManifestCore core;
+    core.kind = r.kind();
+    core.params = r.manifest()["params"];
+    core.source = r.source();
+    core.kind_data = r.manifest()["kind_data"];
+    w.finish(core);
+  };
+  forge(tmp.file("code.kvi"), true, false);
+  forge(tmp.file("drop.kvi"), false, true);
+  CHECK(reason_of([&] { verify_artifact(tmp.file("code.kvi"), {}); }) == "CODE_OUT_OF_RANGE");
+  CHECK(reason_of([&] { verify_artifact(tmp.file("drop.kvi"), {}); }) == "PART_INVALID");
+}
+
+TEST_CASE("queries return budgeted candidates plus sink, local and the uncovered tail; eval at full budget is exact") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  BuildOptions o = opts(tmp.file("a.kvi"));
+  o.prefix = 260;
+  o.local = 8;
+  o.sink = 4;
+  build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq()));
+  ArtifactReader r(tmp.file("a.kvi"));
+  SelectorSet sel(r);
+  std::vector<float> q(16);
+  for (int i = 0; i < 16; ++i) q[i] = std::sin(static_cast<float>(i));
+  CandidateReceipt rc = sel.query(1, 3, q.data(), 270, Budget::parse("0.1"));
+  CHECK(rc.kv_head == 1);
+  CHECK(rc.indexed_rows == 260 - 4 - 8);
+  CHECK(rc.budget_rows == 25);
+  CHECK(rc.candidates.size() == 25);
+  for (size_t i = 1; i < rc.scores.size(); ++i) CHECK(rc.scores[i - 1] >= rc.scores[i]);
+  for (int64_t id : rc.candidates) CHECK((id >= 4 && id < 252));
+  // sink 0..3, local 252..259, tail 260..270
+  CHECK(rc.always_included.size() == 4 + 8 + 11);
+  CHECK(rc.always_included.front() == 0);
+  CHECK(rc.always_included.back() == 270);
+  CHECK(reason_of([&] { sel.query(1, 3, q.data(), 100, Budget::parse("0.1")); }) == "USAGE");
+  CHECK(Budget::parse("10%").rows(248) == 25);
+  CHECK(Budget::parse("64").rows(248) == 64);
+  CHECK(reason_of([] { Budget::parse("-1"); }) == "USAGE");
+  CHECK(reason_of([] { Budget::parse("1.5"); }) == "USAGE");
+
+  DumpReader d(tmp.file("d.h5"));
+  EvalOptions eo;
+  eo.budgets = {Budget::parse("1.0%"), Budget::parse(std::to_string(260 - 12))};
+  json e = evaluate(r, d, eo);
+  REQUIRE(e["budgets"].size() == 2);
+  const json& full = e["budgets"][1];
+  CHECK(full["retained_mass_mean"].get<double>() == Approx(1.0).epsilon(1e-9));
+  CHECK(full["output_error_mean"].get<double>() < 1e-9);
+  CHECK(full["selected_fraction_mean"].get<double>() == Approx(1.0));
+  CHECK(full["quality_ratio"].get<double>() == Approx(1.0));
+  const json& small = e["budgets"][0];
+  CHECK(small["retained_mass_mean"].get<double>() <= small["oracle_retained_mass_mean"].get<double>() + 1e-12);
+  CHECK(small["queries"] == 2 * 4 * 40);
+  CHECK(small["per_layer"].size() == 2);
+  for (const char* k : {"retained_mass_mean", "retained_mass_p10", "oracle_retained_mass_mean", "recall_support_mean",
+                        "output_error_mean", "selected_fraction_mean", "index_bytes", "selected_row_bytes_mean"})
+    CHECK(small.contains(k));
+}
