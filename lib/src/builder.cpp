@@ -128,7 +128,23 @@ json build_artifact(const std::string& dump_path, const BuildOptions& opt, const
   const int64_t total = (ll - lf + 1) * g.kv_heads;
   const int64_t p0 = total * opt.shard_index / opt.shard_count, p1 = total * (opt.shard_index + 1) / opt.shard_count;
 
-  SourceBinding binding = bind_source(dump, E);  // also rejects non-finite committed rows
+  // The source binding reads and hashes every committed row; it runs beside the part workers
+  // (the dump reader serialises the reads) and is joined before the manifest is written.
+  SourceBinding binding;
+  std::exception_ptr binding_error;
+  std::thread binder([&] {
+    try {
+      binding = bind_source(dump, E);  // also rejects non-finite committed rows
+    } catch (...) {
+      binding_error = std::current_exception();
+    }
+  });
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } join_binder{binder};
   std::unique_ptr<SigningKey> key;
   if (!opt.sign_key.empty()) key = std::make_unique<SigningKey>(SigningKey::load(opt.sign_key));
   ArtifactWriter writer(opt.output, opt.zstd_level);
@@ -219,6 +235,8 @@ json build_artifact(const std::string& dump_path, const BuildOptions& opt, const
   }
   cv.notify_all();
   for (auto& t : pool) t.join();
+  binder.join();
+  if (binding_error) std::rethrow_exception(binding_error);
   if (failure) std::rethrow_exception(failure);
   progress.finish();
 

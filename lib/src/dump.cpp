@@ -57,7 +57,7 @@ void convert_to_f32(DType t, const void* src, float* dst, size_t n) {
   } else {
     const uint16_t* s = static_cast<const uint16_t*>(src);
     if (t == DType::f16)
-      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      f16_to_f32_array(s, dst, n);
     else
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
   }

@@ -1,5 +1,7 @@
 #include "kvtool/half.h"
 
+#include <vector>
+
 namespace kvtool {
 
 float f16_to_f32(uint16_t h) {
@@ -26,6 +28,16 @@ float f16_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+void f16_to_f32_array(const uint16_t* in, float* out, size_t n) {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = f16_to_f32(static_cast<uint16_t>(i));
+    return t;
+  }();
+  const float* t = table.data();
+  for (size_t i = 0; i < n; ++i) out[i] = t[in[i]];
 }
 
 uint16_t f32_to_f16(float f) {

@@ -64,19 +64,24 @@ std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<in
           dump.read_v_raw(l, h, 0, maxe, buf.data());
         for (size_t i = 0; i < ends.size(); ++i) hs[i]->update(buf.data(), static_cast<size_t>(ends[i]) * row_bytes);
         if (finite_below > 0) {
-          size_t n = static_cast<size_t>(finite_below * g.head_dim);
-          for (size_t i = 0; i < n; ++i) {
-            float x;
-            if (g.dtype == DType::f32) std::memcpy(&x, buf.data() + 4 * i, 4);
-            else {
-              uint16_t b;
-              std::memcpy(&b, buf.data() + 2 * i, 2);
-              x = g.dtype == DType::f16 ? f16_to_f32(b) : bf16_to_f32(b);
-            }
-            KVT_CHECK(std::isfinite(x), "NON_FINITE",
-                      (which == 0 ? "K" : "V") << " of layer " << l << ", kv head " << h << " has a non-finite value at row "
-                                               << static_cast<int64_t>(i) / g.head_dim << " (below the committed frontier)");
+          // Non-finite exactly when all exponent bits are set: a bit test, no conversion.
+          size_t n = static_cast<size_t>(finite_below * g.head_dim), bad = n;
+          if (g.dtype == DType::f32) {
+            const uint32_t* w = reinterpret_cast<const uint32_t*>(buf.data());
+            for (size_t i = 0; i < n && bad == n; ++i)
+              if ((w[i] & 0x7f800000u) == 0x7f800000u) bad = i;
+          } else {
+            const uint16_t mask = g.dtype == DType::f16 ? 0x7c00 : 0x7f80;
+            const uint16_t* w = reinterpret_cast<const uint16_t*>(buf.data());
+            uint16_t any = 0;
+            for (size_t i = 0; i < n; ++i) any |= static_cast<uint16_t>((w[i] & mask) == mask);
+            if (any)
+              for (size_t i = 0; i < n && bad == n; ++i)
+                if ((w[i] & mask) == mask) bad = i;
           }
+          KVT_CHECK(bad == n, "NON_FINITE",
+                    (which == 0 ? "K" : "V") << " of layer " << l << ", kv head " << h << " has a non-finite value at row "
+                                             << static_cast<int64_t>(bad) / g.head_dim << " (below the committed frontier)");
         }
       }
   std::vector<Digest> out;
@@ -147,7 +152,11 @@ SourceBinding bind_source(const DumpReader& dump, int64_t coverage_end) {
   b.geo = info.geo;
   b.committed_frontier = info.committed_frontier;
   b.coverage_end = coverage_end;
-  auto pd = payload_digests(dump, {coverage_end, info.committed_frontier}, info.committed_frontier);
+  // One stream when the coverage is the whole committed range (the common case): hashing twice
+  // would double the cost of binding.
+  auto pd = coverage_end == info.committed_frontier
+                ? std::vector<Digest>(2, payload_digests(dump, {coverage_end}, info.committed_frontier)[0])
+                : payload_digests(dump, {coverage_end, info.committed_frontier}, info.committed_frontier);
   b.payload_sha256 = to_hex(pd[0]);
   b.content_digest = to_hex(content_digest(info.id, info.geo, coverage_end, pd[0]));
   Digest cf = content_digest(info.id, info.geo, info.committed_frontier, pd[1]);

@@ -1,5 +1,6 @@
 // float16 / bfloat16 <-> float32 conversions (round-to-nearest-even), independent of hardware.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -21,6 +22,8 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 float f16_to_f32(uint16_t h);
+// Bulk conversion through a 64 Ki-entry table (exactly f16_to_f32 per element, much faster).
+void f16_to_f32_array(const uint16_t* in, float* out, size_t n);
 uint16_t f32_to_f16(float f);
 
 }  // namespace kvtool
