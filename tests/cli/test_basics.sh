@@ -6,7 +6,7 @@ expect_exit 0 "$KVTOOL" --version
 contains "$WORK/out" "kvtool 0.1.0"
 expect_exit 0 "$KVTOOL" --help
 contains "$WORK/out" "inspect"
-for sub in inspect verify export keygen sign dump synth demo reasons; do
+for sub in inspect verify export keygen sign dump synth demo reasons query eval merge; do
   expect_exit 0 "$KVTOOL" "$sub" --help
 done
 expect_reason 2 USAGE "$KVTOOL"
@@ -40,4 +40,6 @@ done
 expect_exit 0 "$KVTOOL" demo --dir demo --model "$SHARED/models/stories260K.bin" --tokenizer "$SHARED/models/tok512.bin"
 contains "$WORK/out" "Once upon a time"
 contains "$WORK/out" "OK: demo/demo.h5 is a valid kvdump"
+contains "$WORK/out" "OK: demo/demo.pq.kvi is a valid kvi artifact (kind pq"
+contains "$WORK/out" "oracle"
 finish

@@ -264,14 +264,14 @@ int main(int argc, char** argv) {
         ModelDumpOptions o;
         o.model_path = demo_model;
         o.tokenizer_path = demo_tok;
-        o.tokens = 128;
+        o.tokens = 256;
         o.queries = true;
-        std::cout << "== kvtool dump --llama2c " << demo_model << " --tokens 128 --queries -o " << path << "\n";
+        std::cout << "== kvtool dump --llama2c " << demo_model << " --tokens 256 --queries -o " << path << "\n";
         ModelDumpResult r = dump_llama2c(o, DType::f32, IdentityOptions{}, path);
         std::cout << "greedy text: " << r.text << "\n\n";
       } else {
         SynthOptions o;
-        o.layers = 2; o.kv_heads = 2; o.q_heads = 4; o.head_dim = 32; o.tokens = 256; o.seed = 1;
+        o.layers = 2; o.kv_heads = 2; o.q_heads = 4; o.head_dim = 32; o.tokens = 256; o.seed = 1; o.query_count = 64;
         std::cout << "== kvtool synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 32 --tokens 256 --seed 1 -o " << path << "\n";
         synth_dump(o, IdentityOptions{}, path);
       }
@@ -279,6 +279,23 @@ int main(int argc, char** argv) {
       cli::print_dump_inspection(inspect_dump(path));
       std::cout << "\n== kvtool verify " << path << "\n";
       cli::print_verify_result(verify_dump(path));
+      std::string art = demo_dir + "/demo.pq.kvi";
+      std::cout << "\n== kvtool build pq " << path << " --prefix 192 -o " << art << "\n";
+      BuildOptions bo;
+      bo.output = art;
+      bo.prefix = 192;
+      bo.quiet = true;
+      cli::print_build_summary(build_artifact(path, bo, PqBuilder(PqParams{})));
+      std::cout << "\n== kvtool verify " << art << " --source " << path << "\n";
+      VerifyOptions vo;
+      vo.source = path;
+      cli::print_verify_result(verify_artifact(art, vo));
+      std::cout << "\n== kvtool eval " << art << " --source " << path << " --budget 0.05 --budget 0.1 --budget 0.2\n";
+      ArtifactReader ar(art);
+      DumpReader dr(path);
+      EvalOptions eo;
+      eo.budgets = {Budget::parse("0.05"), Budget::parse("0.1"), Budget::parse("0.2")};
+      cli::print_eval(evaluate(ar, dr, eo));
       return 0;
     }
     if (*query) {
