@@ -2,35 +2,11 @@
 
 #include "kvtool/cuda_convert.h"
 #include "kvtool/error.h"
+#include "kvtool/half.h"
 
 namespace kvtool::cuda {
 
 namespace {
-
-// Bit-exact with kvtool::f16_to_f32 (lib/src/half.cpp), including subnormals, Inf and NaN payloads.
-__device__ float f16_bits_to_f32(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      u = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  return __uint_as_float(u);
-}
 
 __global__ void to_f32_kernel(int kind, const void* in, float* out, size_t n) {
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
@@ -40,7 +16,7 @@ __global__ void to_f32_kernel(int kind, const void* in, float* out, size_t n) {
       out[i] = static_cast<const float*>(in)[i];
     } else {
       uint16_t b = static_cast<const uint16_t*>(in)[i];
-      out[i] = kind == 1 ? f16_bits_to_f32(b) : __uint_as_float(static_cast<uint32_t>(b) << 16);
+      out[i] = kind == 1 ? __uint_as_float(f16_bits_to_f32_bits(b)) : __uint_as_float(static_cast<uint32_t>(b) << 16);
     }
   }
 }

@@ -12,15 +12,6 @@ using namespace kvtool;
 using namespace kvtool::test;
 
 namespace {
-std::string reason_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.reason();
-  }
-  return "OK";
-}
-
 DumpSpec tiny_spec(DType dt) {
   DumpSpec s;
   s.id.model_artifact_sha256 = std::string(64, 'a');

@@ -17,15 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string reason_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.reason();
-  }
-  return "OK";
-}
-
 // L=2, H_kv=2, H_q=4, d=16, T=300 f32, queries of the last 40 positions.
 void pq_dump(const std::string& path, uint64_t seed = 5, int64_t tokens = 300) {
   SynthOptions o;

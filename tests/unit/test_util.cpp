@@ -108,6 +108,15 @@ void write_test_artifact(const std::string& dump, const std::string& out, const 
   w.finish(core, key);
 }
 
+std::string reason_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.reason();
+  }
+  return "OK";
+}
+
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -31,6 +31,9 @@ void copy_dump(const std::string& src, const std::string& dst, const std::functi
 void write_test_artifact(const std::string& dump, const std::string& out, const SigningKey* key = nullptr,
                          int64_t coverage = -1, int zstd_level = 3);
 
+// The reason code of the Error `f` throws, or "OK".
+std::string reason_of(const std::function<void()>& f);
+
 std::vector<uint8_t> read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<uint8_t>& b);
 // Rewrites an artifact with an edited manifest and a recomputed manifest digest (a "forger" who

@@ -4,7 +4,32 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#define KVT_HOST_DEVICE __host__ __device__
+#else
+#define KVT_HOST_DEVICE
+#endif
+
 namespace kvtool {
+
+// IEEE half bits -> float32 bits (subnormals, Inf and NaN payloads kept). Shared verbatim by the
+// host conversion and the CUDA kernels (cuda/src/convert.cu), so both paths are one definition.
+inline KVT_HOST_DEVICE uint32_t f16_bits_to_f32_bits(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    if (mant == 0) return sign;
+    int e = -1;  // subnormal: normalise
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    return sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  if (exp == 31) return sign | 0x7f800000u | (mant << 13);
+  return sign | ((exp + 127 - 15) << 23) | (mant << 13);
+}
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
