@@ -59,6 +59,9 @@ const std::vector<ReasonInfo>& all_reasons() {
       // validation (1): index kinds
       {"CODE_OUT_OF_RANGE", ExitCode::invalid, "a PQ code is not below 2^bits"},
       {"NO_QUERIES", ExitCode::invalid, "the dump has no /kv/q queries usable for this evaluation"},
+      {"MEMBERS_NOT_PARTITION", ExitCode::invalid, "cluster members are not a partition of the indexed rows"},
+      {"PREFIX_SUM_MISMATCH", ExitCode::invalid, "cluster prefix sums do not match the cluster sizes"},
+      {"GENERATIONS_NOT_CONTIGUOUS", ExitCode::invalid, "index generations do not tile the rows and clusters in order"},
       {"PART_INVALID", ExitCode::invalid, "a part's sections or metadata are missing or inconsistent"},
   };
   return reasons;

@@ -24,6 +24,7 @@ const std::vector<KindInfo>& registry() {
   static const std::vector<KindInfo> kinds = {
       {"container-test", "opaque test sections (container self-test, fixtures)", validate_container_test, nullptr},
       kinds::pq_kind(),
+      kinds::clusterkv_kind(),
   };
   return kinds;
 }

@@ -22,6 +22,7 @@
 #include "kvtool/builder.h"
 #include "kvtool/dump.h"
 #include "kvtool/producers.h"
+#include "bench_common.h"
 
 using namespace kvtool;
 using Clock = std::chrono::steady_clock;
@@ -40,19 +41,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string tmpdir = "/tmp/kvtool-bench-pq";
-  std::system(("mkdir -p " + tmpdir).c_str());
-  if (dump.empty()) {
-    dump = tmpdir + "/synth-8x8x32768x128-f16.h5";
-    if (access(dump.c_str(), R_OK) != 0) {
-      SynthOptions o;
-      o.layers = 8; o.kv_heads = 8; o.q_heads = 32; o.head_dim = 128; o.tokens = 32768; o.seed = 1;
-      o.dtype = DType::f16; o.query_count = 16;
-      auto t0 = Clock::now();
-      synth_dump(o, {}, dump, true, false);
-      std::printf("synthesized %s in %.1f s\n", dump.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-  }
+  if (dump.empty()) dump = bench::ensure_dump();
   DumpReader reader(dump);
   const auto& g = reader.info().geo;
   const int64_t m = 2, bits = 6, iters = 25, sink = 32, E = reader.info().committed_frontier;
@@ -63,30 +52,20 @@ int main(int argc, char** argv) {
               dtype_name(g.dtype), (long long)m, (long long)bits, (long long)iters, (long long)sink, threads);
 
   // 1. kvtool-pq build as its own process (peak RSS of that process alone).
-  std::string out = tmpdir + "/bench.pq.kvi";
-  auto t0 = Clock::now();
-  pid_t pid = fork();
-  if (pid == 0) {
-    std::string tool = bin_dir + "/kvtool-pq", th = std::to_string(threads);
-    execl(tool.c_str(), tool.c_str(), "build", dump.c_str(), "-o", out.c_str(), "--threads", th.c_str(), "--quiet",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  struct rusage ru {};
-  wait4(pid, &status, 0, &ru);
-  double t_kvtool = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "kvtool-pq build failed (status %d)\n", status);
+  std::string out = bench::bench_dir() + "/bench.pq.kvi";
+  bench::ChildRun child = bench::run_child({bin_dir + "/kvtool-pq", "build", dump, "-o", out, "--threads",
+                                            std::to_string(threads), "--quiet"});
+  if (!child.ok) {
+    std::fprintf(stderr, "kvtool-pq build failed\n");
     return 1;
   }
-  double rss_mib = ru.ru_maxrss / 1024.0;
+  double t_kvtool = child.seconds, rss_mib = child.peak_rss_mib;
 
   // 2. faiss::ProductQuantizer directly: same rows, same k-means settings, same thread count.
   pin_blas_single_thread();
   std::atomic<int64_t> next{0};
   std::vector<std::thread> pool;
-  t0 = Clock::now();
+  auto t0 = Clock::now();
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&] {
       pin_blas_single_thread();

@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   // build → kvtool-KIND build
   std::string b_kind;
   auto* build = app.add_subcommand("build", "Run the builder of an index kind: kvtool build KIND ARGS... = kvtool-KIND build ARGS...");
-  build->add_option("KIND", b_kind, "pq")->required();
+  build->add_option("KIND", b_kind, "pq | clusterkv")->required();
   build->prefix_command();
 
   // reasons
@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
       KVT_CHECK(b_kind.find('/') == std::string::npos && !b_kind.empty(), "USAGE", "bad kind '" << b_kind << "'");
       std::string tool = dir + "/kvtool-" + b_kind;
       KVT_CHECK(access(tool.c_str(), X_OK) == 0, "USAGE",
-                "unknown index kind '" << b_kind << "': no " << tool << " (kinds: pq)");
+                "unknown index kind '" << b_kind << "': no " << tool << " (kinds: pq, clusterkv)");
       std::vector<std::string> args = {tool, "build"};
       for (const auto& a : build->remaining()) args.push_back(a);
       std::vector<char*> av;

@@ -53,6 +53,7 @@ void validate_part_list(const ArtifactReader& r);
 namespace kinds {
 // Defined in lib/src/kinds/*.cpp.
 KindInfo pq_kind();
+KindInfo clusterkv_kind();
 }  // namespace kinds
 
 }  // namespace kvtool

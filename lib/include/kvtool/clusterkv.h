@@ -1,0 +1,50 @@
+// ClusterKV semantic clusters (DESIGN.md §7, REFERENCE.md "ClusterKV"): cosine k-means of the keys of
+// each (layer, kv head), clusters ranked by raw q·centroid, whole clusters taken until the token
+// budget is met; decode windows appended as new generations of clusters.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kvtool/builder.h"
+
+namespace kvtool {
+
+enum class CentroidRule { raw_mean, spherical };
+
+struct ClusterKvParams {
+  int64_t tokens_per_cluster = 80;  // clusters = max(1, round(indexed rows / tokens_per_cluster))
+  int64_t clusters = 0;             // > 0: a fixed cluster count instead
+  int64_t iters = 20;               // Lloyd iterations (fixed count, as the reference)
+  CentroidRule centroid = CentroidRule::raw_mean;
+  std::vector<int64_t> dense_layers;  // layers left unindexed (queries return all their rows)
+};
+
+CentroidRule parse_centroid_rule(const std::string& s);  // "raw-mean" | "spherical"; USAGE otherwise
+std::vector<int64_t> parse_layer_list(const std::string& s);  // "0,1" or "0-1,5"; USAGE otherwise
+
+class ClusterKvBuilder : public KindBuilder {
+ public:
+  explicit ClusterKvBuilder(ClusterKvParams p) : p_(std::move(p)) {}
+  std::string kind() const override { return "clusterkv"; }
+  int64_t default_sink() const override { return 16; }
+  int64_t default_local() const override { return 0; }
+  json params() const override;
+  void check(int64_t head_dim) const override;
+  PartOutput build_part(const PartInput& in) const override;
+
+ private:
+  ClusterKvParams p_;
+};
+
+// Cosine k-means of rows [n, d] into k clusters (FAISS spherical k-means, seeded initialisation from
+// distinct rows, fixed iteration count): runs iters - 1 FAISS iterations, then assigns every row to
+// the unit centroid of highest cosine. Returns those labels and the unit centroids they refer to.
+void cosine_kmeans(const float* rows, int64_t n, int64_t d, int64_t k, int64_t iters, uint64_t seed,
+                   std::vector<int64_t>& labels, std::vector<float>& unit_centroids);
+
+// Clusters each sealed window of `window` new rows (past the old indexed end, up to `prefix` minus
+// the local window) into `window_clusters` clusters and appends them as a new index generation.
+json clusterkv_append(const std::string& artifact, const std::string& dump, const std::string& output, int64_t prefix,
+                      int64_t window, int64_t window_clusters, const std::string& sign_key, bool quiet);
+
+}  // namespace kvtool

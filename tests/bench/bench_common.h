@@ -1,0 +1,63 @@
+// Shared pieces of the benchmarks: the synthetic 8 x 8 x 32768 x 128 fp16 dump and running a kvtool
+// builder as a child process to time it and read its own peak RSS.
+#pragma once
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kvtool/producers.h"
+
+namespace kvtool::bench {
+
+inline std::string bench_dir() {
+  std::string d = "/tmp/kvtool-bench";
+  std::system(("mkdir -p " + d).c_str());
+  return d;
+}
+
+inline std::string ensure_dump() {
+  std::string dump = bench_dir() + "/synth-8x8x32768x128-f16.h5";
+  if (access(dump.c_str(), R_OK) != 0) {
+    SynthOptions o;
+    o.layers = 8; o.kv_heads = 8; o.q_heads = 32; o.head_dim = 128; o.tokens = 32768; o.seed = 1;
+    o.dtype = DType::f16; o.query_count = 16;
+    auto t0 = std::chrono::steady_clock::now();
+    synth_dump(o, {}, dump, true, false);
+    std::printf("synthesized %s in %.1f s\n", dump.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return dump;
+}
+
+struct ChildRun {
+  double seconds = 0, peak_rss_mib = 0;
+  bool ok = false;
+};
+
+inline ChildRun run_child(std::vector<std::string> args) {
+  ChildRun r;
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> av;
+    for (auto& a : args) av.push_back(a.data());
+    av.push_back(nullptr);
+    execv(av[0], av.data());
+    _exit(127);
+  }
+  int status = 0;
+  struct rusage ru {};
+  wait4(pid, &status, 0, &ru);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.peak_rss_mib = ru.ru_maxrss / 1024.0;
+  r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return r;
+}
+
+}  // namespace kvtool::bench

@@ -1,0 +1,215 @@
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "kvtool/artifact.h"
+#include "kvtool/clusterkv.h"
+#include "kvtool/error.h"
+#include "kvtool/query.h"
+#include "kvtool/report.h"
+#include "test_util.h"
+
+using namespace kvtool;
+using namespace kvtool::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+void ckv_dump(const std::string& path, int64_t tokens = 700) {
+  SynthOptions o;
+  o.layers = 2;
+  o.kv_heads = 2;
+  o.q_heads = 4;
+  o.head_dim = 16;
+  o.tokens = tokens;
+  o.seed = 12;
+  o.dtype = DType::f32;
+  o.query_count = 20;
+  synth_dump(o, {}, path);
+}
+
+BuildOptions opts(const std::string& out, int threads = 1) {
+  BuildOptions b;
+  b.output = out;
+  b.threads = threads;
+  b.quiet = true;
+  return b;
+}
+
+template <typename T>
+std::vector<T> section(const ArtifactReader& r, const char* name, int64_t l, int64_t h) {
+  auto b = r.read_section(*r.find(name, l, h));
+  std::vector<T> v(b.size() / sizeof(T));
+  std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("clusterkv: members partition the indexed rows, sorted by (cluster, position); deterministic across threads") {
+  TempDir tmp;
+  ckv_dump(tmp.file("d.h5"));
+  ClusterKvParams p;
+  p.tokens_per_cluster = 8;
+  BuildOptions a = opts(tmp.file("a.kvi"), 1), b = opts(tmp.file("b.kvi"), 3);
+  a.prefix = b.prefix = 600;
+  build_artifact(tmp.file("d.h5"), a, ClusterKvBuilder(p));
+  build_artifact(tmp.file("d.h5"), b, ClusterKvBuilder(p));
+  CHECK(read_bytes(tmp.file("a.kvi")) == read_bytes(tmp.file("b.kvi")));
+  ArtifactReader r(tmp.file("a.kvi"));
+  auto sizes = section<uint32_t>(r, "ckv_sizes", 1, 0);
+  auto prefix = section<uint32_t>(r, "ckv_prefix_sums", 1, 0);
+  auto members = section<uint32_t>(r, "ckv_members", 1, 0);
+  CHECK(sizes.size() == 73);  // round((600 - 16) / 8)
+  std::set<uint32_t> all(members.begin(), members.end());
+  CHECK(all.size() == 584);
+  CHECK(*all.begin() == 16);
+  CHECK(*all.rbegin() == 599);
+  uint32_t run = 0;
+  for (size_t c = 0; c < sizes.size(); ++c) {
+    run += sizes[c];
+    CHECK(prefix[c] == run);
+    for (uint32_t i = prefix[c] - sizes[c] + 1; i < prefix[c]; ++i) CHECK(members[i] > members[i - 1]);
+  }
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file("a.kvi"), vo));
+}
+
+TEST_CASE("clusterkv: more than 256 clusters rank correctly and queries cut the last cluster") {
+  TempDir tmp;
+  ckv_dump(tmp.file("d.h5"));
+  ClusterKvParams p;
+  p.clusters = 300;
+  build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), ClusterKvBuilder(p));
+  ArtifactReader r(tmp.file("a.kvi"));
+  auto cen = section<float>(r, "ckv_centroids", 0, 1);
+  auto sizes = section<uint32_t>(r, "ckv_sizes", 0, 1);
+  auto prefix = section<uint32_t>(r, "ckv_prefix_sums", 0, 1);
+  auto members = section<uint32_t>(r, "ckv_members", 0, 1);
+  REQUIRE(sizes.size() == 300);
+  std::vector<float> q(16);
+  for (int i = 0; i < 16; ++i) q[i] = std::cos(0.3f * static_cast<float>(i));
+  // Brute force: the best cluster by raw q·centroid (ties by lower index) must come first.
+  int64_t best = -1;
+  float bs = -1e30f;
+  for (int64_t c = 0; c < 300; ++c) {
+    float s = 0;
+    for (int t = 0; t < 16; ++t) s += q[t] * cen[c * 16 + t];
+    if (sizes[c] > 0 && s > bs) bs = s, best = c;
+  }
+  SelectorSet sel(r);
+  CandidateReceipt rc = sel.query(0, 2, q.data(), 699, Budget::parse("7"));
+  REQUIRE(rc.candidates.size() == 7);
+  CHECK(rc.candidates[0] == members[prefix[best] - sizes[best]]);
+  for (size_t i = 1; i < rc.scores.size(); ++i) CHECK(rc.scores[i - 1] >= rc.scores[i]);
+  std::set<int64_t> uniq(rc.candidates.begin(), rc.candidates.end());
+  CHECK(uniq.size() == rc.candidates.size());
+  CHECK(rc.always_included.size() == 16);  // sink rows; coverage is the whole dump
+}
+
+TEST_CASE("clusterkv: dense layers, raw-mean vs spherical centroids, bad parameters") {
+  TempDir tmp;
+  ckv_dump(tmp.file("d.h5"));
+  ClusterKvParams p;
+  p.dense_layers = {0};
+  p.centroid = CentroidRule::spherical;
+  build_artifact(tmp.file("d.h5"), opts(tmp.file("s.kvi")), ClusterKvBuilder(p));
+  ArtifactReader r(tmp.file("s.kvi"));
+  CHECK_FALSE(r.find("ckv_centroids", 0, 0));
+  auto cen = section<float>(r, "ckv_centroids", 1, 0);
+  for (size_t c = 0; c < cen.size() / 16; ++c) {
+    double n = 0;
+    for (int t = 0; t < 16; ++t) n += cen[c * 16 + t] * cen[c * 16 + t];
+    CHECK(n == Approx(1.0).epsilon(1e-4));
+  }
+  CHECK_NOTHROW(verify_artifact(tmp.file("s.kvi"), {}));
+  SelectorSet sel(r);
+  std::vector<float> q(16, 1.f);
+  CHECK(sel.query(0, 0, q.data(), 699, Budget::parse("5")).candidates.size() == 684);  // dense layer: every row
+  CHECK(reason_of([] { parse_centroid_rule("median"); }) == "USAGE");
+  CHECK(parse_layer_list("0-1,3") == std::vector<int64_t>({0, 1, 3}));
+  ClusterKvParams bad;
+  bad.tokens_per_cluster = 0;
+  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), ClusterKvBuilder(bad)); }) == "USAGE");
+  CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
+}
+
+TEST_CASE("clusterkv append: sealed windows become a new generation, a partial window stays uncovered") {
+  TempDir tmp;
+  ckv_dump(tmp.file("d.h5"));
+  ClusterKvParams p;
+  p.tokens_per_cluster = 8;
+  BuildOptions o = opts(tmp.file("g1.kvi"));
+  o.prefix = 300;
+  build_artifact(tmp.file("d.h5"), o, ClusterKvBuilder(p));
+  json j = clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
+  CHECK(j["windows"] == 3);
+  CHECK(j["coverage"] == json({0, 660}));
+  CHECK(j["uncovered_rows"] == 30);
+  ArtifactReader a(tmp.file("g1.kvi")), b(tmp.file("g2.kvi"));
+  CHECK(b.manifest()["index_generation"] == 2);
+  CHECK(b.manifest()["selector_generation"] == 1);
+  auto sa = section<uint32_t>(a, "ckv_sizes", 1, 1), sb = section<uint32_t>(b, "ckv_sizes", 1, 1);
+  REQUIRE(sb.size() == sa.size() + 12);
+  CHECK(std::equal(sa.begin(), sa.end(), sb.begin()));  // old clusters untouched
+  const json& gens = b.manifest()["kind_data"]["generations"];
+  CHECK(gens.size() == 2);
+  CHECK(gens[1]["windows"].size() == 3);
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file("g2.kvi"), vo));
+  SelectorSet sel(b);
+  std::vector<float> q(16, 0.2f);
+  CandidateReceipt rc = sel.query(1, 2, q.data(), 690, Budget::parse("0.1"));
+  CHECK(rc.always_included.size() == 16 + 31);  // sink + the uncovered partial window up to the position
+  CHECK(reason_of([&] { clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 400, 120, 4, "", true); }) == "USAGE");
+  copy_dump(tmp.file("d.h5"), tmp.file("changed.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {
+    if (l == 1 && h == 1) k[200 * 16] += 1.f;
+  });
+  CHECK(reason_of([&] { clusterkv_append(tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 690, 120, 4, "", true); }) == "PAYLOAD_MISMATCH");
+  CHECK_FALSE(fs::exists(tmp.file("g3.kvi")));
+}
+
+TEST_CASE("clusterkv verify: forged partitions, prefix sums and generations are rejected") {
+  TempDir tmp;
+  ckv_dump(tmp.file("d.h5"), 300);
+  ClusterKvParams p;
+  p.tokens_per_cluster = 8;
+  build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), ClusterKvBuilder(p));
+  ArtifactReader r(tmp.file("a.kvi"));
+  auto forge = [&](const std::string& out, const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit,
+                   const std::function<void(json&)>& meta = {}) {
+    ArtifactWriter w(out, 0);
+    for (const auto& s : r.sections()) {
+      auto bytes = r.read_section(s);
+      if (s.layer == 0 && s.kv_head == 0) edit(s, bytes);
+      w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
+    }
+    ManifestCore core;
+    core.kind = r.kind();
+    core.params = r.manifest()["params"];
+    core.source = r.source();
+    core.kind_data = r.manifest()["kind_data"];
+    if (meta) meta(core.kind_data);
+    w.finish(core);
+  };
+  forge(tmp.file("dup.kvi"), [](const SectionEntry& s, auto& b) {
+    if (s.name == "ckv_members") std::memcpy(b.data() + 4, b.data(), 4);  // a row twice, another missing
+  });
+  forge(tmp.file("pre.kvi"), [](const SectionEntry& s, auto& b) {
+    if (s.name == "ckv_prefix_sums") b[0] ^= 1;
+  });
+  forge(tmp.file("gen.kvi"), [](const SectionEntry&, auto&) {}, [](json& kd) { kd["parts"][0]["generations"][0]["rows"][0] = 17; });
+  forge(tmp.file("nan.kvi"), [](const SectionEntry& s, auto& b) {
+    if (s.name == "ckv_centroids") {
+      float x = NAN;
+      std::memcpy(b.data(), &x, 4);
+    }
+  });
+  CHECK(reason_of([&] { verify_artifact(tmp.file("dup.kvi"), {}); }) == "MEMBERS_NOT_PARTITION");
+  CHECK(reason_of([&] { verify_artifact(tmp.file("pre.kvi"), {}); }) == "PREFIX_SUM_MISMATCH");
+  CHECK(reason_of([&] { verify_artifact(tmp.file("gen.kvi"), {}); }) == "GENERATIONS_NOT_CONTIGUOUS");
+  CHECK(reason_of([&] { verify_artifact(tmp.file("nan.kvi"), {}); }) == "NON_FINITE");
+}
