@@ -184,6 +184,7 @@ json build_artifact(const std::string& dump_path, const BuildOptions& opt, const
         in.sink = sink;
         in.local = local;
         in.seed = part_seed(opt.seed, static_cast<uint64_t>(in.layer), static_cast<uint64_t>(in.kv_head));
+        in.base_seed = opt.seed;
         keys.resize(static_cast<size_t>(E * g.head_dim));
         dump.read_k(in.layer, in.kv_head, 0, E, keys.data());
         in.keys = keys.data();

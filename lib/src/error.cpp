@@ -62,6 +62,8 @@ const std::vector<ReasonInfo>& all_reasons() {
       {"MEMBERS_NOT_PARTITION", ExitCode::invalid, "cluster members are not a partition of the indexed rows"},
       {"PREFIX_SUM_MISMATCH", ExitCode::invalid, "cluster prefix sums do not match the cluster sizes"},
       {"GENERATIONS_NOT_CONTIGUOUS", ExitCode::invalid, "index generations do not tile the rows and clusters in order"},
+      {"BUCKET_TABLE_INVALID", ExitCode::invalid, "an lsh bucket table is not a valid CSR of the indexed rows"},
+      {"PROJECTION_MISMATCH", ExitCode::invalid, "lsh projections differ from those the recorded seed generates"},
       {"PART_INVALID", ExitCode::invalid, "a part's sections or metadata are missing or inconsistent"},
   };
   return reasons;

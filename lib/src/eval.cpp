@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kvtool/atomic_file.h"
+#include "kvtool/lsh.h"
 #include "kvtool/error.h"
 #include "kvtool/progress.h"
 #include "kvtool/query.h"
@@ -15,6 +16,7 @@ namespace {
 
 struct Acc {
   std::vector<double> retained, oracle, recall, err, rel_err, frac, rows;
+  std::vector<double> est_err, est_rel_err, sampled_frac;  // sampling kinds only
   void add(double r, double o, double rc, double e, double re, double f, double n) {
     retained.push_back(r);
     oracle.push_back(o);
@@ -37,7 +39,13 @@ double p10(std::vector<double> v) {
 
 json summary(const Acc& a, int64_t row_bytes) {
   double rm = mean(a.retained), om = mean(a.oracle);
-  return {{"queries", a.retained.size()},
+  json extra = json::object();
+  if (!a.est_err.empty()) {
+    extra["estimator_output_error_mean"] = mean(a.est_err);
+    extra["estimator_relative_output_error_mean"] = mean(a.est_rel_err);
+    extra["sampled_fraction_mean"] = mean(a.sampled_frac);
+  }
+  json base = {{"queries", a.retained.size()},
           {"retained_mass_mean", rm},
           {"retained_mass_p10", p10(a.retained)},
           {"oracle_retained_mass_mean", om},
@@ -51,6 +59,8 @@ json summary(const Acc& a, int64_t row_bytes) {
           {"selected_fraction_mean", mean(a.frac)},
           {"selected_rows_mean", mean(a.rows)},
           {"selected_row_bytes_mean", mean(a.rows) * static_cast<double>(row_bytes)}};
+  base.update(extra);
+  return base;
 }
 
 std::string fmt(double x) {
@@ -124,14 +134,35 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
   for (const auto& s : art.sections()) index_bytes += s.stored_size;
   const uint64_t metadata_bytes = art.file_size() - index_bytes;
 
-  std::vector<Acc> overall(opt.budgets.size());
-  std::vector<std::vector<Acc>> per_layer(opt.budgets.size(), std::vector<Acc>(static_cast<size_t>(ll - lf + 1)));
+  // Selector settings: budgets for ranking kinds, collision thresholds for sampling kinds (lsh).
+  const bool sampling = sel.needs_keys();
+  struct Setting {
+    Budget budget;
+    int64_t min_collisions = 2;
+    json selector;
+    std::string label;
+  };
+  std::vector<Setting> settings;
+  if (sampling) {
+    for (int64_t c : opt.min_collisions)
+      settings.push_back({Budget{}, c,
+                          {{"kind", art.kind()}, {"bits", params["bits"]}, {"tables", params["tables"]}, {"min_collisions", c},
+                           {"indexed_rows", rows.count()}},
+                          "c=" + std::to_string(c)});
+  } else {
+    for (const auto& b : opt.budgets)
+      settings.push_back({b, 2,
+                          {{"kind", art.kind()}, {"budget", b.str()}, {"budget_is_fraction", b.fraction}, {"indexed_rows", rows.count()}},
+                          b.str()});
+  }
+  std::vector<Acc> overall(settings.size());
+  std::vector<std::vector<Acc>> per_layer(settings.size(), std::vector<Acc>(static_cast<size_t>(ll - lf + 1)));
   std::unique_ptr<AtomicOutput> csv;
   std::string csv_text;
   if (!opt.csv_path.empty()) {
     csv = std::make_unique<AtomicOutput>(opt.csv_path, true);
-    csv_text = "budget,layer,q_head,kv_head,position,selected_rows,selected_fraction,retained_mass,oracle_retained_mass,"
-               "recall_support,output_error,relative_output_error\n";
+    csv_text = "selector,layer,q_head,kv_head,position,selected_rows,selected_fraction,retained_mass,oracle_retained_mass,"
+               "recall_support,output_error,relative_output_error,estimator_output_error\n";
   }
   Progress progress("kvtool eval", (ll - lf + 1) * g.kv_heads, opt.quiet);
   std::vector<float> K(static_cast<size_t>(E * d)), V(K.size()), Q(static_cast<size_t>(g.q_tokens * d));
@@ -158,13 +189,17 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
           double sum = 0;
           for (auto& x : p) sum += (x = std::exp(x - mx));
           for (auto& x : p) x /= sum;
+          // log p_i + log-sum-exp restores the logit z_i = q·k_i/sqrt(d) up to a shared constant.
+          const double mx_of_query = mx + std::log(sum);
           std::vector<double> o(static_cast<size_t>(d), 0.0);
           for (int64_t i = 0; i < E; ++i)
             for (int64_t t = 0; t < d; ++t) o[t] += p[i] * V[i * d + t];
           std::iota(order.begin(), order.end(), 0);
           std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
-          for (size_t bi = 0; bi < opt.budgets.size(); ++bi) {
-            CandidateReceipt rc = sel.query(l, h, q, std::max<int64_t>(qpos[j], E - 1), opt.budgets[bi]);
+          KeyRows keys{K.data(), E, d};
+          for (size_t bi = 0; bi < settings.size(); ++bi) {
+            CandidateReceipt rc = sel.query(l, h, q, std::max<int64_t>(qpos[j], E - 1), settings[bi].budget,
+                                            settings[bi].min_collisions, sampling ? &keys : nullptr);
             std::fill(in_r.begin(), in_r.end(), 0);
             for (int64_t id : rc.candidates)
               if (id < E) in_r[id] = 1;
@@ -195,11 +230,39 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
             double frac = static_cast<double>(n) / static_cast<double>(E);
             double recall = n > 0 ? hit / static_cast<double>(n) : 1;
             overall[bi].add(rho, oracle, recall, err, rel, frac, static_cast<double>(n));
-            per_layer[bi][static_cast<size_t>(l - lf)].add(rho, oracle, recall, err, rel, frac, static_cast<double>(n));
+            Acc& pl = per_layer[bi][static_cast<size_t>(l - lf)];
+            pl.add(rho, oracle, recall, err, rel, frac, static_cast<double>(n));
+            double est = 0;
+            if (sampling) {
+              // Self-normalized importance sampling: sampled rows with logits z - ln u, merged with
+              // the exact sink/local part through (max, sum-exp) states.
+              SoftmaxState exact(static_cast<size_t>(d)), sampled(static_cast<size_t>(d));
+              std::vector<char> is_sampled(static_cast<size_t>(E), 0);
+              for (size_t ci = 0; ci < rc.candidates.size(); ++ci) {
+                int64_t id = rc.candidates[ci];
+                if (id >= E || rc.inclusion[ci] <= 0) continue;
+                is_sampled[id] = 1;
+                double z = std::log(p[id]) + mx_of_query - std::log(rc.inclusion[ci]);
+                sampled.add(z, V.data() + id * d);
+              }
+              for (int64_t i = 0; i < E; ++i)
+                if (in_r[i] && !is_sampled[i]) exact.add(std::log(p[i]) + mx_of_query, V.data() + i * d);
+              exact.merge(sampled);
+              auto oe = exact.output();
+              double en = 0;
+              for (int64_t t = 0; t < d; ++t) en += (oe[t] - o[t]) * (oe[t] - o[t]);
+              est = std::sqrt(en);
+              double sf = rows.count() > 0 ? static_cast<double>(rc.candidates.size()) / rows.count() : 0;
+              for (Acc* a : {&overall[bi], &pl}) {
+                a->est_err.push_back(est);
+                a->est_rel_err.push_back(on > 0 ? est / std::sqrt(on) : 0);
+                a->sampled_frac.push_back(sf);
+              }
+            }
             if (csv)
-              csv_text += opt.budgets[bi].str() + "," + std::to_string(l) + "," + std::to_string(h) + "," + std::to_string(kvh) +
+              csv_text += settings[bi].label + "," + std::to_string(l) + "," + std::to_string(h) + "," + std::to_string(kvh) +
                           "," + std::to_string(qpos[j]) + "," + std::to_string(n) + "," + fmt(frac) + "," + fmt(rho) + "," +
-                          fmt(oracle) + "," + fmt(recall) + "," + fmt(err) + "," + fmt(rel) + "\n";
+                          fmt(oracle) + "," + fmt(recall) + "," + fmt(err) + "," + fmt(rel) + "," + fmt(est) + "\n";
           }
         }
       }
@@ -207,10 +270,9 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
     }
   progress.finish();
   json budgets = json::array();
-  for (size_t bi = 0; bi < opt.budgets.size(); ++bi) {
+  for (size_t bi = 0; bi < settings.size(); ++bi) {
     json b = summary(overall[bi], row_bytes);
-    b["selector"] = {{"kind", art.kind()}, {"budget", opt.budgets[bi].str()},
-                     {"budget_is_fraction", opt.budgets[bi].fraction}, {"indexed_rows", rows.count()}};
+    b["selector"] = settings[bi].selector;
     b["index_bytes"] = index_bytes;
     b["metadata_bytes"] = metadata_bytes;
     json layers = json::array();

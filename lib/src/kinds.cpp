@@ -25,6 +25,7 @@ const std::vector<KindInfo>& registry() {
       {"container-test", "opaque test sections (container self-test, fixtures)", validate_container_test, nullptr},
       kinds::pq_kind(),
       kinds::clusterkv_kind(),
+      kinds::lsh_kind(),
   };
   return kinds;
 }

@@ -68,6 +68,8 @@ json CandidateReceipt::to_json() const {
           {"indexed_rows", indexed_rows},
           {"candidates", candidates},
           {"scores", sc},
+          {"inclusion_probabilities", inclusion},
+          {"selector", selector},
           {"always_included", always_included},
           {"part", part}};
 }
@@ -85,7 +87,10 @@ const PartSelector& SelectorSet::part(int64_t layer, int64_t kv_head) {
   return *it->second;
 }
 
-CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b) {
+bool SelectorSet::needs_keys() const { return r_.kind() == "lsh"; }
+
+CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
+                                    int64_t min_collisions, const KeyRows* keys) {
   const auto& src = r_.source();
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, "USAGE", "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
   KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, "USAGE", "--q-head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
@@ -102,9 +107,23 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   rc.position = position;
   const PartSelector& sel = part(layer, rc.kv_head);
   rc.indexed_rows = sel.indexed_rows();
-  rc.budget_rows = b.rows(rc.indexed_rows);
-  sel.select(q, rc.budget_rows, rc.candidates, rc.scores);
+  KVT_CHECK(!sel.needs_keys() || keys, "INTERNAL", "the " << rc.kind << " selector needs the key rows");
+  SelectRequest req;
+  req.q = q;
+  req.budget = sel.uses_budget() ? b.rows(rc.indexed_rows) : -1;
+  req.min_collisions = min_collisions;
+  req.keys = keys;
+  Selection out;
+  sel.select(req, out);
+  rc.budget_rows = req.budget;
+  rc.candidates = std::move(out.ids);
+  rc.scores = std::move(out.scores);
+  rc.inclusion = std::move(out.inclusion);
   rc.part = sel.describe();
+  if (sel.uses_budget())
+    rc.selector = {{"budget", b.str()}, {"budget_rows", rc.budget_rows}};
+  else
+    rc.selector = {{"min_collisions", min_collisions}};
   for (int64_t i = 0; i < rows_.begin(); ++i) rc.always_included.push_back(i);
   for (int64_t i = rows_.end(); i <= position; ++i) rc.always_included.push_back(i);
   return rc;

@@ -221,20 +221,29 @@ void print_eval(const json& j) {
   std::cout << "  support = covered rows [0, " << j["coverage"][1] << "): " << j["indexed_rows"] << " indexed, "
             << j["always_included_rows"] << " always included (sink + local); " << j["query_positions"]
             << " query positions x query heads x layers\n";
-  std::printf("  %-8s %9s %9s %9s %9s %8s %9s %9s %10s %12s\n", "budget", "sel.frac", "retained", "ret.p10", "oracle",
-              "ratio", "recall", "out.err", "rel.err", "rows bytes");
+  bool sampling = !j["budgets"].empty() && j["budgets"][0]["selector"].contains("min_collisions");
+  auto label = [](const json& b) {
+    return b["selector"].contains("min_collisions") ? "c=" + std::to_string(b["selector"]["min_collisions"].get<int64_t>())
+                                                    : b["selector"]["budget"].get<std::string>();
+  };
+  std::printf("  %-8s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s\n", sampling ? "setting" : "budget", "sel.frac", "retained",
+              "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err", "rows bytes", sampling ? "  est.err  sampled" : "");
   for (const auto& b : j["budgets"]) {
-    std::printf("  %-8s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f\n",
-                b["selector"]["budget"].get<std::string>().c_str(), b["selected_fraction_mean"].get<double>(),
-                b["retained_mass_mean"].get<double>(), b["retained_mass_p10"].get<double>(),
-                b["oracle_retained_mass_mean"].get<double>(), b["quality_ratio"].get<double>(),
-                b["recall_support_mean"].get<double>(), b["output_error_mean"].get<double>(),
+    std::printf("  %-8s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(b).c_str(),
+                b["selected_fraction_mean"].get<double>(), b["retained_mass_mean"].get<double>(),
+                b["retained_mass_p10"].get<double>(), b["oracle_retained_mass_mean"].get<double>(),
+                b["quality_ratio"].get<double>(), b["recall_support_mean"].get<double>(), b["output_error_mean"].get<double>(),
                 b["relative_output_error_mean"].get<double>(), b["selected_row_bytes_mean"].get<double>());
+    if (sampling)
+      std::printf("  %7.4f  %7.4f", b["estimator_output_error_mean"].get<double>(), b["sampled_fraction_mean"].get<double>());
+    std::printf("\n");
   }
+  if (sampling)
+    std::cout << "  out.err: top-k renormalization over the sampled set; est.err: importance-sampling estimator\n";
   const auto& b0 = j["budgets"][0];
   std::cout << "  index bytes " << human_bytes(b0["index_bytes"]) << ", metadata bytes " << human_bytes(b0["metadata_bytes"])
             << ", selected full-row bytes " << j["selected_row_bytes_per_row"] << " per row per head\n";
-  std::cout << "  per layer (budget " << b0["selector"]["budget"].get<std::string>() << "):";
+  std::cout << "  per layer (" << label(b0) << "):";
   for (const auto& l : b0["per_layer"])
     std::printf(" L%lld %.3f/%.3f", static_cast<long long>(l["layer"].get<int64_t>()), l["retained_mass_mean"].get<double>(),
                 l["oracle_retained_mass_mean"].get<double>());

@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
   auto* qv = query->add_option("--vector", q_vec, "query vector file: d numbers as text, or raw float32 (.f32/.bin)");
   qp->excludes(qv);
   query->add_option("--budget", q_budget, "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)")->capture_default_str();
+  int64_t q_min_coll = 2;
+  query->add_option("--min-collisions", q_min_coll, "lsh: emit rows colliding in at least c tables")->capture_default_str();
   query->add_flag("--json", as_json, "machine-readable receipt");
 
   // eval
@@ -153,6 +155,8 @@ int main(int argc, char** argv) {
   eval->add_option("ART", e_art, "artifact (.kvi)")->required();
   eval->add_option("--source", e_src, "dump with /kv/q queries at positions >= the coverage end")->required();
   eval->add_option("--budget", e_budgets, "budget(s); several give a curve (default 0.1)");
+  std::vector<int64_t> e_min_coll;
+  eval->add_option("--min-collisions", e_min_coll, "lsh: collision threshold(s) c (default 2)");
   eval->add_option("--csv", e_csv, "write one row per (budget, layer, query head, position)");
   eval->add_option("--plot", e_plot, "write an SVG of retained mass vs selected fraction");
   eval->add_flag("--json", as_json, "machine-readable output");
@@ -171,7 +175,7 @@ int main(int argc, char** argv) {
   // build → kvtool-KIND build
   std::string b_kind;
   auto* build = app.add_subcommand("build", "Run the builder of an index kind: kvtool build KIND ARGS... = kvtool-KIND build ARGS...");
-  build->add_option("KIND", b_kind, "pq | clusterkv")->required();
+  build->add_option("KIND", b_kind, "pq | clusterkv | lsh")->required();
   build->prefix_command();
 
   // reasons
@@ -322,7 +326,18 @@ int main(int argc, char** argv) {
         qv_data.assign(all.begin() + (it - qpos.begin()) * dim, all.begin() + (it - qpos.begin() + 1) * dim);
       }
       SelectorSet sel(r);
-      CandidateReceipt rc = sel.query(q_layer, q_head, qv_data.data(), position, Budget::parse(q_budget));
+      KVT_CHECK(q_head >= 0 && q_head < r.source().geo.q_heads, "USAGE", "--q-head " << q_head << " is outside 0-" << r.source().geo.q_heads - 1);
+      KVT_CHECK(q_layer >= 0 && q_layer < r.source().geo.layers, "USAGE", "--layer " << q_layer << " is outside 0-" << r.source().geo.layers - 1);
+      std::vector<float> krows;
+      KeyRows keys;
+      if (sel.needs_keys()) {  // lsh receipts carry inclusion probabilities computed from the full keys
+        const int64_t E = r.source().coverage_end;
+        krows.resize(static_cast<size_t>(E * dim));
+        d.read_k(q_layer, r.source().id.q_to_kv_head[static_cast<size_t>(q_head)], 0, E, krows.data());
+        keys = KeyRows{krows.data(), E, dim};
+      }
+      CandidateReceipt rc = sel.query(q_layer, q_head, qv_data.data(), position, Budget::parse(q_budget), q_min_coll,
+                                      sel.needs_keys() ? &keys : nullptr);
       if (as_json) {
         cli::print_json(rc.to_json());
       } else {
@@ -331,6 +346,11 @@ int main(int argc, char** argv) {
         std::cout << "layer " << rc.layer << ", query head " << rc.q_head << " (kv head " << rc.kv_head << "), position "
                   << rc.position << ": " << rc.candidates.size() << " candidates of " << rc.indexed_rows
                   << " indexed rows, " << rc.always_included.size() << " always included\n";
+        if (!rc.inclusion.empty()) {
+          std::cout << "inclusion probabilities:";
+          for (double u : rc.inclusion) std::printf(" %.4g", u);
+          std::cout << "\n";
+        }
         std::cout << "candidates:";
         for (size_t i = 0; i < rc.candidates.size(); ++i) std::cout << " " << rc.candidates[i];
         std::cout << "\nalways included:";
@@ -348,6 +368,7 @@ int main(int argc, char** argv) {
         eo.budgets.clear();
         for (const auto& b : e_budgets) eo.budgets.push_back(Budget::parse(b));
       }
+      if (!e_min_coll.empty()) eo.min_collisions = e_min_coll;
       eo.csv_path = e_csv;
       eo.plot_path = e_plot;
       eo.quiet = quiet || as_json;
@@ -372,7 +393,7 @@ int main(int argc, char** argv) {
       KVT_CHECK(b_kind.find('/') == std::string::npos && !b_kind.empty(), "USAGE", "bad kind '" << b_kind << "'");
       std::string tool = dir + "/kvtool-" + b_kind;
       KVT_CHECK(access(tool.c_str(), X_OK) == 0, "USAGE",
-                "unknown index kind '" << b_kind << "': no " << tool << " (kinds: pq, clusterkv)");
+                "unknown index kind '" << b_kind << "': no " << tool << " (kinds: pq, clusterkv, lsh)");
       std::vector<std::string> args = {tool, "build"};
       for (const auto& a : build->remaining()) args.push_back(a);
       std::vector<char*> av;

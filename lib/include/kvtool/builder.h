@@ -46,6 +46,7 @@ struct PartInput {
   int64_t layer, kv_head, head_dim;
   int64_t coverage_end, sink, local;  // indexed rows: [row_begin(), row_end())
   uint64_t seed;                      // part_seed(seed, layer, kv_head)
+  uint64_t base_seed;                 // --seed itself (for kinds that derive more streams per part)
   const float* keys;                  // rows [0, coverage_end), row-major [coverage_end, head_dim]
   int64_t row_begin() const;
   int64_t row_end() const;

@@ -23,14 +23,37 @@ struct IndexedRows {
   static IndexedRows of(const ArtifactReader& r);  // from the manifest (params sink/local, coverage)
 };
 
+// Full key rows of the source dump (row-major, absolute row ids), for kinds whose receipts are
+// computed from the full keys (lsh inclusion probabilities).
+struct KeyRows {
+  const float* data = nullptr;
+  int64_t rows = 0, d = 0;
+  const float* row(int64_t i) const { return data + i * d; }
+};
+
+struct SelectRequest {
+  const float* q = nullptr;
+  int64_t budget = 0;          // index-chosen rows (kinds that rank)
+  int64_t min_collisions = 2;  // c (kinds that sample)
+  const KeyRows* keys = nullptr;
+};
+
+struct Selection {
+  std::vector<int64_t> ids;       // absolute dump rows, best first (ties by lower id) or ascending
+  std::vector<float> scores;      // kind-specific score of each id
+  std::vector<double> inclusion;  // sampling kinds: inclusion probability of each id
+};
+
 // Loaded selector state of one (layer, kv head) part.
 class PartSelector {
  public:
   virtual ~PartSelector() = default;
   virtual int64_t indexed_rows() const = 0;
-  // Appends up to `budget` index-chosen row ids (absolute dump rows) with their scores, best first,
-  // ties broken by lower id. A part that keeps attention dense returns all its indexed rows.
-  virtual void select(const float* q, int64_t budget, std::vector<int64_t>& ids, std::vector<float>& scores) const = 0;
+  // Ranking kinds return up to `budget` rows; a part that keeps attention dense returns all its
+  // indexed rows; sampling kinds ignore the budget and return every row with >= c collisions.
+  virtual void select(const SelectRequest& req, Selection& out) const = 0;
+  virtual bool uses_budget() const { return true; }
+  virtual bool needs_keys() const { return false; }
   virtual json describe() const { return json::object(); }
 };
 
@@ -41,6 +64,8 @@ struct KindInfo {
   std::function<void(const ArtifactReader&)> validate;
   // Loads the selector of one part (nullptr for kinds without queries).
   std::function<std::unique_ptr<PartSelector>(const ArtifactReader&, int64_t layer, int64_t kv_head)> load;
+  // Optional kind-specific summary shown by inspect (e.g. table bytes, bucket occupancy).
+  std::function<json(const ArtifactReader&)> summarize = nullptr;
 };
 
 const KindInfo* find_kind(const std::string& name);
@@ -54,6 +79,7 @@ namespace kinds {
 // Defined in lib/src/kinds/*.cpp.
 KindInfo pq_kind();
 KindInfo clusterkv_kind();
+KindInfo lsh_kind();
 }  // namespace kinds
 
 }  // namespace kvtool

@@ -29,6 +29,8 @@ struct CandidateReceipt {
   int64_t budget_rows = 0, indexed_rows = 0;
   std::vector<int64_t> candidates;
   std::vector<float> scores;
+  std::vector<double> inclusion;  // sampling kinds (lsh): inclusion probability of each candidate
+  json selector = json::object();
   std::vector<int64_t> always_included;  // sink, local window, uncovered tail (coverage_end .. position)
   json part = json::object();
   json to_json() const;
@@ -39,8 +41,11 @@ class SelectorSet {
  public:
   explicit SelectorSet(const ArtifactReader& r);
   const PartSelector& part(int64_t layer, int64_t kv_head);
-  // `position` is the row the query sits at; it must be >= coverage_end - 1.
-  CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b);
+  // `position` is the row the query sits at; it must be >= coverage_end - 1. `keys` (rows [0, E)
+  // of the query's kv head) is required by kinds whose receipts need the full keys (lsh).
+  CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
+                         int64_t min_collisions = 2, const KeyRows* keys = nullptr);
+  bool needs_keys() const;
   const ArtifactReader& artifact() const { return r_; }
 
  private:
@@ -56,6 +61,7 @@ std::vector<float> read_query_vector(const std::string& path, int64_t d);
 
 struct EvalOptions {
   std::vector<Budget> budgets{Budget{}};
+  std::vector<int64_t> min_collisions{2};  // selector settings of sampling kinds (lsh)
   std::string csv_path;   // per-query rows
   std::string plot_path;  // SVG: retained mass vs selected fraction
   bool quiet = true;

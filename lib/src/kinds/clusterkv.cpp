@@ -135,7 +135,11 @@ class ClusterKvSelector : public PartSelector {
     if (!dense_) set_ = ClusterSet::load(r, layer, head, r.source().geo.head_dim);
   }
   int64_t indexed_rows() const override { return n_; }
-  void select(const float* q, int64_t budget, std::vector<int64_t>& ids, std::vector<float>& scores) const override {
+  void select(const SelectRequest& req, Selection& out) const override {
+    const float* q = req.q;
+    const int64_t budget = req.budget;
+    std::vector<int64_t>& ids = out.ids;
+    std::vector<float>& scores = out.scores;
     if (dense_) {
       for (int64_t i = 0; i < n_; ++i) {
         ids.push_back(rows_.begin() + i);

@@ -83,7 +83,11 @@ class PqSelector : public PartSelector {
       std::memcpy(codes_.data(), codes.data(), codes.size());
   }
   int64_t indexed_rows() const override { return n_; }
-  void select(const float* q, int64_t budget, std::vector<int64_t>& ids, std::vector<float>& scores) const override {
+  void select(const SelectRequest& req, Selection& out) const override {
+    const float* q = req.q;
+    const int64_t budget = req.budget;
+    std::vector<int64_t>& ids = out.ids;
+    std::vector<float>& scores = out.scores;
     const int64_t base = rows_.begin();
     if (dense_) {
       for (int64_t i = 0; i < n_; ++i) {

@@ -1,0 +1,344 @@
+// kind "lsh": everything about MagicPIG SimHash artifacts lives here (build, validate, query).
+#include "kvtool/lsh.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kvtool/artifact.h"
+#include "kvtool/error.h"
+#include "kvtool/kinds.h"
+#include "kvtool/prng.h"
+
+extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+                      const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+                      const int* ldc);
+
+namespace kvtool {
+
+namespace {
+
+constexpr uint64_t kProjectionStream = 7;
+
+struct LshLayout {
+  int64_t bits, tables, d, buckets;
+  static LshLayout of(const ArtifactReader& r) {
+    const json& p = r.manifest()["params"];
+    KVT_CHECK(p.contains("bits") && p["bits"].is_number_unsigned() && p.contains("tables") && p["tables"].is_number_unsigned(),
+              "BAD_MANIFEST", "lsh params need bits and tables");
+    LshLayout l{p["bits"], p["tables"], r.source().geo.head_dim, 0};
+    KVT_CHECK(l.bits >= 1 && l.bits <= 16 && l.tables >= 1 && l.tables <= 4096, "BAD_MANIFEST", "lsh bits/tables out of range");
+    l.buckets = int64_t{1} << l.bits;
+    return l;
+  }
+};
+
+std::string id_dtype(int64_t coverage_end) { return coverage_end <= 65536 ? "u16" : "u32"; }
+
+// SimHash codes of rows [n, d] for every table: codes[i * L + t]. float32 products through BLAS.
+void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, int64_t bits, int64_t tables,
+             std::vector<uint32_t>& codes) {
+  const int64_t cols = bits * tables;
+  codes.assign(static_cast<size_t>(n * tables), 0);
+  const int64_t block = 2048;
+  std::vector<float> prod(static_cast<size_t>(block * cols));
+  for (int64_t i0 = 0; i0 < n; i0 += block) {
+    int m = static_cast<int>(cols), nn = static_cast<int>(std::min(block, n - i0)), k = static_cast<int>(d);
+    float one = 1.f, zero = 0.f;
+    int lda = m, ldb = k, ldc = m;
+    // Column-major: prod^T [cols, nn] = W^T [cols, d] * X^T [d, nn]  (W, X row-major).
+    sgemm_("N", "N", &m, &nn, &k, &one, w.data(), &lda, x + i0 * d, &ldb, &zero, prod.data(), &ldc);
+    for (int64_t i = 0; i < nn; ++i)
+      for (int64_t t = 0; t < tables; ++t) {
+        uint32_t c = 0;
+        const float* p = prod.data() + i * cols + t * bits;
+        for (int64_t b = 0; b < bits; ++b) c |= static_cast<uint32_t>(p[b] > 0.f) << b;
+        codes[(i0 + i) * tables + t] = c;
+      }
+  }
+}
+
+uint32_t hash_query(const float* q, int64_t d, const float* w, int64_t bits, int64_t t, int64_t cols) {
+  uint32_t c = 0;
+  for (int64_t b = 0; b < bits; ++b) {
+    float s = 0;
+    for (int64_t j = 0; j < d; ++j) s += q[j] * w[j * cols + t * bits + b];
+    c |= static_cast<uint32_t>(s > 0.f) << b;
+  }
+  return c;
+}
+
+const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t head) {
+  for (const auto& pm : r.manifest()["kind_data"]["parts"])
+    if (pm["layer"] == layer && pm["kv_head"] == head) return pm;
+  KVT_THROW("USAGE", "part (layer " << layer << ", kv head " << head << ") is not in this artifact");
+}
+
+template <typename T>
+std::vector<T> as(const std::vector<uint8_t>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+struct LshTables {
+  std::vector<float> mu, w;
+  std::vector<uint32_t> offsets, ids;  // offsets [L, 2^K + 1], ids [L, n] (widened to u32)
+  static LshTables load(const ArtifactReader& r, int64_t layer, int64_t head, const LshLayout& lay, int64_t n) {
+    auto get = [&](const char* name) {
+      const SectionEntry* e = r.find(name, layer, head);
+      KVT_CHECK(e, "PART_INVALID", "lsh part (" << layer << ", " << head << ") lacks section " << name);
+      return std::make_pair(e, r.read_section(*e));
+    };
+    LshTables t;
+    auto [me, mb] = get("lsh_mu");
+    auto [we, wb] = get("lsh_projections");
+    auto [oe, ob] = get("lsh_offsets");
+    auto [ie, ib] = get("lsh_ids");
+    KVT_CHECK(me->dtype == "f32" && me->shape == std::vector<int64_t>({lay.d}) && we->dtype == "f32" &&
+                  we->shape == std::vector<int64_t>({lay.d, lay.bits * lay.tables}) && oe->dtype == "u32" &&
+                  oe->shape == std::vector<int64_t>({lay.tables, lay.buckets + 1}) &&
+                  (ie->dtype == "u16" || ie->dtype == "u32") && ie->shape == std::vector<int64_t>({lay.tables, n}),
+              "SHAPE_MISMATCH", "lsh sections of part (" << layer << ", " << head << ") have wrong dtypes or shapes");
+    t.mu = as<float>(mb);
+    t.w = as<float>(wb);
+    t.offsets = as<uint32_t>(ob);
+    if (ie->dtype == "u16") {
+      auto v = as<uint16_t>(ib);
+      t.ids.assign(v.begin(), v.end());
+    } else {
+      t.ids = as<uint32_t>(ib);
+    }
+    return t;
+  }
+};
+
+class LshSelector : public PartSelector {
+ public:
+  LshSelector(const ArtifactReader& r, int64_t layer, int64_t head) : lay_(LshLayout::of(r)), rows_(IndexedRows::of(r)) {
+    const json& pm = part_meta(r, layer, head);
+    n_ = pm["indexed_rows"];
+    if (n_ > 0) t_ = LshTables::load(r, layer, head, lay_, n_);
+  }
+  int64_t indexed_rows() const override { return n_; }
+  bool uses_budget() const override { return false; }
+  bool needs_keys() const override { return true; }
+  void select(const SelectRequest& req, Selection& out) const override {
+    KVT_CHECK(req.min_collisions >= 1 && req.min_collisions <= lay_.tables, "USAGE",
+              "--min-collisions must be in 1.." << lay_.tables);
+    if (n_ == 0) return;
+    const int64_t cols = lay_.bits * lay_.tables, rb = rows_.begin();
+    std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
+    for (int64_t t = 0; t < lay_.tables; ++t) {
+      uint32_t c = hash_query(req.q, lay_.d, t_.w.data(), lay_.bits, t, cols);
+      const uint32_t* off = t_.offsets.data() + t * (lay_.buckets + 1);
+      const uint32_t* ids = t_.ids.data() + t * n_;
+      for (uint32_t i = off[c]; i < off[c + 1]; ++i) ++count[ids[i] - rb];
+    }
+    double qn = 0;
+    for (int64_t j = 0; j < lay_.d; ++j) qn += static_cast<double>(req.q[j]) * req.q[j];
+    qn = std::sqrt(qn);
+    for (int64_t i = 0; i < n_; ++i) {
+      if (count[i] < req.min_collisions) continue;
+      out.ids.push_back(rb + i);
+      out.scores.push_back(static_cast<float>(count[i]));
+      // Inclusion probability from the full (centered) key.
+      const float* k = req.keys->row(rb + i);
+      double dot = 0, kn = 0;
+      for (int64_t j = 0; j < lay_.d; ++j) {
+        double kc = static_cast<double>(k[j]) - t_.mu[j];
+        dot += req.q[j] * kc;
+        kn += kc * kc;
+      }
+      double cosv = qn > 0 && kn > 0 ? dot / (qn * std::sqrt(kn)) : 0.0;
+      out.inclusion.push_back(lsh_inclusion_probability(cosv, lay_.bits, lay_.tables, req.min_collisions));
+    }
+  }
+  json describe() const override { return {{"bits", lay_.bits}, {"tables", lay_.tables}}; }
+
+ private:
+  LshLayout lay_;
+  IndexedRows rows_;
+  int64_t n_ = 0;
+  LshTables t_;
+};
+
+void validate_lsh(const ArtifactReader& r) {
+  validate_part_list(r);
+  LshLayout lay = LshLayout::of(r);
+  IndexedRows rows = IndexedRows::of(r);
+  const uint64_t seed = r.manifest()["params"]["seed"];
+  size_t sections = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    int64_t layer = pm["layer"], head = pm["kv_head"];
+    KVT_CHECK(pm.contains("indexed_rows") && pm["indexed_rows"].get<int64_t>() == rows.count(), "PART_INVALID",
+              "lsh part (" << layer << ", " << head << ") does not index the " << rows.count() << " rows of its coverage");
+    const int64_t n = rows.count();
+    if (n == 0) continue;
+    sections += 4;
+    LshTables t = LshTables::load(r, layer, head, lay, n);
+    KVT_CHECK(r.find("lsh_ids", layer, head)->dtype == id_dtype(rows.coverage_end), "SHAPE_MISMATCH",
+              "lsh ids of part (" << layer << ", " << head << ") should be " << id_dtype(rows.coverage_end));
+    for (float x : t.mu) KVT_CHECK(std::isfinite(x), "NON_FINITE", "the key mean of part (" << layer << ", " << head << ") is not finite");
+    KVT_CHECK(t.w == lsh_projections(seed, layer, head, lay.d, lay.bits, lay.tables), "PROJECTION_MISMATCH",
+              "the projections of part (" << layer << ", " << head << ") are not the ones the seed " << seed << " generates");
+    std::vector<int64_t> seen(static_cast<size_t>(n), -1);
+    for (int64_t tb = 0; tb < lay.tables; ++tb) {
+      const uint32_t* off = t.offsets.data() + tb * (lay.buckets + 1);
+      KVT_CHECK(off[0] == 0 && off[lay.buckets] == n, "BUCKET_TABLE_INVALID",
+                "table " << tb << " of part (" << layer << ", " << head << "): offsets run from " << off[0] << " to "
+                         << off[lay.buckets] << ", not 0 to " << n);
+      for (int64_t b = 0; b < lay.buckets; ++b) {
+        KVT_CHECK(off[b] <= off[b + 1], "BUCKET_TABLE_INVALID", "table " << tb << " offsets are not monotone at bucket " << b);
+        for (uint32_t i = off[b]; i < off[b + 1]; ++i) {
+          int64_t id = t.ids[tb * n + i];
+          KVT_CHECK(id >= rows.begin() && id < rows.end(), "BUCKET_TABLE_INVALID",
+                    "table " << tb << " holds row " << id << " outside the indexed rows");
+          KVT_CHECK(seen[id - rows.begin()] != tb, "BUCKET_TABLE_INVALID", "table " << tb << " holds row " << id << " twice");
+          KVT_CHECK(i == off[b] || t.ids[tb * n + i] > t.ids[tb * n + i - 1], "BUCKET_TABLE_INVALID",
+                    "bucket " << b << " of table " << tb << " is not sorted by id");
+          seen[id - rows.begin()] = tb;
+        }
+      }
+    }
+  }
+  KVT_CHECK(sections == r.sections().size(), "PART_INVALID", "the artifact has sections that belong to no lsh part");
+}
+
+json summarize_lsh(const ArtifactReader& r) {
+  uint64_t raw = 0, stored = 0;
+  for (const auto& s : r.sections())
+    if (s.name == "lsh_offsets" || s.name == "lsh_ids") raw += s.raw_size, stored += s.stored_size;
+  double empty = 0;
+  int64_t max_bucket = 0, parts = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    if (!pm.contains("bucket_empty_fraction")) continue;
+    empty += pm["bucket_empty_fraction"].get<double>();
+    max_bucket = std::max<int64_t>(max_bucket, pm["bucket_max"]);
+    ++parts;
+  }
+  return {{"table_bytes_raw", raw}, {"table_bytes_stored", stored},
+          {"bucket_empty_fraction_mean", parts ? empty / parts : 0.0}, {"bucket_max", max_bucket}};
+}
+
+}  // namespace
+
+std::vector<float> lsh_projections(uint64_t seed, int64_t layer, int64_t kv_head, int64_t d, int64_t bits, int64_t tables) {
+  SplitMix64 g(part_seed(seed, static_cast<uint64_t>(layer), static_cast<uint64_t>(kv_head), kProjectionStream));
+  std::vector<float> w(static_cast<size_t>(d * bits * tables));
+  for (auto& x : w) x = static_cast<float>(g.normal());
+  return w;
+}
+
+double lsh_inclusion_probability(double cosine, int64_t bits, int64_t tables, int64_t c) {
+  double cs = std::max(-1.0, std::min(1.0, cosine));
+  double p = 1.0 - std::acos(cs) / M_PI;
+  double P = std::pow(p, static_cast<double>(bits));
+  const double L = static_cast<double>(tables);
+  if (P <= 0) return 0.0;
+  if (P >= 1) return 1.0;
+  if (c == 2) return 1.0 - std::pow(1.0 - P, L - 1) * (1.0 + (L - 1) * P);
+  // 1 - sum_{j < c} C(L, j) P^j (1-P)^(L-j), each term in log space.
+  double below = 0, lp = std::log(P), lq = std::log1p(-P);
+  for (int64_t j = 0; j < c; ++j)
+    below += std::exp(std::lgamma(L + 1) - std::lgamma(j + 1.0) - std::lgamma(L - j + 1) + j * lp + (L - j) * lq);
+  return std::max(0.0, 1.0 - below);
+}
+
+void SoftmaxState::add(double logit, const float* v) {
+  if (logit > max) {
+    double scale = std::exp(max - logit);
+    sum *= scale;
+    for (auto& a : acc) a *= scale;
+    max = logit;
+  }
+  double e = std::exp(logit - max);
+  sum += e;
+  for (size_t j = 0; j < acc.size(); ++j) acc[j] += e * v[j];
+}
+
+void SoftmaxState::merge(const SoftmaxState& o) {
+  if (o.sum == 0) return;
+  if (sum == 0) {
+    *this = o;
+    return;
+  }
+  double m = std::max(max, o.max), a = std::exp(max - m), b = std::exp(o.max - m);
+  for (size_t j = 0; j < acc.size(); ++j) acc[j] = acc[j] * a + o.acc[j] * b;
+  sum = sum * a + o.sum * b;
+  max = m;
+}
+
+std::vector<double> SoftmaxState::output() const {
+  std::vector<double> o(acc.size(), 0.0);
+  if (sum > 0)
+    for (size_t j = 0; j < acc.size(); ++j) o[j] = acc[j] / sum;
+  return o;
+}
+
+json LshBuilder::params() const { return {{"bits", p_.bits}, {"tables", p_.tables}, {"centering", "mean-of-indexed-keys"}}; }
+
+void LshBuilder::check(int64_t) const {
+  KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, "USAGE", "--bits must be in 1..16 (got " << p_.bits << ")");
+  KVT_CHECK(p_.tables >= 1 && p_.tables <= 4096, "USAGE", "--tables must be in 1..4096 (got " << p_.tables << ")");
+}
+
+PartOutput LshBuilder::build_part(const PartInput& in) const {
+  const int64_t d = in.head_dim, rb = in.row_begin(), n = in.row_end() - rb, K = p_.bits, L = p_.tables;
+  const int64_t buckets = int64_t{1} << K;
+  PartOutput out;
+  out.meta = {{"indexed_rows", n}};
+  if (n == 0) return out;
+  // Center the keys by their mean over the indexed rows (attention is unchanged by it).
+  std::vector<double> mu(static_cast<size_t>(d), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) mu[j] += in.keys[(rb + i) * d + j];
+  std::vector<float> muf(static_cast<size_t>(d)), x(static_cast<size_t>(n * d));
+  for (int64_t j = 0; j < d; ++j) muf[j] = static_cast<float>(mu[j] / static_cast<double>(n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) x[i * d + j] = in.keys[(rb + i) * d + j] - muf[j];
+  std::vector<float> w = lsh_projections(in.base_seed, in.layer, in.kv_head, d, K, L);
+  std::vector<uint32_t> codes;
+  simhash(x.data(), n, d, w, K, L, codes);
+  // CSR per table: counting sort by code; ids ascend inside a bucket.
+  std::vector<uint32_t> offsets(static_cast<size_t>(L * (buckets + 1)), 0), ids(static_cast<size_t>(L * n));
+  int64_t empty = 0, max_bucket = 0;
+  for (int64_t t = 0; t < L; ++t) {
+    uint32_t* off = offsets.data() + t * (buckets + 1);
+    for (int64_t i = 0; i < n; ++i) ++off[codes[i * L + t] + 1];
+    for (int64_t b = 0; b < buckets; ++b) {
+      empty += off[b + 1] == 0;
+      max_bucket = std::max<int64_t>(max_bucket, off[b + 1]);
+      off[b + 1] += off[b];
+    }
+    std::vector<uint32_t> pos(off, off + buckets);
+    for (int64_t i = 0; i < n; ++i) ids[t * n + pos[codes[i * L + t]]++] = static_cast<uint32_t>(rb + i);
+  }
+  auto bytes = [](const void* p, size_t nb) {
+    std::vector<uint8_t> b(nb);
+    std::memcpy(b.data(), p, nb);
+    return b;
+  };
+  out.sections.push_back({"lsh_mu", "f32", {d}, bytes(muf.data(), muf.size() * 4)});
+  out.sections.push_back({"lsh_projections", "f32", {d, K * L}, bytes(w.data(), w.size() * 4)});
+  out.sections.push_back({"lsh_offsets", "u32", {L, buckets + 1}, bytes(offsets.data(), offsets.size() * 4)});
+  if (id_dtype(in.coverage_end) == "u16") {
+    std::vector<uint16_t> s(ids.begin(), ids.end());
+    out.sections.push_back({"lsh_ids", "u16", {L, n}, bytes(s.data(), s.size() * 2)});
+  } else {
+    out.sections.push_back({"lsh_ids", "u32", {L, n}, bytes(ids.data(), ids.size() * 4)});
+  }
+  out.meta["bucket_empty_fraction"] = static_cast<double>(empty) / static_cast<double>(L * buckets);
+  out.meta["bucket_max"] = max_bucket;
+  return out;
+}
+
+KindInfo kinds::lsh_kind() {
+  return {"lsh", "MagicPIG SimHash tables", validate_lsh,
+          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+            return std::make_unique<LshSelector>(r, layer, head);
+          },
+          summarize_lsh};
+}
+
+}  // namespace kvtool
