@@ -58,14 +58,18 @@ void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, 
   }
 }
 
-uint32_t hash_query(const float* q, int64_t d, const float* w, int64_t bits, int64_t t, int64_t cols) {
-  uint32_t c = 0;
-  for (int64_t b = 0; b < bits; ++b) {
-    float s = 0;
-    for (int64_t j = 0; j < d; ++j) s += q[j] * w[j * cols + t * bits + b];
-    c |= static_cast<uint32_t>(s > 0.f) << b;
+// Codes of one query for every table: one pass over the row-major projections.
+void hash_query(const float* q, int64_t d, const std::vector<float>& w, int64_t bits, int64_t tables, std::vector<uint32_t>& codes) {
+  const int64_t cols = bits * tables;
+  std::vector<float> s(static_cast<size_t>(cols), 0.f);
+  for (int64_t j = 0; j < d; ++j) {
+    const float qj = q[j];
+    const float* wr = w.data() + j * cols;
+    for (int64_t c = 0; c < cols; ++c) s[c] += qj * wr[c];
   }
-  return c;
+  codes.assign(static_cast<size_t>(tables), 0);
+  for (int64_t t = 0; t < tables; ++t)
+    for (int64_t b = 0; b < bits; ++b) codes[t] |= static_cast<uint32_t>(s[t * bits + b] > 0.f) << b;
 }
 
 const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t head) {
@@ -127,10 +131,12 @@ class LshSelector : public PartSelector {
     KVT_CHECK(req.min_collisions >= 1 && req.min_collisions <= lay_.tables, "USAGE",
               "--min-collisions must be in 1.." << lay_.tables);
     if (n_ == 0) return;
-    const int64_t cols = lay_.bits * lay_.tables, rb = rows_.begin();
+    const int64_t rb = rows_.begin();
     std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
+    std::vector<uint32_t> qcodes;
+    hash_query(req.q, lay_.d, t_.w, lay_.bits, lay_.tables, qcodes);
     for (int64_t t = 0; t < lay_.tables; ++t) {
-      uint32_t c = hash_query(req.q, lay_.d, t_.w.data(), lay_.bits, t, cols);
+      uint32_t c = qcodes[t];
       const uint32_t* off = t_.offsets.data() + t * (lay_.buckets + 1);
       const uint32_t* ids = t_.ids.data() + t * n_;
       for (uint32_t i = off[c]; i < off[c + 1]; ++i) ++count[ids[i] - rb];
