@@ -18,6 +18,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
+#include "kvtool/kinds.h"
 #include "kvtool/prng.h"
 #include "kvtool/progress.h"
 #include "kvtool/source_binding.h"
@@ -188,6 +189,7 @@ json build_artifact(const std::string& dump_path, const BuildOptions& opt, const
         keys.resize(static_cast<size_t>(E * g.head_dim));
         dump.read_k(in.layer, in.kv_head, 0, E, keys.data());
         in.keys = keys.data();
+        in.dump = &dump;
         slot.out = kind.build_part(in);
         slot.out.meta["layer"] = in.layer;
         slot.out.meta["kv_head"] = in.kv_head;
@@ -251,6 +253,10 @@ json build_artifact(const std::string& dump_path, const BuildOptions& opt, const
   core.params["zstd_level"] = opt.zstd_level;
   core.source = binding;
   core.kind_data = {{"parts", parts}, {"part_range", {p0, p1}}, {"parts_total", total}};
+  // Artifact-level state that needs every part (squeeze thresholds) exists only in complete
+  // artifacts; kvtool merge computes it the same way.
+  if (const KindInfo* ki = find_kind(kind.kind()); ki && ki->finalize && p0 == 0 && p1 == total)
+    core.kind_data.update(ki->finalize(core.params, parts));
   Digest md = writer.finish(core, key.get());
   return {{"schema_version", kJsonSchemaVersion},
           {"ok", true},
@@ -327,6 +333,7 @@ json merge_artifacts(const std::vector<std::string>& paths, const std::string& o
   core.kind_data = m0["kind_data"];
   core.kind_data["parts"] = parts;
   core.kind_data["part_range"] = {0, total};
+  if (const KindInfo* ki = find_kind(core.kind); ki && ki->finalize) core.kind_data.update(ki->finalize(core.params, parts));
   Digest md = writer.finish(core, key.get());
   return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output}, {"shards", shards.size()},
           {"parts_total", total}, {"manifest_sha256", to_hex(md)}, {"signed", key != nullptr}};

@@ -51,6 +51,7 @@ const std::vector<ReasonInfo>& all_reasons() {
       {"HEAD_MAP_MISMATCH", ExitCode::invalid, "the dump has another q->kv head mapping"},
       {"GEOMETRY_MISMATCH", ExitCode::invalid, "the dump has another geometry (layers, kv heads, head dim) or dtype"},
       {"COVERAGE_BEYOND_FRONTIER", ExitCode::invalid, "the artifact covers rows beyond the dump's committed frontier"},
+      {"PREFIX_MISMATCH", ExitCode::invalid, "the token ids of the covered prefix differ"},
       {"PAYLOAD_MISMATCH", ExitCode::invalid, "the K/V rows of the covered range differ"},
       // validation (1): merge
       {"MERGE_MISMATCH", ExitCode::invalid, "shards differ in kind, parameters, generations or source"},
@@ -64,6 +65,8 @@ const std::vector<ReasonInfo>& all_reasons() {
       {"GENERATIONS_NOT_CONTIGUOUS", ExitCode::invalid, "index generations do not tile the rows and clusters in order"},
       {"BUCKET_TABLE_INVALID", ExitCode::invalid, "an lsh bucket table is not a valid CSR of the indexed rows"},
       {"PROJECTION_MISMATCH", ExitCode::invalid, "lsh projections differ from those the recorded seed generates"},
+      {"HIERARCHY_NOT_COVERING", ExitCode::invalid, "a squeeze coarse level does not give every fine centroid a parent"},
+      {"THRESHOLDS_MISMATCH", ExitCode::invalid, "squeeze thresholds are not the quantiles of the recorded calibration scores"},
       {"PART_INVALID", ExitCode::invalid, "a part's sections or metadata are missing or inconsistent"},
   };
   return reasons;

@@ -17,6 +17,7 @@ namespace {
 struct Acc {
   std::vector<double> retained, oracle, recall, err, rel_err, frac, rows;
   std::vector<double> est_err, est_rel_err, sampled_frac;  // sampling kinds only
+  std::vector<double> scored;                              // centroid kinds: centroids scored per query
   void add(double r, double o, double rc, double e, double re, double f, double n) {
     retained.push_back(r);
     oracle.push_back(o);
@@ -40,6 +41,7 @@ double p10(std::vector<double> v) {
 json summary(const Acc& a, int64_t row_bytes) {
   double rm = mean(a.retained), om = mean(a.oracle);
   json extra = json::object();
+  if (!a.scored.empty()) extra["centroids_scored_mean"] = mean(a.scored);
   if (!a.est_err.empty()) {
     extra["estimator_output_error_mean"] = mean(a.est_err);
     extra["estimator_relative_output_error_mean"] = mean(a.est_rel_err);
@@ -141,9 +143,22 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
     int64_t min_collisions = 2;
     json selector;
     std::string label;
+    double quantile = -1;
+    bool flat = false;
   };
   std::vector<Setting> settings;
-  if (sampling) {
+  const bool thresholded = art.kind() == "squeeze";
+  if (thresholded) {
+    std::vector<double> qs = opt.quantiles;
+    if (qs.empty())
+      for (const auto& q : params["quantiles"]) qs.push_back(q.get<double>());
+    for (double q : qs)
+      for (bool flat : {false, true})
+        settings.push_back({Budget{}, 2,
+                            {{"kind", art.kind()}, {"quantile", q}, {"mode", flat ? "flat" : "hierarchical"},
+                             {"indexed_rows", rows.count()}},
+                            "q=" + json(q).dump() + (flat ? "/flat" : "/hier"), q, flat});
+  } else if (sampling) {
     for (int64_t c : opt.min_collisions)
       settings.push_back({Budget{}, c,
                           {{"kind", art.kind()}, {"bits", params["bits"]}, {"tables", params["tables"]}, {"min_collisions", c},
@@ -199,7 +214,12 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
           KeyRows keys{K.data(), E, d};
           for (size_t bi = 0; bi < settings.size(); ++bi) {
             CandidateReceipt rc = sel.query(l, h, q, std::max<int64_t>(qpos[j], E - 1), settings[bi].budget,
-                                            settings[bi].min_collisions, sampling ? &keys : nullptr);
+                                            settings[bi].min_collisions, sampling ? &keys : nullptr, settings[bi].quantile,
+                                            settings[bi].flat);
+            if (rc.centroids_scored >= 0) {
+              overall[bi].scored.push_back(static_cast<double>(rc.centroids_scored));
+              per_layer[bi][static_cast<size_t>(l - lf)].scored.push_back(static_cast<double>(rc.centroids_scored));
+            }
             std::fill(in_r.begin(), in_r.end(), 0);
             for (int64_t id : rc.candidates)
               if (id < E) in_r[id] = 1;

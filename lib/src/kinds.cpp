@@ -26,6 +26,7 @@ const std::vector<KindInfo>& registry() {
       kinds::pq_kind(),
       kinds::clusterkv_kind(),
       kinds::lsh_kind(),
+      kinds::squeeze_kind(),
   };
   return kinds;
 }

@@ -70,6 +70,7 @@ json CandidateReceipt::to_json() const {
           {"scores", sc},
           {"inclusion_probabilities", inclusion},
           {"selector", selector},
+          {"centroids_scored", centroids_scored},
           {"always_included", always_included},
           {"part", part}};
 }
@@ -90,7 +91,7 @@ const PartSelector& SelectorSet::part(int64_t layer, int64_t kv_head) {
 bool SelectorSet::needs_keys() const { return r_.kind() == "lsh"; }
 
 CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
-                                    int64_t min_collisions, const KeyRows* keys) {
+                                    int64_t min_collisions, const KeyRows* keys, double quantile, bool flat) {
   const auto& src = r_.source();
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, "USAGE", "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
   KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, "USAGE", "--q-head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
@@ -113,14 +114,22 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   req.budget = sel.uses_budget() ? b.rows(rc.indexed_rows) : -1;
   req.min_collisions = min_collisions;
   req.keys = keys;
+  req.flat = flat;
+  if (sel.uses_quantile()) {
+    const json& qs = r_.manifest()["params"]["quantiles"];
+    req.quantile = quantile >= 0 ? quantile : qs[0].get<double>();
+  }
   Selection out;
   sel.select(req, out);
   rc.budget_rows = req.budget;
   rc.candidates = std::move(out.ids);
   rc.scores = std::move(out.scores);
   rc.inclusion = std::move(out.inclusion);
+  rc.centroids_scored = out.centroids_scored;
   rc.part = sel.describe();
-  if (sel.uses_budget())
+  if (sel.uses_quantile())
+    rc.selector = {{"quantile", req.quantile}, {"mode", flat ? "flat" : "hierarchical"}};
+  else if (sel.uses_budget())
     rc.selector = {{"budget", b.str()}, {"budget_rows", rc.budget_rows}};
   else
     rc.selector = {{"min_collisions", min_collisions}};

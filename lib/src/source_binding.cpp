@@ -262,6 +262,11 @@ void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_sn
             "the dump is [L=" << g.layers << ", H_kv=" << g.kv_heads << ", d=" << g.head_dim << "] " << dtype_name(g.dtype)
                               << ", the artifact was built from [L=" << r.geo.layers << ", H_kv=" << r.geo.kv_heads
                               << ", d=" << r.geo.head_dim << "] " << dtype_name(r.geo.dtype));
+  if (!r.prefix_tokens_sha256.empty() && info.has_tokens && r.coverage_end <= g.tokens) {
+    std::string now = to_hex(prefix_tokens_digest(dump.tokens(), r.coverage_end));
+    KVT_CHECK(now == r.prefix_tokens_sha256, "PREFIX_MISMATCH",
+              "the dump's token ids of the prefix [0, " << r.coverage_end << ") differ from the prefix the artifact was built for");
+  }
   KVT_CHECK(r.coverage_end <= info.committed_frontier, "COVERAGE_BEYOND_FRONTIER",
             "the artifact covers rows [0, " << r.coverage_end << ") but the dump commits only [0, "
                                             << info.committed_frontier << ")");

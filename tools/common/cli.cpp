@@ -223,19 +223,23 @@ void print_eval(const json& j) {
             << " query positions x query heads x layers\n";
   bool sampling = !j["budgets"].empty() && j["budgets"][0]["selector"].contains("min_collisions");
   auto label = [](const json& b) {
-    return b["selector"].contains("min_collisions") ? "c=" + std::to_string(b["selector"]["min_collisions"].get<int64_t>())
-                                                    : b["selector"]["budget"].get<std::string>();
+    const json& s = b["selector"];
+    if (s.contains("quantile")) return "q=" + s["quantile"].dump() + (s["mode"] == "flat" ? " flat" : " hier");
+    return s.contains("min_collisions") ? "c=" + std::to_string(s["min_collisions"].get<int64_t>()) : s["budget"].get<std::string>();
   };
-  std::printf("  %-8s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s\n", sampling ? "setting" : "budget", "sel.frac", "retained",
-              "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err", "rows bytes", sampling ? "  est.err  sampled" : "");
+  bool centroids = !j["budgets"].empty() && j["budgets"][0].contains("centroids_scored_mean");
+  std::printf("  %-12s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s%s\n", sampling || centroids ? "setting" : "budget", "sel.frac",
+              "retained", "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err", "rows bytes",
+              sampling ? "  est.err  sampled" : "", centroids ? "  centroids" : "");
   for (const auto& b : j["budgets"]) {
-    std::printf("  %-8s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(b).c_str(),
+    std::printf("  %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(b).c_str(),
                 b["selected_fraction_mean"].get<double>(), b["retained_mass_mean"].get<double>(),
                 b["retained_mass_p10"].get<double>(), b["oracle_retained_mass_mean"].get<double>(),
                 b["quality_ratio"].get<double>(), b["recall_support_mean"].get<double>(), b["output_error_mean"].get<double>(),
                 b["relative_output_error_mean"].get<double>(), b["selected_row_bytes_mean"].get<double>());
     if (sampling)
       std::printf("  %7.4f  %7.4f", b["estimator_output_error_mean"].get<double>(), b["sampled_fraction_mean"].get<double>());
+    if (centroids) std::printf("  %9.1f", b["centroids_scored_mean"].get<double>());
     std::printf("\n");
   }
   if (sampling)

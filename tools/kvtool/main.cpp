@@ -146,6 +146,10 @@ int main(int argc, char** argv) {
   query->add_option("--budget", q_budget, "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)")->capture_default_str();
   int64_t q_min_coll = 2;
   query->add_option("--min-collisions", q_min_coll, "lsh: emit rows colliding in at least c tables")->capture_default_str();
+  double q_quantile = -1;
+  bool q_flat = false;
+  query->add_option("--quantile", q_quantile, "squeeze: calibrated quantile whose threshold to apply (default: the first calibrated)");
+  query->add_flag("--flat", q_flat, "squeeze: score every fine centroid (the reference's lookup) instead of the two-level pass");
   query->add_flag("--json", as_json, "machine-readable receipt");
 
   // eval
@@ -157,6 +161,8 @@ int main(int argc, char** argv) {
   eval->add_option("--budget", e_budgets, "budget(s); several give a curve (default 0.1)");
   std::vector<int64_t> e_min_coll;
   eval->add_option("--min-collisions", e_min_coll, "lsh: collision threshold(s) c (default 2)");
+  std::vector<double> e_quantiles;
+  eval->add_option("--quantile", e_quantiles, "squeeze: quantile(s) to evaluate, hierarchical and flat (default: all calibrated)");
   eval->add_option("--csv", e_csv, "write one row per (budget, layer, query head, position)");
   eval->add_option("--plot", e_plot, "write an SVG of retained mass vs selected fraction");
   eval->add_flag("--json", as_json, "machine-readable output");
@@ -175,7 +181,7 @@ int main(int argc, char** argv) {
   // build → kvtool-KIND build
   std::string b_kind;
   auto* build = app.add_subcommand("build", "Run the builder of an index kind: kvtool build KIND ARGS... = kvtool-KIND build ARGS...");
-  build->add_option("KIND", b_kind, "pq | clusterkv | lsh")->required();
+  build->add_option("KIND", b_kind, "pq | clusterkv | lsh | squeeze")->required();
   build->prefix_command();
 
   // reasons
@@ -337,7 +343,7 @@ int main(int argc, char** argv) {
         keys = KeyRows{krows.data(), E, dim};
       }
       CandidateReceipt rc = sel.query(q_layer, q_head, qv_data.data(), position, Budget::parse(q_budget), q_min_coll,
-                                      sel.needs_keys() ? &keys : nullptr);
+                                      sel.needs_keys() ? &keys : nullptr, q_quantile, q_flat);
       if (as_json) {
         cli::print_json(rc.to_json());
       } else {
@@ -346,6 +352,7 @@ int main(int argc, char** argv) {
         std::cout << "layer " << rc.layer << ", query head " << rc.q_head << " (kv head " << rc.kv_head << "), position "
                   << rc.position << ": " << rc.candidates.size() << " candidates of " << rc.indexed_rows
                   << " indexed rows, " << rc.always_included.size() << " always included\n";
+        if (rc.centroids_scored >= 0) std::cout << "centroids scored: " << rc.centroids_scored << "\n";
         if (!rc.inclusion.empty()) {
           std::cout << "inclusion probabilities:";
           for (double u : rc.inclusion) std::printf(" %.4g", u);
@@ -369,6 +376,7 @@ int main(int argc, char** argv) {
         for (const auto& b : e_budgets) eo.budgets.push_back(Budget::parse(b));
       }
       if (!e_min_coll.empty()) eo.min_collisions = e_min_coll;
+      eo.quantiles = e_quantiles;
       eo.csv_path = e_csv;
       eo.plot_path = e_plot;
       eo.quiet = quiet || as_json;
@@ -393,7 +401,7 @@ int main(int argc, char** argv) {
       KVT_CHECK(b_kind.find('/') == std::string::npos && !b_kind.empty(), "USAGE", "bad kind '" << b_kind << "'");
       std::string tool = dir + "/kvtool-" + b_kind;
       KVT_CHECK(access(tool.c_str(), X_OK) == 0, "USAGE",
-                "unknown index kind '" << b_kind << "': no " << tool << " (kinds: pq, clusterkv, lsh)");
+                "unknown index kind '" << b_kind << "': no " << tool << " (kinds: pq, clusterkv, lsh, squeeze)");
       std::vector<std::string> args = {tool, "build"};
       for (const auto& a : build->remaining()) args.push_back(a);
       std::vector<char*> av;

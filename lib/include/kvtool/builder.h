@@ -42,12 +42,15 @@ struct PartSection {
   std::vector<uint8_t> bytes;
 };
 
+class DumpReader;
+
 struct PartInput {
   int64_t layer, kv_head, head_dim;
   int64_t coverage_end, sink, local;  // indexed rows: [row_begin(), row_end())
   uint64_t seed;                      // part_seed(seed, layer, kv_head)
   uint64_t base_seed;                 // --seed itself (for kinds that derive more streams per part)
   const float* keys;                  // rows [0, coverage_end), row-major [coverage_end, head_dim]
+  const DumpReader* dump;             // the source (e.g. for calibration queries); thread-safe reads
   int64_t row_begin() const;
   int64_t row_end() const;
 };

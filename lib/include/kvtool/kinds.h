@@ -35,6 +35,8 @@ struct SelectRequest {
   const float* q = nullptr;
   int64_t budget = 0;          // index-chosen rows (kinds that rank)
   int64_t min_collisions = 2;  // c (kinds that sample)
+  double quantile = 0.5;       // calibrated threshold to apply (threshold kinds: squeeze)
+  bool flat = false;           // squeeze: score every fine centroid instead of the two-level pass
   const KeyRows* keys = nullptr;
 };
 
@@ -42,6 +44,7 @@ struct Selection {
   std::vector<int64_t> ids;       // absolute dump rows, best first (ties by lower id) or ascending
   std::vector<float> scores;      // kind-specific score of each id
   std::vector<double> inclusion;  // sampling kinds: inclusion probability of each id
+  int64_t centroids_scored = -1;  // centroid kinds: how many centroids this query scored
 };
 
 // Loaded selector state of one (layer, kv head) part.
@@ -53,6 +56,7 @@ class PartSelector {
   // indexed rows; sampling kinds ignore the budget and return every row with >= c collisions.
   virtual void select(const SelectRequest& req, Selection& out) const = 0;
   virtual bool uses_budget() const { return true; }
+  virtual bool uses_quantile() const { return false; }
   virtual bool needs_keys() const { return false; }
   virtual json describe() const { return json::object(); }
 };
@@ -66,6 +70,9 @@ struct KindInfo {
   std::function<std::unique_ptr<PartSelector>(const ArtifactReader&, int64_t layer, int64_t kv_head)> load;
   // Optional kind-specific summary shown by inspect (e.g. table bytes, bucket occupancy).
   std::function<json(const ArtifactReader&)> summarize = nullptr;
+  // Optional: artifact-level kind_data computed from every part's metadata once all parts exist
+  // (build and merge call it alike, so a merged artifact equals an unsharded one).
+  std::function<json(const json& params, const json& parts)> finalize = nullptr;
 };
 
 const KindInfo* find_kind(const std::string& name);
@@ -80,6 +87,7 @@ namespace kinds {
 KindInfo pq_kind();
 KindInfo clusterkv_kind();
 KindInfo lsh_kind();
+KindInfo squeeze_kind();
 }  // namespace kinds
 
 }  // namespace kvtool

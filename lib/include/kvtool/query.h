@@ -30,6 +30,7 @@ struct CandidateReceipt {
   std::vector<int64_t> candidates;
   std::vector<float> scores;
   std::vector<double> inclusion;  // sampling kinds (lsh): inclusion probability of each candidate
+  int64_t centroids_scored = -1;  // centroid kinds: centroids this query scored
   json selector = json::object();
   std::vector<int64_t> always_included;  // sink, local window, uncovered tail (coverage_end .. position)
   json part = json::object();
@@ -44,7 +45,8 @@ class SelectorSet {
   // `position` is the row the query sits at; it must be >= coverage_end - 1. `keys` (rows [0, E)
   // of the query's kv head) is required by kinds whose receipts need the full keys (lsh).
   CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
-                         int64_t min_collisions = 2, const KeyRows* keys = nullptr);
+                         int64_t min_collisions = 2, const KeyRows* keys = nullptr, double quantile = -1,
+                         bool flat = false);
   bool needs_keys() const;
   const ArtifactReader& artifact() const { return r_; }
 
@@ -62,6 +64,7 @@ std::vector<float> read_query_vector(const std::string& path, int64_t d);
 struct EvalOptions {
   std::vector<Budget> budgets{Budget{}};
   std::vector<int64_t> min_collisions{2};  // selector settings of sampling kinds (lsh)
+  std::vector<double> quantiles;           // threshold kinds (squeeze); empty: the artifact's quantiles
   std::string csv_path;   // per-query rows
   std::string plot_path;  // SVG: retained mass vs selected fraction
   bool quiet = true;

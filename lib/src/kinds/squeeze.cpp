@@ -1,0 +1,390 @@
+// kind "squeeze": everything about SqueezedAttention artifacts lives here (build, calibrate,
+// finalize thresholds, validate, query).
+#include "kvtool/squeeze.h"
+
+#include <faiss/Clustering.h>
+#include <faiss/IndexFlat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "impl/cluster_set.h"
+#include "kvtool/artifact.h"
+#include "kvtool/dump.h"
+#include "kvtool/error.h"
+#include "kvtool/kinds.h"
+
+namespace kvtool {
+
+namespace {
+
+std::string quantile_key(double q) { return json(q).dump(); }
+
+const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t head) {
+  for (const auto& pm : r.manifest()["kind_data"]["parts"])
+    if (pm["layer"] == layer && pm["kv_head"] == head) return pm;
+  KVT_THROW("USAGE", "part (layer " << layer << ", kv head " << head << ") is not in this artifact");
+}
+
+// exp(z_j - m) / sum_k N_k exp(z_k - m): the per-key score of every fine cluster, max-subtracted.
+void cluster_scores(const float* q, const std::vector<float>& cent, const std::vector<uint32_t>& sizes, int64_t d,
+                    std::vector<double>& out) {
+  const int64_t C = static_cast<int64_t>(sizes.size());
+  out.assign(static_cast<size_t>(C), 0.0);
+  double mx = -INFINITY, inv = 1.0 / std::sqrt(static_cast<double>(d));
+  for (int64_t c = 0; c < C; ++c) {
+    double z = 0;
+    for (int64_t t = 0; t < d; ++t) z += static_cast<double>(q[t]) * cent[c * d + t];
+    out[c] = z * inv;
+    mx = std::max(mx, out[c]);
+  }
+  double den = 0;
+  for (int64_t c = 0; c < C; ++c) den += sizes[c] * std::exp(out[c] - mx);
+  for (int64_t c = 0; c < C; ++c) out[c] = std::exp(out[c] - mx) / den;
+}
+
+class SqueezeSelector : public PartSelector {
+ public:
+  SqueezeSelector(const ArtifactReader& r, int64_t layer, int64_t head) : rows_(IndexedRows::of(r)) {
+    const json& pm = part_meta(r, layer, head);
+    n_ = pm["indexed_rows"];
+    d_ = r.source().geo.head_dim;
+    const json& kd = r.manifest()["kind_data"];
+    KVT_CHECK(kd.contains("thresholds"), "PART_INVALID", "the squeeze artifact has no calibrated thresholds (an unmerged shard?)");
+    thresholds_ = kd["thresholds"];
+    coarse_factor_ = r.manifest()["params"]["coarse_factor"];
+    if (n_ == 0) return;
+    fine_ = ClusterSet::load(r, layer, head, d_, "sq_fine");
+    auto cb = r.read_section(*r.find("sq_coarse_centroids", layer, head));
+    coarse_.resize(cb.size() / 4);
+    std::memcpy(coarse_.data(), cb.data(), cb.size());
+    auto pb = r.read_section(*r.find("sq_parent", layer, head));
+    parent_.resize(pb.size() / 4);
+    std::memcpy(parent_.data(), pb.data(), pb.size());
+    const int64_t G = static_cast<int64_t>(coarse_.size()) / d_;
+    children_.assign(static_cast<size_t>(G), {});
+    group_size_.assign(static_cast<size_t>(G), 0);
+    for (size_t j = 0; j < parent_.size(); ++j) {
+      children_[parent_[j]].push_back(static_cast<int64_t>(j));
+      group_size_[parent_[j]] += fine_.sizes[j];
+    }
+  }
+  int64_t indexed_rows() const override { return n_; }
+  bool uses_budget() const override { return false; }
+  bool uses_quantile() const override { return true; }
+  void select(const SelectRequest& req, Selection& out) const override {
+    std::string key = quantile_key(req.quantile);
+    KVT_CHECK(thresholds_.contains(key), "USAGE",
+              "quantile " << key << " was not calibrated; the artifact has " << thresholds_.dump());
+    const double tau = thresholds_[key];
+    if (n_ == 0) {
+      out.centroids_scored = 0;
+      return;
+    }
+    const int64_t C = fine_.clusters(), G = static_cast<int64_t>(children_.size());
+    std::vector<double> score(static_cast<size_t>(C), -1.0);
+    if (req.flat) {
+      cluster_scores(req.q, fine_.centroids, fine_.sizes, d_, score);
+      out.centroids_scored = C;
+    } else {
+      // Coarse pass: groups scored like clusters of their total size; a group survives when its
+      // per-key score reaches coarse_factor x tau. The fine pass scores only surviving children;
+      // pruned groups enter the denominator through their coarse centroid.
+      const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
+      std::vector<double> zg(static_cast<size_t>(G));
+      double mx = -INFINITY;
+      for (int64_t g = 0; g < G; ++g) {
+        double z = 0;
+        for (int64_t t = 0; t < d_; ++t) z += static_cast<double>(req.q[t]) * coarse_[g * d_ + t];
+        zg[g] = z * inv;
+        mx = std::max(mx, zg[g]);
+      }
+      double den_c = 0;
+      for (int64_t g = 0; g < G; ++g) den_c += group_size_[g] * std::exp(zg[g] - mx);
+      std::vector<char> keep(static_cast<size_t>(G), 0);
+      for (int64_t g = 0; g < G; ++g) keep[g] = std::exp(zg[g] - mx) / den_c >= coarse_factor_ * tau;
+      std::vector<double> zf(static_cast<size_t>(C), 0.0);
+      int64_t scored = G;
+      for (int64_t g = 0; g < G; ++g) {
+        if (!keep[g]) continue;
+        for (int64_t j : children_[g]) {
+          double z = 0;
+          for (int64_t t = 0; t < d_; ++t) z += static_cast<double>(req.q[t]) * fine_.centroids[j * d_ + t];
+          zf[j] = z * inv;
+          mx = std::max(mx, zf[j]);
+          ++scored;
+        }
+      }
+      double den = 0;
+      for (int64_t g = 0; g < G; ++g) {
+        if (keep[g])
+          for (int64_t j : children_[g]) den += fine_.sizes[j] * std::exp(zf[j] - mx);
+        else
+          den += group_size_[g] * std::exp(zg[g] - mx);
+      }
+      for (int64_t g = 0; g < G; ++g)
+        if (keep[g])
+          for (int64_t j : children_[g]) score[j] = std::exp(zf[j] - mx) / den;
+      out.centroids_scored = scored;
+    }
+    std::vector<std::pair<int64_t, float>> picked;
+    for (int64_t c = 0; c < C; ++c)
+      if (score[c] >= tau) {
+        const uint32_t* m = fine_.members.data() + (fine_.prefix[c] - fine_.sizes[c]);
+        for (uint32_t i = 0; i < fine_.sizes[c]; ++i) picked.emplace_back(m[i], static_cast<float>(score[c]));
+      }
+    std::sort(picked.begin(), picked.end());  // members expanded in ascending position order
+    for (auto& [id, s] : picked) {
+      out.ids.push_back(id);
+      out.scores.push_back(s);
+    }
+  }
+  json describe() const override {
+    return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", children_.size()}};
+  }
+
+ private:
+  IndexedRows rows_;
+  int64_t n_ = 0, d_ = 0;
+  json thresholds_;
+  double coarse_factor_ = 0.5;
+  ClusterSet fine_;
+  std::vector<float> coarse_;
+  std::vector<uint32_t> parent_;
+  std::vector<std::vector<int64_t>> children_;
+  std::vector<uint64_t> group_size_;
+};
+
+void validate_squeeze(const ArtifactReader& r) {
+  validate_part_list(r);
+  IndexedRows rows = IndexedRows::of(r);
+  const int64_t d = r.source().geo.head_dim;
+  size_t sections = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    int64_t layer = pm["layer"], head = pm["kv_head"];
+    KVT_CHECK(pm.contains("indexed_rows") && pm["indexed_rows"].get<int64_t>() == rows.count(), "PART_INVALID",
+              "squeeze part (" << layer << ", " << head << ") does not index the " << rows.count() << " rows of its coverage");
+    if (rows.count() == 0) continue;
+    sections += 7;
+    ClusterSet f = ClusterSet::load(r, layer, head, d, "sq_fine");
+    const int64_t C = f.clusters();
+    uint64_t run = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      run += f.sizes[c];
+      KVT_CHECK(f.prefix[c] == run, "PREFIX_SUM_MISMATCH", "fine cluster " << c << " of part (" << layer << ", " << head << ")");
+    }
+    KVT_CHECK(run == static_cast<uint64_t>(rows.count()) && f.members.size() == run, "MEMBERS_NOT_PARTITION",
+              "fine cluster sizes of part (" << layer << ", " << head << ") add up to " << run << ", not the " << rows.count() << " indexed rows");
+    const SectionEntry* le = r.find("sq_labels", layer, head);
+    KVT_CHECK(le && le->dtype == "u32" && le->shape == std::vector<int64_t>({rows.count()}), "PART_INVALID",
+              "part (" << layer << ", " << head << ") lacks sq_labels u32 [" << rows.count() << "]");
+    auto lb = r.read_section(*le);
+    std::vector<uint32_t> labels(lb.size() / 4);
+    std::memcpy(labels.data(), lb.data(), lb.size());
+    // Every key has exactly one label, and that label's member list holds it.
+    std::vector<int64_t> count(static_cast<size_t>(C), 0);
+    for (int64_t c = 0; c < C; ++c) {
+      const uint32_t* m = f.members.data() + (f.prefix[c] - f.sizes[c]);
+      for (uint32_t i = 0; i < f.sizes[c]; ++i) {
+        KVT_CHECK(m[i] >= rows.begin() && m[i] < rows.end() && labels[m[i] - rows.begin()] == c, "MEMBERS_NOT_PARTITION",
+                  "row " << m[i] << " of part (" << layer << ", " << head << ") is listed in cluster " << c << " but labelled otherwise");
+        ++count[c];
+      }
+    }
+    for (uint32_t l : labels) KVT_CHECK(l < C, "MEMBERS_NOT_PARTITION", "a label is not a fine cluster");
+    for (float x : f.centroids) KVT_CHECK(std::isfinite(x), "NON_FINITE", "a fine centroid is not finite");
+    const SectionEntry* ce = r.find("sq_coarse_centroids", layer, head);
+    const SectionEntry* pe = r.find("sq_parent", layer, head);
+    KVT_CHECK(ce && pe && ce->dtype == "f32" && ce->shape.size() == 2 && ce->shape[1] == d && pe->dtype == "u32" &&
+                  pe->shape == std::vector<int64_t>({C}),
+              "HIERARCHY_NOT_COVERING", "part (" << layer << ", " << head << ") lacks a coarse level with a parent for each of its " << C << " fine centroids");
+    auto pb = r.read_section(*pe);
+    std::vector<uint32_t> parent(pb.size() / 4);
+    std::memcpy(parent.data(), pb.data(), pb.size());
+    std::vector<char> used(static_cast<size_t>(ce->shape[0]), 0);
+    for (uint32_t p : parent) {
+      KVT_CHECK(p < ce->shape[0], "HIERARCHY_NOT_COVERING", "a parent index is not a coarse group");
+      used[p] = 1;
+    }
+    auto cb = r.read_section(*ce);
+    for (size_t i = 0; i < cb.size(); i += 4) {
+      float x;
+      std::memcpy(&x, cb.data() + i, 4);
+      KVT_CHECK(std::isfinite(x), "NON_FINITE", "a coarse centroid is not finite");
+    }
+  }
+  KVT_CHECK(sections == r.sections().size(), "PART_INVALID", "the artifact has sections that belong to no squeeze part");
+  const json& kd = r.manifest()["kind_data"];
+  if (kd["part_range"][0] == 0 && kd["part_range"][1] == kd["parts_total"]) {
+    json expect = kinds::squeeze_kind().finalize(r.manifest()["params"], kd["parts"]);
+    KVT_CHECK(kd.contains("thresholds") && kd["thresholds"] == expect["thresholds"], "THRESHOLDS_MISMATCH",
+              "the recorded thresholds are not the quantiles of the recorded calibration scores");
+  }
+}
+
+// Weighted nearest-rank quantiles of per-cluster calibration scores over every part: the threshold
+// of quantile q is the smallest score whose cumulative key count reaches q x all keys.
+json finalize_squeeze(const json& params, const json& parts) {
+  std::vector<std::pair<double, double>> sw;
+  for (const auto& pm : parts) {
+    if (!pm.contains("calibration_scores")) continue;
+    const json& s = pm["calibration_scores"];
+    const json& w = pm["calibration_weights"];
+    for (size_t i = 0; i < s.size(); ++i) sw.emplace_back(s[i].get<double>(), w[i].get<double>());
+  }
+  std::sort(sw.begin(), sw.end());
+  double total = 0;
+  for (auto& x : sw) total += x.second;
+  json th = json::object();
+  for (const auto& qj : params["quantiles"]) {
+    double q = qj.get<double>(), cum = 0, t = sw.empty() ? 0.0 : sw.back().first;
+    for (auto& [s, w] : sw) {
+      cum += w;
+      if (cum >= q * total) {
+        t = s;
+        break;
+      }
+    }
+    th[quantile_key(q)] = t;
+  }
+  return {{"thresholds", th}};
+}
+
+}  // namespace
+
+std::vector<double> parse_quantiles(const std::string& s) {
+  std::vector<double> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t pos = 0;
+      double v = std::stod(item, &pos);
+      KVT_CHECK(pos == item.size() && v > 0 && v < 1, "USAGE", "bad quantile");
+      out.push_back(v);
+    } catch (...) {
+      KVT_THROW("USAGE", "--quantiles '" << s << "' must be comma-separated numbers in (0, 1)");
+    }
+  }
+  KVT_CHECK(!out.empty(), "USAGE", "--quantiles is empty");
+  return out;
+}
+
+json SqueezeBuilder::params() const {
+  return {{"percent_clusters", p_.percent_clusters}, {"coarse_percent", p_.coarse_percent},
+          {"observation_window", p_.observation_window}, {"quantiles", p_.quantiles}, {"iters", p_.iters},
+          {"coarse_factor", p_.coarse_factor}, {"assignment", "cosine"}, {"centroid", "raw-mean"},
+          {"calibration", "dump /kv/q in the observation window"}};
+}
+
+void SqueezeBuilder::check(int64_t) const {
+  KVT_CHECK(p_.percent_clusters > 0 && p_.percent_clusters <= 100, "USAGE", "--percent-clusters must be in (0, 100]");
+  KVT_CHECK(p_.coarse_percent > 0 && p_.coarse_percent <= 100, "USAGE", "--coarse-percent must be in (0, 100]");
+  KVT_CHECK(p_.observation_window >= 1, "USAGE", "--observation-window must be >= 1");
+  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, "USAGE", "--iters must be in 1..10000");
+  KVT_CHECK(p_.coarse_factor >= 0 && p_.coarse_factor <= 1, "USAGE", "--coarse-factor must be in [0, 1]");
+  KVT_CHECK(!p_.quantiles.empty(), "USAGE", "no quantiles");
+}
+
+PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
+  const int64_t d = in.head_dim, rb = in.row_begin(), n = in.row_end() - rb;
+  PartOutput out;
+  out.meta = {{"indexed_rows", n}};
+  if (n == 0) return out;
+  // Fine level: cosine k-means, stored centroid = mean of the raw keys of each final cluster.
+  const int64_t kf = std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::floor(p_.percent_clusters / 100.0 * n))));
+  ClusterSet fine;
+  fine.d = d;
+  fine.add(in.keys + rb * d, rb, n, kf, p_.iters, in.seed, CentroidRule::raw_mean);
+  std::vector<uint32_t> labels(static_cast<size_t>(n));
+  for (int64_t c = 0; c < fine.clusters(); ++c)
+    for (uint32_t i = fine.prefix[c] - fine.sizes[c]; i < fine.prefix[c]; ++i) labels[fine.members[i] - rb] = static_cast<uint32_t>(c);
+  // Coarse level: L2 k-means of the fine centroids (unweighted); every fine centroid gets a parent.
+  const int64_t kc = std::max<int64_t>(1, std::min<int64_t>(kf, std::llround(p_.coarse_percent / 100.0 * kf)));
+  std::vector<float> coarse(static_cast<size_t>(kc * d));
+  std::vector<uint32_t> parent(static_cast<size_t>(kf), 0);
+  {
+    faiss::ClusteringParameters cp;
+    cp.niter = static_cast<int>(p_.iters);
+    cp.seed = static_cast<int>((in.seed ^ 0x5bd1e995u) & 0x7fffffff);
+    cp.max_points_per_centroid = 1 << 30;
+    cp.min_points_per_centroid = 1;
+    cp.verbose = false;
+    faiss::Clustering clus(static_cast<int>(d), static_cast<int>(kc), cp);
+    faiss::IndexFlatL2 index(d);
+    clus.train(kf, fine.centroids.data(), index);
+    faiss::IndexFlatL2 assign(d);
+    assign.add(kc, clus.centroids.data());
+    std::vector<float> dist(static_cast<size_t>(kf));
+    std::vector<faiss::Index::idx_t> lab(static_cast<size_t>(kf));
+    assign.search(kf, fine.centroids.data(), 1, dist.data(), lab.data());
+    // Stored coarse centroid = mean of its fine centroids (a group that ends empty keeps FAISS').
+    std::vector<double> sum(static_cast<size_t>(kc * d), 0.0);
+    std::vector<int64_t> cnt(static_cast<size_t>(kc), 0);
+    for (int64_t j = 0; j < kf; ++j) {
+      parent[j] = static_cast<uint32_t>(lab[j]);
+      ++cnt[lab[j]];
+      for (int64_t t = 0; t < d; ++t) sum[lab[j] * d + t] += fine.centroids[j * d + t];
+    }
+    for (int64_t g = 0; g < kc; ++g)
+      for (int64_t t = 0; t < d; ++t)
+        coarse[g * d + t] = cnt[g] ? static_cast<float>(sum[g * d + t] / cnt[g]) : clus.centroids[g * d + t];
+  }
+  // Calibration: queries of the observation window [E - window, E) of every query head mapped to
+  // this kv head; per fine cluster the mean over queries of exp(z_c) / sum_j N_j exp(z_j).
+  const DumpReader& dump = *in.dump;
+  const auto& info = dump.info();
+  KVT_CHECK(info.has_q, "NO_QUERIES", "squeeze calibration needs /kv/q queries (dump with --queries)");
+  std::vector<int64_t> qpos = dump.q_positions();
+  const int64_t w0 = std::max<int64_t>(0, in.coverage_end - p_.observation_window);
+  std::vector<size_t> qsel;
+  for (size_t j = 0; j < qpos.size(); ++j)
+    if (qpos[j] >= w0 && qpos[j] < in.coverage_end) qsel.push_back(j);
+  KVT_CHECK(!qsel.empty(), "NO_QUERIES",
+            "the dump has no queries in the observation window [" << w0 << ", " << in.coverage_end << ")");
+  std::vector<double> mean(static_cast<size_t>(kf), 0.0), sc;
+  std::vector<float> Q(static_cast<size_t>(info.geo.q_tokens * d));
+  int64_t nq = 0;
+  for (int64_t h = 0; h < info.geo.q_heads; ++h) {
+    if (info.id.q_to_kv_head[static_cast<size_t>(h)] != in.kv_head) continue;
+    dump.read_q(in.layer, h, Q.data());
+    for (size_t j : qsel) {
+      cluster_scores(Q.data() + static_cast<int64_t>(j) * d, fine.centroids, fine.sizes, d, sc);
+      for (int64_t c = 0; c < kf; ++c) mean[c] += sc[c];
+      ++nq;
+    }
+  }
+  json scores = json::array(), weights = json::array();
+  for (int64_t c = 0; c < kf; ++c) {
+    scores.push_back(static_cast<double>(static_cast<float>(mean[c] / static_cast<double>(nq))));
+    weights.push_back(fine.sizes[c]);
+  }
+  out.meta["fine_clusters"] = kf;
+  out.meta["coarse_groups"] = kc;
+  out.meta["calibration_queries"] = nq;
+  out.meta["calibration_scores"] = scores;
+  out.meta["calibration_weights"] = weights;
+  fine.to_sections(out.sections, "sq_fine");
+  auto bytes = [](const void* p, size_t nb) {
+    std::vector<uint8_t> b(nb);
+    if (nb) std::memcpy(b.data(), p, nb);
+    return b;
+  };
+  out.sections.push_back({"sq_labels", "u32", {n}, bytes(labels.data(), labels.size() * 4)});
+  out.sections.push_back({"sq_coarse_centroids", "f32", {kc, d}, bytes(coarse.data(), coarse.size() * 4)});
+  out.sections.push_back({"sq_parent", "u32", {kf}, bytes(parent.data(), parent.size() * 4)});
+  return out;
+}
+
+KindInfo kinds::squeeze_kind() {
+  return {"squeeze", "SqueezedAttention fine/coarse centroid hierarchy with calibrated thresholds", validate_squeeze,
+          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+            return std::make_unique<SqueezeSelector>(r, layer, head);
+          },
+          nullptr, finalize_squeeze};
+}
+
+}  // namespace kvtool

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# kvtool-squeeze through the CLI: build, verify with the prefix binding, shards + merge, query, eval.
+. "$(dirname "$0")/lib.sh"
+S=$BIN/kvtool-squeeze
+expect_exit 0 "$S" --version
+"$KVTOOL" synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 16 --tokens 500 --seed 8 --query-count 200 -o d.h5 -q
+expect_exit 0 "$S" build d.h5 -o a.kvi --prefix 420 --observation-window 60 --percent-clusters 10 --json -q
+contains "$WORK/out" '"kind": "squeeze"'
+expect_exit 0 "$KVTOOL" verify a.kvi --source d.h5
+parallel --will-cite -j 2 "$S" build d.h5 -o s{}.kvi --prefix 420 --observation-window 60 --percent-clusters 10 --shard {}/2 -q ::: 0 1 || fail "shards"
+expect_exit 0 "$KVTOOL" merge s0.kvi s1.kvi -o m.kvi -q
+cmp m.kvi a.kvi || fail "merged shards differ"
+expect_exit 0 "$KVTOOL" query a.kvi --source d.h5 --layer 1 --q-head 0 --position 450 --quantile 0.8 --json
+contains "$WORK/out" '"centroids_scored"'
+contains "$WORK/out" '"mode": "hierarchical"'
+expect_exit 0 "$KVTOOL" query a.kvi --source d.h5 --layer 1 --q-head 0 --position 450 --quantile 0.8 --flat
+contains "$WORK/out" "centroids scored: 36"
+expect_reason 2 USAGE "$KVTOOL" query a.kvi --source d.h5 --layer 1 --q-head 0 --position 450 --quantile 0.65
+expect_exit 0 "$KVTOOL" eval a.kvi --source d.h5 --json
+contains "$WORK/out" '"centroids_scored_mean"'
+expect_reason 2 USAGE "$S" build d.h5 -o x.kvi --quantiles 0.5,2
+expect_reason 2 USAGE "$S" build d.h5 -o x.kvi --percent-clusters 0
+absent x.kvi
+finish

@@ -1,0 +1,188 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "kvtool/artifact.h"
+#include "kvtool/error.h"
+#include "kvtool/query.h"
+#include "kvtool/report.h"
+#include "kvtool/squeeze.h"
+#include "test_util.h"
+
+using namespace kvtool;
+using namespace kvtool::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A prefix dump with queries for every position (the observation window needs them).
+void sq_dump(const std::string& path, uint64_t seed = 31) {
+  SynthOptions o;
+  o.layers = 2;
+  o.kv_heads = 2;
+  o.q_heads = 4;
+  o.head_dim = 16;
+  o.tokens = 500;
+  o.seed = seed;
+  o.dtype = DType::f32;
+  o.query_count = 200;
+  synth_dump(o, {}, path);
+}
+
+BuildOptions opts(const std::string& out, int threads = 1) {
+  BuildOptions b;
+  b.output = out;
+  b.threads = threads;
+  b.quiet = true;
+  b.prefix = 420;
+  return b;
+}
+
+SqueezeParams params() {
+  SqueezeParams p;
+  p.percent_clusters = 10;
+  p.observation_window = 60;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("squeeze: deterministic, covering hierarchy, calibrated thresholds; shards merge to the same bytes") {
+  TempDir tmp;
+  sq_dump(tmp.file("d.h5"));
+  build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi"), 1), SqueezeBuilder(params()));
+  build_artifact(tmp.file("d.h5"), opts(tmp.file("b.kvi"), 3), SqueezeBuilder(params()));
+  CHECK(read_bytes(tmp.file("a.kvi")) == read_bytes(tmp.file("b.kvi")));
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file("a.kvi"), vo));
+  ArtifactReader r(tmp.file("a.kvi"));
+  const json& th = r.manifest()["kind_data"]["thresholds"];
+  REQUIRE(th.size() == 4);
+  CHECK(th["0.5"].get<double>() <= th["0.7"].get<double>());
+  CHECK(th["0.8"].get<double>() <= th["0.9"].get<double>());
+  CHECK(r.find("sq_fine_centroids", 1, 1)->shape[0] == 36);  // floor(10% of 420 - 60)
+  std::vector<std::string> shards;
+  for (int i = 0; i < 2; ++i) {
+    BuildOptions s = opts(tmp.file("s" + std::to_string(i) + ".kvi"));
+    s.shard_index = i;
+    s.shard_count = 2;
+    build_artifact(tmp.file("d.h5"), s, SqueezeBuilder(params()));
+    shards.push_back(s.output);
+  }
+  CHECK_FALSE(ArtifactReader(shards[0]).manifest()["kind_data"].contains("thresholds"));
+  merge_artifacts({shards[1], shards[0]}, tmp.file("m.kvi"), "", true);
+  CHECK(read_bytes(tmp.file("m.kvi")) == read_bytes(tmp.file("a.kvi")));
+}
+
+TEST_CASE("squeeze calibration survives keys scaled x100 (max-subtraction)") {
+  TempDir tmp;
+  sq_dump(tmp.file("d.h5"));
+  copy_dump(tmp.file("d.h5"), tmp.file("big.h5"), {}, [](int64_t, int64_t, auto& k, auto&) {
+    for (auto& x : k) x *= 100.f;
+  });
+  build_artifact(tmp.file("big.h5"), opts(tmp.file("a.kvi")), SqueezeBuilder(params()));
+  ArtifactReader r(tmp.file("a.kvi"));
+  for (auto& [q, t] : r.manifest()["kind_data"]["thresholds"].items()) {
+    INFO(q);
+    CHECK(std::isfinite(t.get<double>()));
+  }
+  CHECK_NOTHROW(verify_artifact(tmp.file("a.kvi"), {}));
+  SelectorSet sel(r);
+  std::vector<float> q(16, 3.f);
+  CandidateReceipt rc = sel.query(0, 1, q.data(), 450, Budget{}, 2, nullptr, 0.8, false);
+  for (size_t i = 1; i < rc.candidates.size(); ++i) CHECK(rc.candidates[i] > rc.candidates[i - 1]);
+}
+
+TEST_CASE("squeeze queries: hierarchical scores fewer centroids; flat scores all; thresholds order the selection") {
+  TempDir tmp;
+  sq_dump(tmp.file("d.h5"));
+  build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), SqueezeBuilder(params()));
+  ArtifactReader r(tmp.file("a.kvi"));
+  DumpReader d(tmp.file("d.h5"));
+  std::vector<float> Q(200 * 16);
+  d.read_q(1, 2, Q.data());
+  SelectorSet sel(r);
+  const float* q = Q.data() + 150 * 16;  // position 450
+  CandidateReceipt flat = sel.query(1, 2, q, 450, Budget{}, 2, nullptr, 0.5, true);
+  CandidateReceipt hier = sel.query(1, 2, q, 450, Budget{}, 2, nullptr, 0.5, false);
+  CandidateReceipt strict = sel.query(1, 2, q, 450, Budget{}, 2, nullptr, 0.9, true);
+  CHECK(flat.centroids_scored == 36);
+  CHECK(hier.centroids_scored <= 36 + 9);
+  CHECK(strict.candidates.size() <= flat.candidates.size());
+  CHECK(flat.selector["mode"] == "flat");
+  CHECK(reason_of([&] { sel.query(1, 2, q, 450, Budget{}, 2, nullptr, 0.6, false); }) == "USAGE");
+  EvalOptions eo;
+  eo.quantiles = {0.5, 0.9};
+  json e = evaluate(r, d, eo);
+  REQUIRE(e["budgets"].size() == 4);
+  CHECK(e["budgets"][0]["centroids_scored_mean"].get<double>() <= e["budgets"][1]["centroids_scored_mean"].get<double>() + 9);
+  CHECK(e["budgets"][1]["centroids_scored_mean"].get<double>() == 36);
+}
+
+TEST_CASE("squeeze binds the prefix tokens; verify rejects forged hierarchies and thresholds; queries are required") {
+  TempDir tmp;
+  sq_dump(tmp.file("d.h5"));
+  build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), SqueezeBuilder(params()));
+  {  // same K/V, one prefix token changed
+    DumpReader r(tmp.file("d.h5"));
+    DumpSpec s;
+    s.id = r.info().id;
+    s.geo = r.info().geo;
+    s.geo.q_tokens = 0;
+    DumpWriter w(tmp.file("tok.h5"), s);
+    std::vector<float> k(500 * 16), v(500 * 16);
+    for (int64_t l = 0; l < 2; ++l)
+      for (int64_t h = 0; h < 2; ++h) {
+        r.read_k(l, h, 0, 500, k.data());
+        r.read_v(l, h, 0, 500, v.data());
+        w.write_kv(l, h, k.data(), v.data());
+      }
+    auto t = r.tokens();
+    t[17] += 1;
+    w.write_tokens(t);
+    w.commit();
+  }
+  VerifyOptions vo;
+  vo.source = tmp.file("tok.h5");
+  CHECK(reason_of([&] { verify_artifact(tmp.file("a.kvi"), vo); }) == "PREFIX_MISMATCH");
+  ArtifactReader r(tmp.file("a.kvi"));
+  auto forge = [&](const std::string& out, const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit,
+                   const std::function<void(json&)>& meta = {}) {
+    ArtifactWriter w(out, 0);
+    for (const auto& s : r.sections()) {
+      auto bytes = r.read_section(s);
+      if (s.layer == 0 && s.kv_head == 1) edit(s, bytes);
+      w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
+    }
+    ManifestCore core;
+    core.kind = r.kind();
+    core.params = r.manifest()["params"];
+    core.source = r.source();
+    core.kind_data = r.manifest()["kind_data"];
+    if (meta) meta(core.kind_data);
+    w.finish(core);
+  };
+  forge(tmp.file("parent.kvi"), [](const SectionEntry& s, auto& b) {
+    if (s.name == "sq_parent") {
+      uint32_t x = 999;
+      std::memcpy(b.data(), &x, 4);
+    }
+  });
+  forge(tmp.file("th.kvi"), [](const SectionEntry&, auto&) {}, [](json& kd) { kd["thresholds"]["0.8"] = 0.5; });
+  forge(tmp.file("lab.kvi"), [](const SectionEntry& s, auto& b) {
+    if (s.name == "sq_labels") b[0] ^= 1;
+  });
+  CHECK(reason_of([&] { verify_artifact(tmp.file("parent.kvi"), {}); }) == "HIERARCHY_NOT_COVERING");
+  CHECK(reason_of([&] { verify_artifact(tmp.file("th.kvi"), {}); }) == "THRESHOLDS_MISMATCH");
+  CHECK(reason_of([&] { verify_artifact(tmp.file("lab.kvi"), {}); }) == "MEMBERS_NOT_PARTITION");
+  small_dump(tmp.file("noq.h5"));  // queries only in the last 8 positions
+  BuildOptions o = opts(tmp.file("x.kvi"));
+  o.prefix = 38;
+  SqueezeParams p = params();
+  p.observation_window = 10;  // window [28, 38) holds no dumped query
+  CHECK(reason_of([&] { build_artifact(tmp.file("noq.h5"), o, SqueezeBuilder(p)); }) == "NO_QUERIES");
+  CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
+  CHECK(reason_of([] { parse_quantiles("0.5,1.2"); }) == "USAGE");
+}
