@@ -57,6 +57,11 @@ const std::vector<ReasonInfo>& all_reasons() {
       {"MERGE_MISMATCH", ExitCode::invalid, "shards differ in kind, parameters, generations or source"},
       {"MERGE_OVERLAP", ExitCode::invalid, "two shards contain the same part"},
       {"MERGE_INCOMPLETE", ExitCode::invalid, "some parts are in none of the shards"},
+      // validation (1): prefix store
+      {"BAD_STORE_KEY", ExitCode::usage, "a store key part is missing or could name a path ('/', '..', NUL)"},
+      {"STORE_MISS", ExitCode::invalid, "no stored artifact matches the key"},
+      {"STORE_AMBIGUOUS", ExitCode::invalid, "several stored artifacts match; give --params-digest"},
+      {"STORE_CORRUPT", ExitCode::invalid, "a stored object is missing, renamed or does not match its ref"},
       // validation (1): index kinds
       {"CODE_OUT_OF_RANGE", ExitCode::invalid, "a PQ code is not below 2^bits"},
       {"NO_QUERIES", ExitCode::invalid, "the dump has no /kv/q queries usable for this evaluation"},

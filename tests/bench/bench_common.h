@@ -21,11 +21,11 @@ inline std::string bench_dir() {
   return d;
 }
 
-inline std::string ensure_dump() {
-  std::string dump = bench_dir() + "/synth-8x8x32768x128-f16.h5";
+inline std::string ensure_dump(int64_t tokens = 32768) {
+  std::string dump = bench_dir() + "/synth-8x8x" + std::to_string(tokens) + "x128-f16.h5";
   if (access(dump.c_str(), R_OK) != 0) {
     SynthOptions o;
-    o.layers = 8; o.kv_heads = 8; o.q_heads = 32; o.head_dim = 128; o.tokens = 32768; o.seed = 1;
+    o.layers = 8; o.kv_heads = 8; o.q_heads = 32; o.head_dim = 128; o.tokens = tokens; o.seed = 1;
     o.dtype = DType::f16; o.query_count = 16;
     auto t0 = std::chrono::steady_clock::now();
     synth_dump(o, {}, dump, true, false);

@@ -6,7 +6,7 @@ expect_exit 0 "$KVTOOL" --version
 contains "$WORK/out" "kvtool 0.1.0"
 expect_exit 0 "$KVTOOL" --help
 contains "$WORK/out" "inspect"
-for sub in inspect verify export keygen sign dump synth demo reasons query eval merge; do
+for sub in inspect verify export keygen sign dump synth demo reasons query eval merge build store; do
   expect_exit 0 "$KVTOOL" "$sub" --help
 done
 expect_reason 2 USAGE "$KVTOOL"
@@ -42,4 +42,5 @@ contains "$WORK/out" "Once upon a time"
 contains "$WORK/out" "OK: demo/demo.h5 is a valid kvdump"
 contains "$WORK/out" "OK: demo/demo.pq.kvi is a valid kvi artifact (kind pq"
 contains "$WORK/out" "oracle"
+contains "$WORK/out" "OK: demo/store/objects/"
 finish

@@ -18,6 +18,15 @@ contains "$WORK/out" "centroids scored: 36"
 expect_reason 2 USAGE "$KVTOOL" query a.kvi --source d.h5 --layer 1 --q-head 0 --position 450 --quantile 0.65
 expect_exit 0 "$KVTOOL" eval a.kvi --source d.h5 --json
 contains "$WORK/out" '"centroids_scored_mean"'
+# Calibrating from a file holding exactly the observation window's queries gives the same thresholds
+# and the same calibration-set digest.
+/usr/bin/python3 -c "import h5py,numpy as np; f=h5py.File('d.h5','r'); p=list(f['kv/q_positions'][:]); i=p.index(360); f['kv/q'][:, :, i:i+60, :].astype(np.float32).tofile('cal.f32')"
+expect_exit 0 "$S" build d.h5 -o f.kvi --prefix 420 --observation-window 60 --percent-clusters 10 --calibration-queries cal.f32 -q
+th() { "$KVTOOL" inspect "$1" --json | /usr/bin/python3 -c 'import json,sys; k=json.load(sys.stdin)["manifest"]["kind_data"]; print(json.dumps(k["thresholds"], sort_keys=True), k["calibration_set_sha256"])'; }
+[ "$(th a.kvi)" = "$(th f.kvi)" ] || fail "file calibration differs from the observation window's"
+expect_exit 0 "$KVTOOL" verify f.kvi --source d.h5
+head -c 100 cal.f32 > short.f32
+expect_reason 1 SHAPE_MISMATCH "$S" build d.h5 -o x.kvi --prefix 420 --observation-window 60 --calibration-queries short.f32
 expect_reason 2 USAGE "$S" build d.h5 -o x.kvi --quantiles 0.5,2
 expect_reason 2 USAGE "$S" build d.h5 -o x.kvi --percent-clusters 0
 absent x.kvi

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   build->add_option("--observation-window", p.observation_window, "last prefix rows: not clustered (local), their queries calibrate")->capture_default_str();
   build->add_option("--quantiles", quantiles, "calibrated quantiles, comma-separated (default 0.5,0.7,0.8,0.9)");
   build->add_option("--iters", p.iters, "k-means iterations (fixed count)")->capture_default_str();
+  build->add_option("--calibration-queries", p.calibration_path, "raw float32 [L, H_q, N, d] queries to calibrate with instead of the observation window's");
   build->add_option("--coarse-factor", p.coarse_factor, "coarse pass keeps groups scoring >= factor x the fine threshold")->capture_default_str();
   cli::add_builder_options(build, b);
   return cli::run("kvtool-squeeze", app, argc, argv, &as_json, [&]() -> int {

@@ -15,9 +15,11 @@
 #include "kvtool/builder.h"
 #include "kvtool/producers.h"
 #include "kvtool/query.h"
+#include "kvtool/squeeze.h"
 #include "kvtool/pq.h"
 #include "kvtool/report.h"
 #include "kvtool/signing.h"
+#include "kvtool/store.h"
 
 using namespace kvtool;
 
@@ -184,6 +186,37 @@ int main(int argc, char** argv) {
   build->add_option("KIND", b_kind, "pq | clusterkv | lsh | squeeze")->required();
   build->prefix_command();
 
+  // store
+  std::string st_dir, st_art, st_grace = "1h";
+  int64_t st_keep = 0;
+  StoreKey st_key;
+  auto* store = app.add_subcommand("store", "Content-addressed prefix store: put, get, ls, rm, gc (formats/store-v1.md)");
+  store->require_subcommand(1);
+  auto add_key = [&](CLI::App* c, bool params_required) {
+    c->add_option("--tenant", st_key.tenant, "tenant namespace")->required();
+    c->add_option("--model", st_key.model, "model artifact SHA-256")->required();
+    c->add_option("--adapter", st_key.adapter, "adapter-set SHA-256")->required();
+    c->add_option("--prefix-hash", st_key.prefix_hash, "prefix-token hash (the artifact's source.prefix_tokens_sha256)")->required();
+    c->add_option("--kind", st_key.kind, "index kind")->required();
+    auto* pd = c->add_option("--params-digest", st_key.params_digest, "params digest (needed when several params are stored)");
+    if (params_required) pd->required();
+    c->add_option("--position-contract", st_key.position_contract, "position contract (optional filter)");
+  };
+  auto* st_put = store->add_subcommand("put", "Verify an artifact and store it under the key its manifest binds");
+  st_put->add_option("ART", st_art, "artifact")->required();
+  auto* st_get = store->add_subcommand("get", "Print the path of the verified artifact stored for a key");
+  add_key(st_get, false);
+  auto* st_ls = store->add_subcommand("ls", "List the refs");
+  auto* st_rm = store->add_subcommand("rm", "Remove the refs of a key (objects go at the next gc)");
+  add_key(st_rm, false);
+  auto* st_gc = store->add_subcommand("gc", "Drop old refs (--keep-last) and unreferenced objects older than --grace");
+  st_gc->add_option("--keep-last", st_keep, "keep the newest N refs per (tenant, model, adapter, prefix, kind); 0 keeps all")->capture_default_str();
+  st_gc->add_option("--grace", st_grace, "only remove unreferenced objects older than this (s, m, h, d)")->capture_default_str();
+  for (auto* c : {st_put, st_get, st_ls, st_rm, st_gc}) {
+    c->add_option("--store", st_dir, "store directory")->required();
+    c->add_flag("--json", as_json, "machine-readable output");
+  }
+
   // reasons
   auto* reasons = app.add_subcommand("reasons", "List every reason code with its exit code");
   reasons->add_flag("--json", as_json, "machine-readable output");
@@ -306,6 +339,36 @@ int main(int argc, char** argv) {
       EvalOptions eo;
       eo.budgets = {Budget::parse("0.05"), Budget::parse("0.1"), Budget::parse("0.2")};
       cli::print_eval(evaluate(ar, dr, eo));
+      // The shared-prompt flow: index the prefix once, store it by content address, fetch it back.
+      std::string sq = demo_dir + "/demo.sq.kvi", store_dir = demo_dir + "/store";
+      std::cout << "\n== kvtool build squeeze " << path << " --prefix 192 --observation-window 32 -o " << sq << "\n";
+      SqueezeParams sp;
+      sp.observation_window = 32;
+      sp.percent_clusters = 10;
+      bo.output = sq;
+      cli::print_build_summary(build_artifact(path, bo, SqueezeBuilder(sp)));
+      Store st(store_dir, true);
+      json put = st.put(sq);
+      std::cout << "\n== kvtool store put " << sq << " --store " << store_dir << "\nstored as object " << put["object"].get<std::string>() << "\n";
+      StoreKey key;
+      const json& k = put["key"];
+      key.tenant = k["tenant"];
+      key.model = k["model"];
+      key.adapter = k["adapter"];
+      key.prefix_hash = k["prefix_hash"];
+      key.kind = k["kind"];
+      std::string got = st.get(key)["path"];
+      std::cout << "\n== kvtool store get --store " << store_dir << " --tenant " << key.tenant << " --model " << key.model.substr(0, 12)
+                << "... --adapter " << key.adapter.substr(0, 12) << "... --prefix-hash " << key.prefix_hash.substr(0, 12)
+                << "... --kind squeeze\n" << got << "\n";
+      vo.source = path;
+      std::cout << "\n== kvtool verify " << got << " --source " << path << "\n";
+      cli::print_verify_result(verify_artifact(got, vo));
+      ArtifactReader sr(got);
+      EvalOptions se;
+      se.quantiles = {0.8};
+      std::cout << "\n== kvtool eval " << got << " --source " << path << " --quantile 0.8\n";
+      cli::print_eval(evaluate(sr, dr, se));
       return 0;
     }
     if (*query) {
@@ -410,6 +473,24 @@ int main(int argc, char** argv) {
       std::cout.flush();
       execv(tool.c_str(), av.data());
       KVT_THROW("IO_ERROR", "cannot run " << tool << ": " << std::strerror(errno));
+    }
+    if (*store) {
+      json j;
+      if (*st_put) j = Store(st_dir, true).put(st_art);
+      else if (*st_get) j = Store(st_dir).get(st_key);
+      else if (*st_ls) j = Store(st_dir).ls();
+      else if (*st_rm) j = Store(st_dir).rm(st_key);
+      else j = Store(st_dir).gc(st_keep, parse_duration(st_grace));
+      if (as_json) cli::print_json(j);
+      else if (*st_get) std::cout << j["path"].get<std::string>() << "\n";
+      else if (*st_put) std::cout << "stored " << st_art << " as object " << j["object"].get<std::string>() << "\n";
+      else if (*st_ls)
+        for (const auto& r : j["refs"])
+          std::cout << r["key"]["tenant"].get<std::string>() << "  " << r["key"]["kind"].get<std::string>() << "  prefix "
+                    << r["key"]["prefix_hash"].get<std::string>().substr(0, 12) << "  model "
+                    << r["key"]["model"].get<std::string>().substr(0, 12) << "  -> " << r["object"].get<std::string>().substr(0, 16) << "\n";
+      else cli::print_json(j);
+      return 0;
     }
     if (*reasons) {
       json arr = json::array();

@@ -17,11 +17,14 @@ struct SqueezeParams {
   std::vector<double> quantiles{0.5, 0.7, 0.8, 0.9};
   int64_t iters = 20;
   double coarse_factor = 0.5;   // coarse pass keeps groups scoring >= coarse_factor x the fine threshold
+  // Optional calibration queries instead of the dump's observation window: raw little-endian
+  // float32 [L, H_q, N, d] (N inferred from the size). Its SHA-256 goes in the params.
+  std::string calibration_path;
 };
 
 class SqueezeBuilder : public KindBuilder {
  public:
-  explicit SqueezeBuilder(SqueezeParams p) : p_(std::move(p)) {}
+  explicit SqueezeBuilder(SqueezeParams p);
   std::string kind() const override { return "squeeze"; }
   int64_t default_sink() const override { return 0; }
   int64_t default_local() const override { return p_.observation_window; }
@@ -31,6 +34,8 @@ class SqueezeBuilder : public KindBuilder {
 
  private:
   SqueezeParams p_;
+  std::vector<float> calibration_;  // the --calibration-queries file, when given
+  std::string calibration_sha256_;
 };
 
 std::vector<double> parse_quantiles(const std::string& s);  // "0.5,0.7"; USAGE on error

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <fstream>
 #include <sstream>
 
 #include "impl/cluster_set.h"
@@ -16,6 +17,7 @@
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
+#include "kvtool/sha256.h"
 
 namespace kvtool {
 
@@ -220,7 +222,9 @@ void validate_squeeze(const ArtifactReader& r) {
   const json& kd = r.manifest()["kind_data"];
   if (kd["part_range"][0] == 0 && kd["part_range"][1] == kd["parts_total"]) {
     json expect = kinds::squeeze_kind().finalize(r.manifest()["params"], kd["parts"]);
-    KVT_CHECK(kd.contains("thresholds") && kd["thresholds"] == expect["thresholds"], "THRESHOLDS_MISMATCH",
+    KVT_CHECK(kd.contains("thresholds") && kd["thresholds"] == expect["thresholds"] &&
+                  kd.value("calibration_set_sha256", std::string()) == expect["calibration_set_sha256"],
+              "THRESHOLDS_MISMATCH",
               "the recorded thresholds are not the quantiles of the recorded calibration scores");
   }
 }
@@ -250,7 +254,11 @@ json finalize_squeeze(const json& params, const json& parts) {
     }
     th[quantile_key(q)] = t;
   }
-  return {{"thresholds", th}};
+  // The calibration set's digest: every part's digest, in part order.
+  Sha256 cal;
+  for (const auto& pm : parts)
+    if (pm.contains("calibration_sha256")) cal.update(pm["calibration_sha256"].get<std::string>());
+  return {{"thresholds", th}, {"calibration_set_sha256", to_hex(cal.finish())}};
 }
 
 }  // namespace
@@ -273,11 +281,26 @@ std::vector<double> parse_quantiles(const std::string& s) {
   return out;
 }
 
+SqueezeBuilder::SqueezeBuilder(SqueezeParams p) : p_(std::move(p)) {
+  if (p_.calibration_path.empty()) return;
+  std::ifstream f(p_.calibration_path, std::ios::binary);
+  KVT_CHECK(f.good(), "IO_ERROR", "cannot open calibration queries '" << p_.calibration_path << "'");
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  KVT_CHECK(!data.empty() && data.size() % 4 == 0, "SHAPE_MISMATCH",
+            "'" << p_.calibration_path << "' is not a float32 array (" << data.size() << " bytes)");
+  calibration_.resize(data.size() / 4);
+  std::memcpy(calibration_.data(), data.data(), data.size());
+  for (float x : calibration_)
+    KVT_CHECK(std::isfinite(x), "NON_FINITE", "the calibration queries hold NaN/Inf");
+  calibration_sha256_ = to_hex(sha256(data));
+}
+
 json SqueezeBuilder::params() const {
   return {{"percent_clusters", p_.percent_clusters}, {"coarse_percent", p_.coarse_percent},
           {"observation_window", p_.observation_window}, {"quantiles", p_.quantiles}, {"iters", p_.iters},
           {"coarse_factor", p_.coarse_factor}, {"assignment", "cosine"}, {"centroid", "raw-mean"},
-          {"calibration", "dump /kv/q in the observation window"}};
+          {"calibration", calibration_.empty() ? "dump /kv/q in the observation window" : "file"},
+          {"calibration_sha256", calibration_sha256_}};
 }
 
 void SqueezeBuilder::check(int64_t) const {
@@ -337,26 +360,41 @@ PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
   // this kv head; per fine cluster the mean over queries of exp(z_c) / sum_j N_j exp(z_j).
   const DumpReader& dump = *in.dump;
   const auto& info = dump.info();
-  KVT_CHECK(info.has_q, "NO_QUERIES", "squeeze calibration needs /kv/q queries (dump with --queries)");
-  std::vector<int64_t> qpos = dump.q_positions();
-  const int64_t w0 = std::max<int64_t>(0, in.coverage_end - p_.observation_window);
-  std::vector<size_t> qsel;
-  for (size_t j = 0; j < qpos.size(); ++j)
-    if (qpos[j] >= w0 && qpos[j] < in.coverage_end) qsel.push_back(j);
-  KVT_CHECK(!qsel.empty(), "NO_QUERIES",
-            "the dump has no queries in the observation window [" << w0 << ", " << in.coverage_end << ")");
   std::vector<double> mean(static_cast<size_t>(kf), 0.0), sc;
-  std::vector<float> Q(static_cast<size_t>(info.geo.q_tokens * d));
   int64_t nq = 0;
-  for (int64_t h = 0; h < info.geo.q_heads; ++h) {
-    if (info.id.q_to_kv_head[static_cast<size_t>(h)] != in.kv_head) continue;
-    dump.read_q(in.layer, h, Q.data());
-    for (size_t j : qsel) {
-      cluster_scores(Q.data() + static_cast<int64_t>(j) * d, fine.centroids, fine.sizes, d, sc);
-      for (int64_t c = 0; c < kf; ++c) mean[c] += sc[c];
-      ++nq;
+  Sha256 cal_digest;  // digest of the calibration set this part used (float32 queries, in order)
+  auto calibrate = [&](const float* q) {
+    cal_digest.update(q, static_cast<size_t>(d) * sizeof(float));
+    cluster_scores(q, fine.centroids, fine.sizes, d, sc);
+    for (int64_t c = 0; c < kf; ++c) mean[c] += sc[c];
+    ++nq;
+  };
+  if (!calibration_.empty()) {
+    const int64_t per = info.geo.layers * info.geo.q_heads * d;
+    KVT_CHECK(static_cast<int64_t>(calibration_.size()) % per == 0, "SHAPE_MISMATCH",
+              "--calibration-queries holds " << calibration_.size() << " floats, not a multiple of L x H_q x d = " << per);
+    const int64_t N = static_cast<int64_t>(calibration_.size()) / per;
+    for (int64_t h = 0; h < info.geo.q_heads; ++h)
+      if (info.id.q_to_kv_head[static_cast<size_t>(h)] == in.kv_head)
+        for (int64_t j = 0; j < N; ++j) calibrate(calibration_.data() + ((in.layer * info.geo.q_heads + h) * N + j) * d);
+  } else {
+    // Queries of the observation window [E - window, E) of every query head mapped to this kv head.
+    KVT_CHECK(info.has_q, "NO_QUERIES", "squeeze calibration needs /kv/q queries (dump with --queries) or --calibration-queries");
+    std::vector<int64_t> qpos = dump.q_positions();
+    const int64_t w0 = std::max<int64_t>(0, in.coverage_end - p_.observation_window);
+    std::vector<size_t> qsel;
+    for (size_t j = 0; j < qpos.size(); ++j)
+      if (qpos[j] >= w0 && qpos[j] < in.coverage_end) qsel.push_back(j);
+    KVT_CHECK(!qsel.empty(), "NO_QUERIES",
+              "the dump has no queries in the observation window [" << w0 << ", " << in.coverage_end << ")");
+    std::vector<float> Q(static_cast<size_t>(info.geo.q_tokens * d));
+    for (int64_t h = 0; h < info.geo.q_heads; ++h) {
+      if (info.id.q_to_kv_head[static_cast<size_t>(h)] != in.kv_head) continue;
+      dump.read_q(in.layer, h, Q.data());
+      for (size_t j : qsel) calibrate(Q.data() + static_cast<int64_t>(j) * d);
     }
   }
+  out.meta["calibration_sha256"] = to_hex(cal_digest.finish());
   json scores = json::array(), weights = json::array();
   for (int64_t c = 0; c < kf; ++c) {
     scores.push_back(static_cast<double>(static_cast<float>(mean[c] / static_cast<double>(nq))));
