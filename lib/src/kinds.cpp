@@ -74,6 +74,12 @@ void validate_part_list(const ArtifactReader& r) {
   }
 }
 
+const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t kv_head) {
+  for (const auto& pm : r.manifest()["kind_data"]["parts"])
+    if (pm["layer"] == layer && pm["kv_head"] == kv_head) return pm;
+  KVT_THROW("USAGE", "part (layer " << layer << ", kv head " << kv_head << ") is not in this artifact");
+}
+
 const KindInfo* find_kind(const std::string& name) {
   for (const auto& k : registry())
     if (k.name == name) return &k;

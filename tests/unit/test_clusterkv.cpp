@@ -37,14 +37,6 @@ BuildOptions opts(const std::string& out, int threads = 1) {
   return b;
 }
 
-template <typename T>
-std::vector<T> section(const ArtifactReader& r, const char* name, int64_t l, int64_t h) {
-  auto b = r.read_section(*r.find(name, l, h));
-  std::vector<T> v(b.size() / sizeof(T));
-  std::memcpy(v.data(), b.data(), b.size());
-  return v;
-}
-
 }  // namespace
 
 TEST_CASE("clusterkv: members partition the indexed rows, sorted by (cluster, position); deterministic across threads") {
@@ -58,9 +50,9 @@ TEST_CASE("clusterkv: members partition the indexed rows, sorted by (cluster, po
   build_artifact(tmp.file("d.h5"), b, ClusterKvBuilder(p));
   CHECK(read_bytes(tmp.file("a.kvi")) == read_bytes(tmp.file("b.kvi")));
   ArtifactReader r(tmp.file("a.kvi"));
-  auto sizes = section<uint32_t>(r, "ckv_sizes", 1, 0);
-  auto prefix = section<uint32_t>(r, "ckv_prefix_sums", 1, 0);
-  auto members = section<uint32_t>(r, "ckv_members", 1, 0);
+  auto sizes = section_as<uint32_t>(r, "ckv_sizes", 1, 0);
+  auto prefix = section_as<uint32_t>(r, "ckv_prefix_sums", 1, 0);
+  auto members = section_as<uint32_t>(r, "ckv_members", 1, 0);
   CHECK(sizes.size() == 73);  // round((600 - 16) / 8)
   std::set<uint32_t> all(members.begin(), members.end());
   CHECK(all.size() == 584);
@@ -84,10 +76,10 @@ TEST_CASE("clusterkv: more than 256 clusters rank correctly and queries cut the 
   p.clusters = 300;
   build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), ClusterKvBuilder(p));
   ArtifactReader r(tmp.file("a.kvi"));
-  auto cen = section<float>(r, "ckv_centroids", 0, 1);
-  auto sizes = section<uint32_t>(r, "ckv_sizes", 0, 1);
-  auto prefix = section<uint32_t>(r, "ckv_prefix_sums", 0, 1);
-  auto members = section<uint32_t>(r, "ckv_members", 0, 1);
+  auto cen = section_as<float>(r, "ckv_centroids", 0, 1);
+  auto sizes = section_as<uint32_t>(r, "ckv_sizes", 0, 1);
+  auto prefix = section_as<uint32_t>(r, "ckv_prefix_sums", 0, 1);
+  auto members = section_as<uint32_t>(r, "ckv_members", 0, 1);
   REQUIRE(sizes.size() == 300);
   std::vector<float> q(16);
   for (int i = 0; i < 16; ++i) q[i] = std::cos(0.3f * static_cast<float>(i));
@@ -118,7 +110,7 @@ TEST_CASE("clusterkv: dense layers, raw-mean vs spherical centroids, bad paramet
   build_artifact(tmp.file("d.h5"), opts(tmp.file("s.kvi")), ClusterKvBuilder(p));
   ArtifactReader r(tmp.file("s.kvi"));
   CHECK_FALSE(r.find("ckv_centroids", 0, 0));
-  auto cen = section<float>(r, "ckv_centroids", 1, 0);
+  auto cen = section_as<float>(r, "ckv_centroids", 1, 0);
   for (size_t c = 0; c < cen.size() / 16; ++c) {
     double n = 0;
     for (int t = 0; t < 16; ++t) n += cen[c * 16 + t] * cen[c * 16 + t];
@@ -151,7 +143,7 @@ TEST_CASE("clusterkv append: sealed windows become a new generation, a partial w
   ArtifactReader a(tmp.file("g1.kvi")), b(tmp.file("g2.kvi"));
   CHECK(b.manifest()["index_generation"] == 2);
   CHECK(b.manifest()["selector_generation"] == 1);
-  auto sa = section<uint32_t>(a, "ckv_sizes", 1, 1), sb = section<uint32_t>(b, "ckv_sizes", 1, 1);
+  auto sa = section_as<uint32_t>(a, "ckv_sizes", 1, 1), sb = section_as<uint32_t>(b, "ckv_sizes", 1, 1);
   REQUIRE(sb.size() == sa.size() + 12);
   CHECK(std::equal(sa.begin(), sa.end(), sb.begin()));  // old clusters untouched
   const json& gens = b.manifest()["kind_data"]["generations"];
@@ -179,30 +171,14 @@ TEST_CASE("clusterkv verify: forged partitions, prefix sums and generations are 
   p.tokens_per_cluster = 8;
   build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), ClusterKvBuilder(p));
   ArtifactReader r(tmp.file("a.kvi"));
-  auto forge = [&](const std::string& out, const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit,
-                   const std::function<void(json&)>& meta = {}) {
-    ArtifactWriter w(out, 0);
-    for (const auto& s : r.sections()) {
-      auto bytes = r.read_section(s);
-      if (s.layer == 0 && s.kv_head == 0) edit(s, bytes);
-      w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
-    }
-    ManifestCore core;
-    core.kind = r.kind();
-    core.params = r.manifest()["params"];
-    core.source = r.source();
-    core.kind_data = r.manifest()["kind_data"];
-    if (meta) meta(core.kind_data);
-    w.finish(core);
-  };
-  forge(tmp.file("dup.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("dup.kvi"), 0, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "ckv_members") std::memcpy(b.data() + 4, b.data(), 4);  // a row twice, another missing
   });
-  forge(tmp.file("pre.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("pre.kvi"), 0, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "ckv_prefix_sums") b[0] ^= 1;
   });
-  forge(tmp.file("gen.kvi"), [](const SectionEntry&, auto&) {}, [](json& kd) { kd["parts"][0]["generations"][0]["rows"][0] = 17; });
-  forge(tmp.file("nan.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("gen.kvi"), 0, 0, [](const SectionEntry&, auto&) {}, [](json& kd) { kd["parts"][0]["generations"][0]["rows"][0] = 17; });
+  forge_artifact(r, tmp.file("nan.kvi"), 0, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "ckv_centroids") {
       float x = NAN;
       std::memcpy(b.data(), &x, 4);

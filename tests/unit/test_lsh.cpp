@@ -39,14 +39,6 @@ BuildOptions opts(const std::string& out, int threads = 1) {
   return b;
 }
 
-template <typename T>
-std::vector<T> section(const ArtifactReader& r, const char* name, int64_t l, int64_t h) {
-  auto b = r.read_section(*r.find(name, l, h));
-  std::vector<T> v(b.size() / sizeof(T));
-  std::memcpy(v.data(), b.data(), b.size());
-  return v;
-}
-
 }  // namespace
 
 TEST_CASE("lsh inclusion probability equals brute-force enumeration of collision patterns") {
@@ -120,11 +112,11 @@ TEST_CASE("lsh build: deterministic, CSR tables exact for K up to 16, projection
     CHECK_NOTHROW(verify_artifact(out, {}));
     // Every row sits in the bucket of its own float32 SimHash code, recomputed here.
     ArtifactReader r(out);
-    auto mu = section<float>(r, "lsh_mu", 1, 1);
-    auto w = section<float>(r, "lsh_projections", 1, 1);
+    auto mu = section_as<float>(r, "lsh_mu", 1, 1);
+    auto w = section_as<float>(r, "lsh_projections", 1, 1);
     CHECK(w == lsh_projections(5, 1, 1, 16, K, 3));
-    auto off = section<uint32_t>(r, "lsh_offsets", 1, 1);
-    auto ids = section<uint16_t>(r, "lsh_ids", 1, 1);
+    auto off = section_as<uint32_t>(r, "lsh_offsets", 1, 1);
+    auto ids = section_as<uint16_t>(r, "lsh_ids", 1, 1);
     DumpReader d(tmp.file("d.h5"));
     std::vector<float> k(400 * 16);
     d.read_k(1, 1, 0, 400, k.data());
@@ -180,8 +172,8 @@ TEST_CASE("lsh queries emit exactly the rows with >= c collisions, with their in
   p.tables = 20;
   build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), LshBuilder(p));
   ArtifactReader r(tmp.file("a.kvi"));
-  auto mu = section<float>(r, "lsh_mu", 0, 1);
-  auto w = section<float>(r, "lsh_projections", 0, 1);
+  auto mu = section_as<float>(r, "lsh_mu", 0, 1);
+  auto w = section_as<float>(r, "lsh_projections", 0, 1);
   DumpReader d(tmp.file("d.h5"));
   std::vector<float> k(400 * 16), q(16);
   d.read_k(0, 1, 0, 400, k.data());
@@ -220,33 +212,19 @@ TEST_CASE("lsh verify rejects broken tables, foreign projections and non-finite 
   p.tables = 4;
   build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), LshBuilder(p));
   ArtifactReader r(tmp.file("a.kvi"));
-  auto forge = [&](const std::string& out, const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit) {
-    ArtifactWriter w(out, 0);
-    for (const auto& s : r.sections()) {
-      auto bytes = r.read_section(s);
-      if (s.layer == 1 && s.kv_head == 0) edit(s, bytes);
-      w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
-    }
-    ManifestCore core;
-    core.kind = r.kind();
-    core.params = r.manifest()["params"];
-    core.source = r.source();
-    core.kind_data = r.manifest()["kind_data"];
-    w.finish(core);
-  };
-  forge(tmp.file("off.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("off.kvi"), 1, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "lsh_offsets") {
       uint32_t x = 7;
       std::memcpy(b.data() + 4 * 3, &x, 4);  // non-monotone
     }
   });
-  forge(tmp.file("ids.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("ids.kvi"), 1, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "lsh_ids") std::memcpy(b.data() + 2, b.data(), 2);  // a row twice in table 0
   });
-  forge(tmp.file("proj.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("proj.kvi"), 1, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "lsh_projections") b[10] ^= 0x10;
   });
-  forge(tmp.file("mu.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("mu.kvi"), 1, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "lsh_mu") {
       float x = INFINITY;
       std::memcpy(b.data(), &x, 4);

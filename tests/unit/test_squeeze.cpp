@@ -148,30 +148,14 @@ TEST_CASE("squeeze binds the prefix tokens; verify rejects forged hierarchies an
   vo.source = tmp.file("tok.h5");
   CHECK(reason_of([&] { verify_artifact(tmp.file("a.kvi"), vo); }) == "PREFIX_MISMATCH");
   ArtifactReader r(tmp.file("a.kvi"));
-  auto forge = [&](const std::string& out, const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit,
-                   const std::function<void(json&)>& meta = {}) {
-    ArtifactWriter w(out, 0);
-    for (const auto& s : r.sections()) {
-      auto bytes = r.read_section(s);
-      if (s.layer == 0 && s.kv_head == 1) edit(s, bytes);
-      w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
-    }
-    ManifestCore core;
-    core.kind = r.kind();
-    core.params = r.manifest()["params"];
-    core.source = r.source();
-    core.kind_data = r.manifest()["kind_data"];
-    if (meta) meta(core.kind_data);
-    w.finish(core);
-  };
-  forge(tmp.file("parent.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("parent.kvi"), 0, 1, [](const SectionEntry& s, auto& b) {
     if (s.name == "sq_parent") {
       uint32_t x = 999;
       std::memcpy(b.data(), &x, 4);
     }
   });
-  forge(tmp.file("th.kvi"), [](const SectionEntry&, auto&) {}, [](json& kd) { kd["thresholds"]["0.8"] = 0.5; });
-  forge(tmp.file("lab.kvi"), [](const SectionEntry& s, auto& b) {
+  forge_artifact(r, tmp.file("th.kvi"), 0, 1, [](const SectionEntry&, auto&) {}, [](json& kd) { kd["thresholds"]["0.8"] = 0.5; });
+  forge_artifact(r, tmp.file("lab.kvi"), 0, 1, [](const SectionEntry& s, auto& b) {
     if (s.name == "sq_labels") b[0] ^= 1;
   });
   CHECK(reason_of([&] { verify_artifact(tmp.file("parent.kvi"), {}); }) == "HIERARCHY_NOT_COVERING");

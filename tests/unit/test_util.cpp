@@ -108,6 +108,26 @@ void write_test_artifact(const std::string& dump, const std::string& out, const 
   w.finish(core, key);
 }
 
+void forge_artifact(const ArtifactReader& r, const std::string& out, int64_t layer, int64_t kv_head,
+                    const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit,
+                    const std::function<void(json&)>& meta) {
+  ArtifactWriter w(out, 0);
+  for (const auto& s : r.sections()) {
+    auto bytes = r.read_section(s);
+    if (s.layer == layer && s.kv_head == kv_head) edit(s, bytes);
+    w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
+  }
+  ManifestCore core;
+  core.kind = r.kind();
+  core.params = r.manifest()["params"];
+  core.source = r.source();
+  core.index_generation = r.manifest()["index_generation"];
+  core.selector_generation = r.manifest()["selector_generation"];
+  core.kind_data = r.manifest()["kind_data"];
+  if (meta) meta(core.kind_data);
+  w.finish(core);
+}
+
 std::string reason_of(const std::function<void()>& f) {
   try {
     f();

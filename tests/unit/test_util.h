@@ -1,5 +1,6 @@
 // Helpers shared by the unit tests and kvtool-testgen.
 #pragma once
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -30,6 +31,21 @@ void copy_dump(const std::string& src, const std::string& dst, const std::functi
 // zstd) and a u16 section; plus one part-less u8 section.
 void write_test_artifact(const std::string& dump, const std::string& out, const SigningKey* key = nullptr,
                          int64_t coverage = -1, int zstd_level = 3);
+
+// Rewrites artifact `r` into `out` with valid digests, letting `edit` change the raw bytes of the
+// sections of part (layer, kv_head) and `meta` the kind_data: forged artifacts for verify tests.
+void forge_artifact(const ArtifactReader& r, const std::string& out, int64_t layer, int64_t kv_head,
+                    const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit,
+                    const std::function<void(json&)>& meta = {});
+
+// One section's raw bytes as a vector of T.
+template <typename T>
+std::vector<T> section_as(const ArtifactReader& r, const char* name, int64_t layer, int64_t kv_head) {
+  auto b = r.read_section(*r.find(name, layer, kv_head));
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
 
 // The reason code of the Error `f` throws, or "OK".
 std::string reason_of(const std::function<void()>& f);

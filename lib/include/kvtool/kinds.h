@@ -81,6 +81,8 @@ std::vector<std::string> kind_names();
 // Validation shared by all builder-made kinds: kind_data.parts lists exactly the parts of
 // part_range in (layer, kv head) order, inside the params' layer range and the geometry.
 void validate_part_list(const ArtifactReader& r);
+// kind_data.parts entry of one part (USAGE when the artifact does not hold that part).
+const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t kv_head);
 
 namespace kinds {
 // Defined in lib/src/kinds/*.cpp.

@@ -25,12 +25,6 @@ namespace {
 
 const char* rule_name(CentroidRule r) { return r == CentroidRule::raw_mean ? "raw-mean" : "spherical"; }
 
-const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t head) {
-  for (const auto& pm : r.manifest()["kind_data"]["parts"])
-    if (pm["layer"] == layer && pm["kv_head"] == head) return pm;
-  KVT_THROW("USAGE", "part (layer " << layer << ", kv head " << head << ") is not in this artifact");
-}
-
 class ClusterKvSelector : public PartSelector {
  public:
   ClusterKvSelector(const ArtifactReader& r, int64_t layer, int64_t head) : rows_(IndexedRows::of(r)) {

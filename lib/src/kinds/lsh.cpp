@@ -72,12 +72,6 @@ void hash_query(const float* q, int64_t d, const std::vector<float>& w, int64_t 
     for (int64_t b = 0; b < bits; ++b) codes[t] |= static_cast<uint32_t>(s[t * bits + b] > 0.f) << b;
 }
 
-const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t head) {
-  for (const auto& pm : r.manifest()["kind_data"]["parts"])
-    if (pm["layer"] == layer && pm["kv_head"] == head) return pm;
-  KVT_THROW("USAGE", "part (layer " << layer << ", kv head " << head << ") is not in this artifact");
-}
-
 template <typename T>
 std::vector<T> as(const std::vector<uint8_t>& b) {
   std::vector<T> v(b.size() / sizeof(T));

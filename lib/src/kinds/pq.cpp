@@ -59,12 +59,6 @@ struct PqLayout {
   }
 };
 
-const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t head) {
-  for (const auto& pm : r.manifest()["kind_data"]["parts"])
-    if (pm["layer"] == layer && pm["kv_head"] == head) return pm;
-  KVT_THROW("USAGE", "part (layer " << layer << ", kv head " << head << ") is not in this artifact");
-}
-
 class PqSelector : public PartSelector {
  public:
   PqSelector(const ArtifactReader& r, int64_t layer, int64_t head) : lay_(PqLayout::of(r)), rows_(IndexedRows::of(r)) {

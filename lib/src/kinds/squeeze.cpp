@@ -25,12 +25,6 @@ namespace {
 
 std::string quantile_key(double q) { return json(q).dump(); }
 
-const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t head) {
-  for (const auto& pm : r.manifest()["kind_data"]["parts"])
-    if (pm["layer"] == layer && pm["kv_head"] == head) return pm;
-  KVT_THROW("USAGE", "part (layer " << layer << ", kv head " << head << ") is not in this artifact");
-}
-
 // exp(z_j - m) / sum_k N_k exp(z_k - m): the per-key score of every fine cluster, max-subtracted.
 void cluster_scores(const float* q, const std::vector<float>& cent, const std::vector<uint32_t>& sizes, int64_t d,
                     std::vector<double>& out) {
