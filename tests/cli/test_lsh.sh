@@ -14,6 +14,8 @@ expect_exit 0 "$KVTOOL" verify a.kvi --source d.h5
 expect_exit 0 "$KVTOOL" inspect a.kvi --json
 contains "$WORK/out" '"bucket_empty_fraction_mean"'
 contains "$WORK/out" '"table_bytes_stored"'
+expect_exit 0 "$KVTOOL" inspect a.kvi
+contains "$WORK/out" "lsh summary  bucket_empty_fraction_mean"
 parallel --will-cite -j 2 "$L" build d.h5 -o s{}.kvi --prefix 570 -K 8 -L 40 --shard {}/2 -q ::: 0 1 || fail "shards"
 expect_exit 0 "$KVTOOL" merge s1.kvi s0.kvi -o m.kvi -q
 cmp m.kvi a.kvi || fail "merged shards differ"

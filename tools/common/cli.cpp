@@ -173,6 +173,11 @@ void print_artifact_inspection(const json& j) {
   std::cout << "    tenant           " << src["tenant_namespace"].get<std::string>() << "\n";
   std::cout << "    geometry         [L=" << src["layers"] << ", H_kv=" << src["kv_heads"] << ", d=" << src["head_dim"]
             << "] " << src["dtype"].get<std::string>() << "\n";
+  if (j.contains("kind_summary")) {
+    std::cout << "  " << j["kind"].get<std::string>() << " summary";
+    for (const auto& [k, v] : j["kind_summary"].items()) std::cout << "  " << k << " " << v.dump();
+    std::cout << "\n";
+  }
   const auto& sb = j["section_bytes"];
   std::cout << "  sections           " << sb["count"] << " (" << human_bytes(sb["raw"]) << " raw, "
             << human_bytes(sb["stored"]) << " stored)\n";
