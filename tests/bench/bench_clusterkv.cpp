@@ -52,22 +52,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  pin_blas_single_thread();
-  std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  auto t0 = Clock::now();
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      pin_blas_single_thread();
-      std::vector<float> x(static_cast<size_t>(n * g.head_dim));
-      for (int64_t p; (p = next++) < parts;) {
+  double t_faiss = bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim), [&](int64_t p, std::vector<float>& x) {
         reader.read_k(lf + p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
-        for (int64_t i = 0; i < n; ++i) {
-          double s = 0;
-          for (int64_t j = 0; j < g.head_dim; ++j) s += double(x[i * g.head_dim + j]) * x[i * g.head_dim + j];
-          float inv = static_cast<float>(1.0 / std::sqrt(s));
-          for (int64_t j = 0; j < g.head_dim; ++j) x[i * g.head_dim + j] *= inv;
-        }
+        bench::normalize_rows(x.data(), n, g.head_dim);
         faiss::ClusteringParameters cp;
         cp.niter = static_cast<int>(iters);
         cp.spherical = true;
@@ -77,10 +64,7 @@ int main(int argc, char** argv) {
         faiss::Clustering clus(static_cast<int>(g.head_dim), static_cast<int>(k), cp);
         faiss::IndexFlatIP index(g.head_dim);
         clus.train(n, x.data(), index);
-      }
-    });
-  for (auto& t : pool) t.join();
-  double t_faiss = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
   double thr_k = rows_heads / child.seconds, thr_f = rows_heads / t_faiss;
   std::printf("kvtool-clusterkv build : %8.2f s  %10.0f rows*heads/s  peak RSS %.0f MiB\n", child.seconds, thr_k, child.peak_rss_mib);
   std::printf("faiss spherical k-means: %8.2f s  %10.0f rows*heads/s\n", t_faiss, thr_f);

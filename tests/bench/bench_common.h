@@ -5,12 +5,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <functional>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "kvtool/builder.h"
 #include "kvtool/producers.h"
 
 namespace kvtool::bench {
@@ -58,6 +63,35 @@ inline ChildRun run_child(std::vector<std::string> args) {
   r.peak_rss_mib = ru.ru_maxrss / 1024.0;
   r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   return r;
+}
+
+// The direct-FAISS baselines: fn(part, buffer) for every part on `threads` workers (one part per
+// worker at a time, single-threaded BLAS, like kvtool's builders), `floats` floats of buffer each.
+// Returns the wall time in seconds.
+inline double timed_parts(int threads, int64_t parts, size_t floats,
+                          const std::function<void(int64_t, std::vector<float>&)>& fn) {
+  pin_blas_single_thread();
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      pin_blas_single_thread();
+      std::vector<float> x(floats);
+      for (int64_t p; (p = next++) < parts;) fn(p, x);
+    });
+  for (auto& t : pool) t.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Scales every row of x [n, d] to unit L2 norm (what kvtool does before cosine k-means).
+inline void normalize_rows(float* x, int64_t n, int64_t d) {
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < d; ++j) s += double(x[i * d + j]) * x[i * d + j];
+    float inv = static_cast<float>(1.0 / std::sqrt(s));
+    for (int64_t j = 0; j < d; ++j) x[i * d + j] *= inv;
+  }
 }
 
 }  // namespace kvtool::bench

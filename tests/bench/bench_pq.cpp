@@ -62,30 +62,18 @@ int main(int argc, char** argv) {
   double t_kvtool = child.seconds, rss_mib = child.peak_rss_mib;
 
   // 2. faiss::ProductQuantizer directly: same rows, same k-means settings, same thread count.
-  pin_blas_single_thread();
-  std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  auto t0 = Clock::now();
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      pin_blas_single_thread();
-      std::vector<float> x(static_cast<size_t>(n * g.head_dim));
-      std::vector<uint8_t> codes;
-      for (int64_t p; (p = next++) < parts;) {
-        reader.read_k(p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
-        faiss::ProductQuantizer pq(g.head_dim, m, bits);
-        pq.cp.niter = iters;
-        pq.cp.max_points_per_centroid = 256;
-        pq.cp.min_points_per_centroid = 1;
-        pq.cp.seed = static_cast<int>(p);
-        pq.verbose = false;
-        pq.train(n, x.data());
-        codes.resize(static_cast<size_t>(n) * pq.code_size);
-        pq.compute_codes(x.data(), codes.data(), n);
-      }
-    });
-  for (auto& t : pool) t.join();
-  double t_faiss = std::chrono::duration<double>(Clock::now() - t0).count();
+  double t_faiss = bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim), [&](int64_t p, std::vector<float>& x) {
+    reader.read_k(p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
+    faiss::ProductQuantizer pq(g.head_dim, m, bits);
+    pq.cp.niter = iters;
+    pq.cp.max_points_per_centroid = 256;
+    pq.cp.min_points_per_centroid = 1;
+    pq.cp.seed = static_cast<int>(p);
+    pq.verbose = false;
+    pq.train(n, x.data());
+    std::vector<uint8_t> codes(static_cast<size_t>(n) * pq.code_size);
+    pq.compute_codes(x.data(), codes.data(), n);
+  });
 
   double thr_k = rows_heads / t_kvtool, thr_f = rows_heads / t_faiss;
   std::printf("kvtool-pq build : %8.2f s  %12.0f rows*heads/s  peak RSS %.0f MiB\n", t_kvtool, thr_k, rss_mib);

@@ -46,22 +46,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvtool-squeeze build failed\n");
     return 1;
   }
-  pin_blas_single_thread();
-  std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  auto t0 = Clock::now();
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      pin_blas_single_thread();
-      std::vector<float> x(static_cast<size_t>(n * d));
-      for (int64_t p; (p = next++) < parts;) {
+  double t_faiss = bench::timed_parts(threads, parts, static_cast<size_t>(n * d), [&](int64_t p, std::vector<float>& x) {
         reader.read_k(p / g.kv_heads, p % g.kv_heads, 0, n, x.data());
-        for (int64_t i = 0; i < n; ++i) {
-          double s = 0;
-          for (int64_t j = 0; j < d; ++j) s += double(x[i * d + j]) * x[i * d + j];
-          float inv = static_cast<float>(1.0 / std::sqrt(s));
-          for (int64_t j = 0; j < d; ++j) x[i * d + j] *= inv;
-        }
+        bench::normalize_rows(x.data(), n, d);
         faiss::ClusteringParameters cp;
         cp.niter = static_cast<int>(iters);
         cp.spherical = true;
@@ -75,10 +62,7 @@ int main(int argc, char** argv) {
         faiss::Clustering coarse(static_cast<int>(d), static_cast<int>(kc), cp);
         faiss::IndexFlatL2 l2(d);
         coarse.train(kf, fine.centroids.data(), l2);
-      }
-    });
-  for (auto& t : pool) t.join();
-  double t_faiss = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
   double ratio = t_faiss / child.seconds;
   std::printf("kvtool-squeeze build : %7.2f s  peak RSS %.0f MiB\n", child.seconds, child.peak_rss_mib);
   std::printf("faiss direct         : %7.2f s\n", t_faiss);

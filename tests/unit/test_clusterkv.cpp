@@ -16,26 +16,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void ckv_dump(const std::string& path, int64_t tokens = 700) {
-  SynthOptions o;
-  o.layers = 2;
-  o.kv_heads = 2;
-  o.q_heads = 4;
-  o.head_dim = 16;
-  o.tokens = tokens;
-  o.seed = 12;
-  o.dtype = DType::f32;
-  o.query_count = 20;
-  synth_dump(o, {}, path);
-}
+void ckv_dump(const std::string& path, int64_t tokens = 700) { kind_dump(path, tokens, 12, 20); }
 
-BuildOptions opts(const std::string& out, int threads = 1) {
-  BuildOptions b;
-  b.output = out;
-  b.threads = threads;
-  b.quiet = true;
-  return b;
-}
+BuildOptions opts(const std::string& out, int threads = 1) { return quiet_build(out, threads); }
 
 }  // namespace
 

@@ -18,26 +18,10 @@ namespace fs = std::filesystem;
 namespace {
 
 void lsh_dump(const std::string& path, int64_t tokens = 400, int64_t d = 16, int64_t layers = 2) {
-  SynthOptions o;
-  o.layers = layers;
-  o.kv_heads = 2;
-  o.q_heads = 4;
-  o.head_dim = d;
-  o.tokens = tokens;
-  o.seed = 21;
-  o.dtype = DType::f32;
-  o.query_count = 16;
-  synth_dump(o, {}, path);
+  kind_dump(path, tokens, 21, 16, d, layers);
 }
 
-BuildOptions opts(const std::string& out, int threads = 1) {
-  BuildOptions b;
-  b.output = out;
-  b.threads = threads;
-  b.quiet = true;
-  b.seed = 5;
-  return b;
-}
+BuildOptions opts(const std::string& out, int threads = 1) { return quiet_build(out, threads, 5); }
 
 }  // namespace
 

@@ -18,27 +18,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // L=2, H_kv=2, H_q=4, d=16, T=300 f32, queries of the last 40 positions.
-void pq_dump(const std::string& path, uint64_t seed = 5, int64_t tokens = 300) {
-  SynthOptions o;
-  o.layers = 2;
-  o.kv_heads = 2;
-  o.q_heads = 4;
-  o.head_dim = 16;
-  o.tokens = tokens;
-  o.seed = seed;
-  o.dtype = DType::f32;
-  o.query_count = 40;
-  synth_dump(o, {}, path);
-}
+void pq_dump(const std::string& path, uint64_t seed = 5, int64_t tokens = 300) { kind_dump(path, tokens, seed, 40); }
 
-BuildOptions opts(const std::string& out, int threads = 1) {
-  BuildOptions b;
-  b.output = out;
-  b.threads = threads;
-  b.quiet = true;
-  b.seed = 3;
-  return b;
-}
+BuildOptions opts(const std::string& out, int threads = 1) { return quiet_build(out, threads, 3); }
 
 PqParams small_pq() {
   PqParams p;

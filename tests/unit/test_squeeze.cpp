@@ -17,24 +17,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // A prefix dump with queries for every position (the observation window needs them).
-void sq_dump(const std::string& path, uint64_t seed = 31) {
-  SynthOptions o;
-  o.layers = 2;
-  o.kv_heads = 2;
-  o.q_heads = 4;
-  o.head_dim = 16;
-  o.tokens = 500;
-  o.seed = seed;
-  o.dtype = DType::f32;
-  o.query_count = 200;
-  synth_dump(o, {}, path);
-}
+void sq_dump(const std::string& path, uint64_t seed = 31) { kind_dump(path, 500, seed, 200); }
 
 BuildOptions opts(const std::string& out, int threads = 1) {
-  BuildOptions b;
-  b.output = out;
-  b.threads = threads;
-  b.quiet = true;
+  BuildOptions b = quiet_build(out, threads);
   b.prefix = 420;
   return b;
 }

@@ -38,6 +38,29 @@ void small_dump(const std::string& path, uint64_t seed, DType dt, const Identity
   synth_dump(o, id, path);
 }
 
+void kind_dump(const std::string& path, int64_t tokens, uint64_t seed, int64_t query_count, int64_t head_dim,
+               int64_t layers) {
+  SynthOptions o;
+  o.layers = layers;
+  o.kv_heads = 2;
+  o.q_heads = 4;
+  o.head_dim = head_dim;
+  o.tokens = tokens;
+  o.seed = seed;
+  o.dtype = DType::f32;
+  o.query_count = query_count;
+  synth_dump(o, {}, path);
+}
+
+BuildOptions quiet_build(const std::string& out, int threads, uint64_t seed) {
+  BuildOptions b;
+  b.output = out;
+  b.threads = threads;
+  b.quiet = true;
+  b.seed = seed;
+  return b;
+}
+
 void copy_dump(const std::string& src, const std::string& dst, const std::function<void(DumpSpec&)>& edit,
                const std::function<void(int64_t, int64_t, std::vector<float>&, std::vector<float>&)>& poke) {
   DumpReader r(src);

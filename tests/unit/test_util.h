@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kvtool/artifact.h"
+#include "kvtool/builder.h"
 #include "kvtool/dump.h"
 #include "kvtool/producers.h"
 
@@ -22,6 +23,13 @@ std::string shared_dir();  // $KVTOOL_SHARED or ../shared relative to the source
 
 // Small synthetic dump: L=2, H_kv=2, H_q=4, d=16, T=48, f32.
 void small_dump(const std::string& path, uint64_t seed = 7, DType dt = DType::f32, const IdentityOptions& id = {});
+
+// f32 synthetic dump for the index-kind tests: `layers` layers, 2 kv heads, 4 query heads, head dim
+// `head_dim`, `tokens` rows, queries of the last `query_count` positions.
+void kind_dump(const std::string& path, int64_t tokens, uint64_t seed, int64_t query_count, int64_t head_dim = 16,
+               int64_t layers = 2);
+// Build options writing `out` quietly with `threads` workers and `seed`.
+BuildOptions quiet_build(const std::string& out, int threads = 1, uint64_t seed = 0);
 
 // Copies a dump, letting `edit` change the spec and `poke` change K/V of each (layer, head) slice.
 void copy_dump(const std::string& src, const std::string& dst, const std::function<void(DumpSpec&)>& edit,
