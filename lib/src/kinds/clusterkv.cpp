@@ -15,6 +15,7 @@
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
 #include "kvtool/prng.h"
+#include "kvtool/scoring.h"
 #include "kvtool/progress.h"
 #include "kvtool/source_binding.h"
 #include "impl/cluster_set.h"
@@ -48,15 +49,9 @@ class ClusterKvSelector : public PartSelector {
     }
     const int64_t C = set_.clusters(), d = set_.d;
     std::vector<float> score(static_cast<size_t>(C));
-    for (int64_t c = 0; c < C; ++c) {
-      float s = 0;
-      for (int64_t t = 0; t < d; ++t) s += q[t] * set_.centroids[c * d + t];
-      score[c] = s;
-    }
-    std::vector<int64_t> order(static_cast<size_t>(C));
-    std::iota(order.begin(), order.end(), 0);
-    // Full sort of every cluster (the reference's 256-slot kernel breaks beyond 256 clusters).
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return score[a] > score[b]; });
+    scoring::dot_scores(q, set_.centroids.data(), C, d, score.data());
+    // Full ranking of every cluster (the reference's 256-slot kernel breaks beyond 256 clusters).
+    const std::vector<int64_t> order = scoring::rank_all(score.data(), C);
     int64_t taken = 0;
     for (int64_t c : order) {
       if (taken >= budget) break;

@@ -9,6 +9,7 @@
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
 #include "kvtool/prng.h"
+#include "kvtool/scoring.h"
 
 extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
                       const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
@@ -56,20 +57,6 @@ void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, 
         codes[(i0 + i) * tables + t] = c;
       }
   }
-}
-
-// Codes of one query for every table: one pass over the row-major projections.
-void hash_query(const float* q, int64_t d, const std::vector<float>& w, int64_t bits, int64_t tables, std::vector<uint32_t>& codes) {
-  const int64_t cols = bits * tables;
-  std::vector<float> s(static_cast<size_t>(cols), 0.f);
-  for (int64_t j = 0; j < d; ++j) {
-    const float qj = q[j];
-    const float* wr = w.data() + j * cols;
-    for (int64_t c = 0; c < cols; ++c) s[c] += qj * wr[c];
-  }
-  codes.assign(static_cast<size_t>(tables), 0);
-  for (int64_t t = 0; t < tables; ++t)
-    for (int64_t b = 0; b < bits; ++b) codes[t] |= static_cast<uint32_t>(s[t * bits + b] > 0.f) << b;
 }
 
 template <typename T>
@@ -127,14 +114,9 @@ class LshSelector : public PartSelector {
     if (n_ == 0) return;
     const int64_t rb = rows_.begin();
     std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
-    std::vector<uint32_t> qcodes;
-    hash_query(req.q, lay_.d, t_.w, lay_.bits, lay_.tables, qcodes);
-    for (int64_t t = 0; t < lay_.tables; ++t) {
-      uint32_t c = qcodes[t];
-      const uint32_t* off = t_.offsets.data() + t * (lay_.buckets + 1);
-      const uint32_t* ids = t_.ids.data() + t * n_;
-      for (uint32_t i = off[c]; i < off[c + 1]; ++i) ++count[ids[i] - rb];
-    }
+    std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
+    scoring::simhash_codes(req.q, lay_.d, t_.w.data(), lay_.bits, lay_.tables, qcodes.data());
+    scoring::collision_counts(qcodes.data(), t_.offsets.data(), t_.ids.data(), lay_.tables, lay_.buckets, n_, rb, count.data());
     double qn = 0;
     for (int64_t j = 0; j < lay_.d; ++j) qn += static_cast<double>(req.q[j]) * req.q[j];
     qn = std::sqrt(qn);

@@ -1,5 +1,6 @@
 // kind "pq": everything about PQCache artifacts lives here (build, validate, query, append).
 #include "kvtool/pq.h"
+#include "kvtool/scoring.h"
 
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
@@ -92,27 +93,12 @@ class PqSelector : public PartSelector {
     }
     // Lookup table [m, 2^b] of q_sub · centroid (inner product, as the reference scores).
     std::vector<float> lut(static_cast<size_t>(lay_.m * lay_.k));
-    for (int64_t j = 0; j < lay_.m; ++j)
-      for (int64_t c = 0; c < lay_.k; ++c) {
-        const float* cen = centroids_.data() + (j * lay_.k + c) * lay_.dsub;
-        float s = 0;
-        for (int64_t t = 0; t < lay_.dsub; ++t) s += q[j * lay_.dsub + t] * cen[t];
-        lut[j * lay_.k + c] = s;
-      }
+    scoring::pq_lut(q, centroids_.data(), lay_.m, lay_.k, lay_.dsub, lut.data());
     std::vector<float> score(static_cast<size_t>(n_));
-    for (int64_t i = 0; i < n_; ++i) {
-      float s = 0;
-      for (int64_t j = 0; j < lay_.m; ++j) s += lut[j * lay_.k + codes_[i * lay_.m + j]];
-      score[i] = s;
-    }
-    std::vector<int64_t> order(static_cast<size_t>(n_));
-    std::iota(order.begin(), order.end(), 0);
-    int64_t b = std::min(budget, n_);
-    auto better = [&](int64_t a, int64_t c) { return score[a] > score[c] || (score[a] == score[c] && a < c); };
-    std::partial_sort(order.begin(), order.begin() + b, order.end(), better);
-    for (int64_t i = 0; i < b; ++i) {
-      ids.push_back(base + order[i]);
-      scores.push_back(score[order[i]]);
+    scoring::pq_scores_u16(lut.data(), codes_.data(), n_, lay_.m, lay_.k, score.data());
+    for (int64_t i : scoring::top_k(score.data(), n_, budget)) {
+      ids.push_back(base + i);
+      scores.push_back(score[i]);
     }
   }
   json describe() const override { return {{"dense", dense_}}; }

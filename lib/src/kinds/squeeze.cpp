@@ -17,6 +17,7 @@
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
+#include "kvtool/scoring.h"
 #include "kvtool/sha256.h"
 
 namespace kvtool {
@@ -30,13 +31,9 @@ void cluster_scores(const float* q, const std::vector<float>& cent, const std::v
                     std::vector<double>& out) {
   const int64_t C = static_cast<int64_t>(sizes.size());
   out.assign(static_cast<size_t>(C), 0.0);
-  double mx = -INFINITY, inv = 1.0 / std::sqrt(static_cast<double>(d));
-  for (int64_t c = 0; c < C; ++c) {
-    double z = 0;
-    for (int64_t t = 0; t < d; ++t) z += static_cast<double>(q[t]) * cent[c * d + t];
-    out[c] = z * inv;
-    mx = std::max(mx, out[c]);
-  }
+  scoring::dot_scores_f64(q, cent.data(), nullptr, C, d, 1.0 / std::sqrt(static_cast<double>(d)), out.data());
+  double mx = -INFINITY;
+  for (int64_t c = 0; c < C; ++c) mx = std::max(mx, out[c]);
   double den = 0;
   for (int64_t c = 0; c < C; ++c) den += sizes[c] * std::exp(out[c] - mx);
   for (int64_t c = 0; c < C; ++c) out[c] = std::exp(out[c] - mx) / den;
@@ -92,12 +89,8 @@ class SqueezeSelector : public PartSelector {
       const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
       std::vector<double> zg(static_cast<size_t>(G));
       double mx = -INFINITY;
-      for (int64_t g = 0; g < G; ++g) {
-        double z = 0;
-        for (int64_t t = 0; t < d_; ++t) z += static_cast<double>(req.q[t]) * coarse_[g * d_ + t];
-        zg[g] = z * inv;
-        mx = std::max(mx, zg[g]);
-      }
+      scoring::dot_scores_f64(req.q, coarse_.data(), nullptr, G, d_, inv, zg.data());
+      for (int64_t g = 0; g < G; ++g) mx = std::max(mx, zg[g]);
       double den_c = 0;
       for (int64_t g = 0; g < G; ++g) den_c += group_size_[g] * std::exp(zg[g] - mx);
       std::vector<char> keep(static_cast<size_t>(G), 0);
@@ -106,13 +99,14 @@ class SqueezeSelector : public PartSelector {
       int64_t scored = G;
       for (int64_t g = 0; g < G; ++g) {
         if (!keep[g]) continue;
-        for (int64_t j : children_[g]) {
-          double z = 0;
-          for (int64_t t = 0; t < d_; ++t) z += static_cast<double>(req.q[t]) * fine_.centroids[j * d_ + t];
-          zf[j] = z * inv;
-          mx = std::max(mx, zf[j]);
-          ++scored;
+        const auto& ch = children_[g];
+        std::vector<double> z(ch.size());
+        scoring::dot_scores_f64(req.q, fine_.centroids.data(), ch.data(), static_cast<int64_t>(ch.size()), d_, inv, z.data());
+        for (size_t i = 0; i < ch.size(); ++i) {
+          zf[ch[i]] = z[i];
+          mx = std::max(mx, z[i]);
         }
+        scored += static_cast<int64_t>(ch.size());
       }
       double den = 0;
       for (int64_t g = 0; g < G; ++g) {

@@ -1,0 +1,42 @@
+// The arithmetic every selector's query runs, as plain functions over plain arrays: PQ lookup-table
+// scoring, best-first ordering, centroid dot products and SimHash collision counting. The kinds
+// (lib/src/kinds/*.cpp) call these, and the CUDA kernels (cuda/src/kernels.cu) are tested against
+// them in a standalone build (tests/gpu) that has none of the library's other dependencies — so this
+// header and scoring.cpp must depend on the C++ standard library only.
+//
+// Summation orders are part of the contract: each sum runs over its index in increasing order in
+// the stated precision, without fused multiply-add, so a device mirror reproduces the scores bit
+// for bit and ranking ties (broken by lower id) fall the same way on both paths.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvtool::scoring {
+
+// lut[j * k + c] = sum_t q[j * dsub + t] * centroids[(j * k + c) * dsub + t]   (float)
+void pq_lut(const float* q, const float* centroids, int64_t m, int64_t k, int64_t dsub, float* lut);
+// score[i] = sum_j lut[j * k + code(i, j)]   (float; codes row-major [n, m], u8 or u16)
+void pq_scores_u8(const float* lut, const uint8_t* codes, int64_t n, int64_t m, int64_t k, float* score);
+void pq_scores_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m, int64_t k, float* score);
+
+// Indices of the min(k, n) best scores, best first; equal scores by lower index.
+std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k);
+// Every index, best first; equal scores by lower index (a full ranking).
+std::vector<int64_t> rank_all(const float* score, int64_t n);
+
+// out[c] = sum_t q[t] * centroids[c * d + t]   (float)
+void dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out);
+// out[i] = scale * sum_t double(q[t]) * centroids[rows[i] * d + t]   (double; rows == nullptr: row i)
+void dot_scores_f64(const float* q, const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                    double* out);
+
+// SimHash codes of one query: bit b of table t is set when sum_j q[j] * w[j * bits*tables + t*bits + b] > 0
+// (float, j increasing; w row-major [d, bits * tables]).
+void simhash_codes(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, uint32_t* codes);
+// count[ids[t * n + i] - base] += 1 for every member i of bucket codes[t] of every table t
+// (offsets [tables, 2^bits + 1], CSR into ids [tables, n]).
+void collision_counts(const uint32_t* codes, const uint32_t* offsets, const uint32_t* ids, int64_t tables, int64_t buckets,
+                      int64_t n, int64_t base, uint16_t* count);
+
+}  // namespace kvtool::scoring

@@ -1,0 +1,91 @@
+#include "kvtool/scoring.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace kvtool::scoring {
+
+void pq_lut(const float* q, const float* centroids, int64_t m, int64_t k, int64_t dsub, float* lut) {
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t c = 0; c < k; ++c) {
+      const float* cen = centroids + (j * k + c) * dsub;
+      float s = 0;
+      for (int64_t t = 0; t < dsub; ++t) s += q[j * dsub + t] * cen[t];
+      lut[j * k + c] = s;
+    }
+}
+
+namespace {
+template <typename Code>
+void pq_scores(const float* lut, const Code* codes, int64_t n, int64_t m, int64_t k, float* score) {
+  for (int64_t i = 0; i < n; ++i) {
+    float s = 0;
+    for (int64_t j = 0; j < m; ++j) s += lut[j * k + codes[i * m + j]];
+    score[i] = s;
+  }
+}
+}  // namespace
+
+void pq_scores_u8(const float* lut, const uint8_t* codes, int64_t n, int64_t m, int64_t k, float* score) {
+  pq_scores(lut, codes, n, m, k, score);
+}
+void pq_scores_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m, int64_t k, float* score) {
+  pq_scores(lut, codes, n, m, k, score);
+}
+
+std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t b = std::max<int64_t>(0, std::min(k, n));
+  auto better = [&](int64_t a, int64_t c) { return score[a] > score[c] || (score[a] == score[c] && a < c); };
+  std::partial_sort(order.begin(), order.begin() + b, order.end(), better);
+  order.resize(static_cast<size_t>(b));
+  return order;
+}
+
+std::vector<int64_t> rank_all(const float* score, int64_t n) { return top_k(score, n, n); }
+
+void dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out) {
+  for (int64_t c = 0; c < count; ++c) {
+    float s = 0;
+    for (int64_t t = 0; t < d; ++t) s += q[t] * centroids[c * d + t];
+    out[c] = s;
+  }
+}
+
+void dot_scores_f64(const float* q, const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                    double* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float* cen = centroids + (rows ? rows[i] : i) * d;
+    double z = 0;
+    for (int64_t t = 0; t < d; ++t) z += static_cast<double>(q[t]) * cen[t];
+    out[i] = z * scale;
+  }
+}
+
+void simhash_codes(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, uint32_t* codes) {
+  const int64_t cols = bits * tables;
+  std::vector<float> s(static_cast<size_t>(cols), 0.f);
+  for (int64_t j = 0; j < d; ++j) {
+    const float qj = q[j];
+    const float* wr = w + j * cols;
+    for (int64_t c = 0; c < cols; ++c) s[c] += qj * wr[c];
+  }
+  for (int64_t t = 0; t < tables; ++t) {
+    uint32_t code = 0;
+    for (int64_t b = 0; b < bits; ++b) code |= static_cast<uint32_t>(s[t * bits + b] > 0.f) << b;
+    codes[t] = code;
+  }
+}
+
+void collision_counts(const uint32_t* codes, const uint32_t* offsets, const uint32_t* ids, int64_t tables, int64_t buckets,
+                      int64_t n, int64_t base, uint16_t* count) {
+  for (int64_t t = 0; t < tables; ++t) {
+    const uint32_t c = codes[t];
+    const uint32_t* off = offsets + t * (buckets + 1);
+    const uint32_t* tid = ids + t * n;
+    for (uint32_t i = off[c]; i < off[c + 1]; ++i) ++count[tid[i] - base];
+  }
+}
+
+}  // namespace kvtool::scoring
