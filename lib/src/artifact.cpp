@@ -239,6 +239,22 @@ ArtifactReader::ArtifactReader(const std::string& path) : path_(path) {
     KVT_CHECK(p != MAP_FAILED, "IO_ERROR", "cannot map '" << path << "': " << std::strerror(errno));
     data_ = static_cast<const uint8_t*>(p);
   }
+  try {
+    parse();
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+ArtifactReader::ArtifactReader(const uint8_t* data, uint64_t size, std::string name) : path_(std::move(name)) {
+  data_ = data;
+  size_ = size;
+  parse();
+}
+
+void ArtifactReader::parse() {
+  const std::string& path = path_;
   // Header.
   if (size_ < 4) {
     KVT_CHECK(size_ == 0 ? false : std::memcmp(data_, "KVI1", size_) != 0, "TRUNCATED",
@@ -353,10 +369,16 @@ ArtifactReader::ArtifactReader(const std::string& path) : path_(path) {
   }
 }
 
-ArtifactReader::~ArtifactReader() {
-  if (data_) munmap(const_cast<uint8_t*>(data_), size_);
-  if (fd_ >= 0) close(fd_);
+void ArtifactReader::release() {
+  if (fd_ >= 0) {  // only a file-backed reader owns its mapping
+    if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+    close(fd_);
+  }
+  fd_ = -1;
+  data_ = nullptr;
 }
+
+ArtifactReader::~ArtifactReader() { release(); }
 
 const SectionEntry* ArtifactReader::find(const std::string& name, int64_t layer, int64_t kv_head) const {
   for (const auto& s : sections_)
@@ -381,14 +403,26 @@ std::vector<uint8_t> ArtifactReader::read_section(const SectionEntry& s) const {
               "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head
                           << ") does not decompress: " << (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size"));
   }
-  KVT_CHECK(to_hex(sha256(out.data(), out.size())) == s.sha256, "SECTION_DIGEST",
-            "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head
-                        << ") does not match its recorded SHA-256 (modified or damaged)");
+  if (!verified_) check_digest(s, out.data());
   return out;
 }
 
+void ArtifactReader::check_digest(const SectionEntry& s, const uint8_t* raw) const {
+  KVT_CHECK(to_hex(sha256(raw, s.raw_size)) == s.sha256, "SECTION_DIGEST",
+            "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head
+                        << ") does not match its recorded SHA-256 (modified or damaged)");
+}
+
 void ArtifactReader::verify_sections() const {
-  for (const auto& s : sections_) read_section(s);
+  for (const auto& s : sections_) {
+    if (s.codec == "none")
+      check_digest(s, data_ + s.offset);  // in place: no copy of uncompressed sections
+    else
+      read_section(s);
+  }
+  // Bytes in memory this reader does not own cannot change behind it (the pool's private copy), so
+  // later reads need not hash again; a file mapping can, so file-backed readers always re-check.
+  if (fd_ < 0) verified_ = true;
 }
 
 void ArtifactReader::verify_signature(const std::vector<PublicKeyRaw>& trusted, bool require) const {

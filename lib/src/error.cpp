@@ -73,6 +73,15 @@ const std::vector<ReasonInfo>& all_reasons() {
       {"HIERARCHY_NOT_COVERING", ExitCode::invalid, "a squeeze coarse level does not give every fine centroid a parent"},
       {"THRESHOLDS_MISMATCH", ExitCode::invalid, "squeeze thresholds are not the quantiles of the recorded calibration scores"},
       {"PART_INVALID", ExitCode::invalid, "a part's sections or metadata are missing or inconsistent"},
+      // validation (1): runtime pool
+      {"HOST_BUDGET_EXCEEDED", ExitCode::invalid, "the pool's host tier cannot admit the artifact within its byte budget"},
+      {"DEVICE_BUDGET_EXCEEDED", ExitCode::invalid, "the pool's device tier cannot admit the artifact within its byte budget"},
+      {"DEVICE_UNAVAILABLE", ExitCode::invalid, "the device tier was requested but there is no usable GPU"},
+      {"CONTENT_MISMATCH", ExitCode::invalid, "the artifact is bound to another content digest than the publisher expects"},
+      {"STALE_GENERATION", ExitCode::invalid, "the artifact's index generation is older than the one already published"},
+      {"PUBLISH_CANCELLED", ExitCode::invalid, "the publication was cancelled or its slot was reused before it completed"},
+      {"DEVICE_COPY_MISMATCH", ExitCode::invalid, "the bytes that landed in device memory differ from the validated host bytes"},
+      {"NOT_PUBLISHED", ExitCode::invalid, "no generation is published under the pool key"},
   };
   return reasons;
 }

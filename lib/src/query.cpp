@@ -55,7 +55,7 @@ Budget Budget::parse(const std::string& s) {
 json CandidateReceipt::to_json() const {
   json sc = json::array();
   for (float s : scores) sc.push_back(s);
-  return {{"schema_version", kJsonSchemaVersion},
+  json j = {{"schema_version", kJsonSchemaVersion},
           {"kind", kind},
           {"index_generation", index_generation},
           {"content_digest", content_digest},
@@ -73,6 +73,8 @@ json CandidateReceipt::to_json() const {
           {"centroids_scored", centroids_scored},
           {"always_included", always_included},
           {"part", part}};
+  if (pool_generation > 0) j["pool"] = {{"generation", pool_generation}, {"tier", tier}};
+  return j;
 }
 
 SelectorSet::SelectorSet(const ArtifactReader& r) : r_(r), kind_(find_kind(r.kind())), rows_() {
@@ -84,14 +86,29 @@ SelectorSet::SelectorSet(const ArtifactReader& r) : r_(r), kind_(find_kind(r.kin
 const PartSelector& SelectorSet::part(int64_t layer, int64_t kv_head) {
   auto key = std::make_pair(layer, kv_head);
   auto it = cache_.find(key);
-  if (it == cache_.end()) it = cache_.emplace(key, kind_->load(r_, layer, kv_head)).first;
+  if (it == cache_.end()) {
+    KVT_CHECK(!frozen_, "USAGE", "part (layer " << layer << ", kv head " << kv_head << ") is not in this artifact");
+    it = cache_.emplace(key, kind_->load(r_, layer, kv_head)).first;
+  }
   return *it->second;
+}
+
+void SelectorSet::preload() {
+  for (const auto& pm : r_.manifest()["kind_data"]["parts"]) part(pm["layer"].get<int64_t>(), pm["kv_head"].get<int64_t>());
+  frozen_ = true;
+}
+
+std::vector<std::pair<int64_t, int64_t>> SelectorSet::parts() const {
+  std::vector<std::pair<int64_t, int64_t>> v;
+  for (const auto& [k, sel] : cache_) v.push_back(k);
+  return v;
 }
 
 bool SelectorSet::needs_keys() const { return r_.kind() == "lsh"; }
 
 CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
-                                    int64_t min_collisions, const KeyRows* keys, double quantile, bool flat) {
+                                    int64_t min_collisions, const KeyRows* keys, double quantile, bool flat,
+                                    const SelectHook& hook) {
   const auto& src = r_.source();
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, "USAGE", "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
   KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, "USAGE", "--q-head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
@@ -108,7 +125,6 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   rc.position = position;
   const PartSelector& sel = part(layer, rc.kv_head);
   rc.indexed_rows = sel.indexed_rows();
-  KVT_CHECK(!sel.needs_keys() || keys, "INTERNAL", "the " << rc.kind << " selector needs the key rows");
   SelectRequest req;
   req.q = q;
   req.budget = sel.uses_budget() ? b.rows(rc.indexed_rows) : -1;
@@ -120,7 +136,7 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
     req.quantile = quantile >= 0 ? quantile : qs[0].get<double>();
   }
   Selection out;
-  sel.select(req, out);
+  if (!hook || !hook(layer, rc.kv_head, sel, req, out)) sel.select(req, out);
   rc.budget_rows = req.budget;
   rc.candidates = std::move(out.ids);
   rc.scores = std::move(out.scores);

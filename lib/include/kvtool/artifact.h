@@ -75,6 +75,9 @@ class ArtifactReader {
   // Maps the file read-only and checks header, footer, bounds, manifest digest and schema.
   // Section digests are checked lazily by read_section() and all at once by verify_sections().
   explicit ArtifactReader(const std::string& path);
+  // Reads an artifact image already in memory (the runtime pool's copy); the bytes are not owned
+  // and must outlive the reader. `name` is used in messages.
+  ArtifactReader(const uint8_t* data, uint64_t size, std::string name);
   ~ArtifactReader();
   ArtifactReader(const ArtifactReader&) = delete;
   ArtifactReader& operator=(const ArtifactReader&) = delete;
@@ -102,6 +105,10 @@ class ArtifactReader {
   void verify_signature(const std::vector<PublicKeyRaw>& trusted, bool require) const;
 
  private:
+  void parse();
+  void release();
+  void check_digest(const SectionEntry& s, const uint8_t* raw) const;
+  mutable bool verified_ = false;
   std::string path_;
   int fd_ = -1;
   const uint8_t* data_ = nullptr;

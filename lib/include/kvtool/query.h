@@ -1,6 +1,7 @@
 // Candidate queries against an artifact (any kind) and the evaluation against dense attention
 // (DESIGN.md §7–§8).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,19 +35,29 @@ struct CandidateReceipt {
   json selector = json::object();
   std::vector<int64_t> always_included;  // sink, local window, uncovered tail (coverage_end .. position)
   json part = json::object();
+  int64_t pool_generation = 0;  // answered by a runtime pool: its generation (0: straight from a file)
+  std::string tier;             // pool tier that scored it: "host" | "device"
   json to_json() const;
 };
 
-// The loaded selectors of one artifact, one part at a time, cached.
+// Answers a part's selection in place of its host selector (the pool's device tier); returns false
+// to fall back to the host selector.
+using SelectHook = std::function<bool(int64_t layer, int64_t kv_head, const PartSelector& host, const SelectRequest& req,
+                                      Selection& out)>;
+
+// The loaded selectors of one artifact, one part at a time, cached. After preload() every part is
+// loaded and the set is immutable: concurrent query() calls are then safe.
 class SelectorSet {
  public:
   explicit SelectorSet(const ArtifactReader& r);
   const PartSelector& part(int64_t layer, int64_t kv_head);
+  void preload();
+  std::vector<std::pair<int64_t, int64_t>> parts() const;  // loaded parts
   // `position` is the row the query sits at; it must be >= coverage_end - 1. `keys` (rows [0, E)
   // of the query's kv head) is required by kinds whose receipts need the full keys (lsh).
   CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
                          int64_t min_collisions = 2, const KeyRows* keys = nullptr, double quantile = -1,
-                         bool flat = false);
+                         bool flat = false, const SelectHook& hook = nullptr);
   bool needs_keys() const;
   const ArtifactReader& artifact() const { return r_; }
 
@@ -55,6 +66,7 @@ class SelectorSet {
   const KindInfo* kind_;
   IndexedRows rows_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PartSelector>> cache_;
+  bool frozen_ = false;
 };
 
 // Reads a query vector file: whitespace/comma separated floats (text) or raw little-endian float32

@@ -124,6 +124,7 @@ class LshSelector : public PartSelector {
       if (count[i] < req.min_collisions) continue;
       out.ids.push_back(rb + i);
       out.scores.push_back(static_cast<float>(count[i]));
+      if (!req.keys) continue;  // a runtime without the key rows gets candidates only
       // Inclusion probability from the full (centered) key.
       const float* k = req.keys->row(rb + i);
       double dot = 0, kn = 0;

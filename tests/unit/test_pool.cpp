@@ -1,0 +1,303 @@
+// Runtime pool: publication transaction, fences, leases, retirement, LRU eviction, budgets, and
+// queries equal to the library's query path, with the device tier exercised through the emulated
+// backend (deterministic completions).
+#include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "kvtool/artifact.h"
+#include "kvtool/builder.h"
+#include "kvtool/clusterkv.h"
+#include "kvtool/error.h"
+#include "kvtool/lsh.h"
+#include "kvtool/pool.h"
+#include "kvtool/pq.h"
+#include "kvtool/query.h"
+#include "kvtool/squeeze.h"
+#include "test_util.h"
+
+using namespace kvtool;
+using namespace kvtool::test;
+
+namespace {
+
+struct Fixture {
+  TempDir tmp;
+  std::string dump = tmp.file("d.h5"), pq = tmp.file("pq.kvi");
+  Fixture() {
+    kind_dump(dump, 300, 11, 8);
+    PqParams p;
+    p.subspaces = 4;
+    p.bits = 4;
+    p.iters = 6;
+    build_artifact(dump, quiet_build(pq, 1, 3), PqBuilder(p));
+  }
+  int64_t size() const { return static_cast<int64_t>(read_bytes(pq).size()); }
+};
+
+PublishRequest req(const std::string& key, const std::string& art, bool device = false) {
+  PublishRequest r;
+  r.key = key;
+  r.artifact = art;
+  r.device = device;
+  return r;
+}
+
+// Every dumped query of every layer and query head: the pool's receipts equal SelectorSet's.
+void check_queries_equal(const Lease& lease, const std::string& art, const std::string& dump, int64_t* compared = nullptr) {
+  ArtifactReader r(art);
+  SelectorSet direct(r);
+  DumpReader d(dump);
+  const auto& geo = d.info().geo;
+  const std::vector<int64_t> qpos = d.q_positions();
+  std::vector<float> qs(static_cast<size_t>(geo.q_tokens * geo.head_dim));
+  std::vector<float> keys(static_cast<size_t>(geo.tokens * geo.head_dim));
+  for (int64_t l = 0; l < geo.layers; ++l)
+    for (int64_t h = 0; h < geo.q_heads; ++h)
+      for (int64_t i = 0; i < geo.q_tokens; ++i) {
+        d.read_q(l, h, qs.data());
+        const float* q = qs.data() + i * geo.head_dim;
+        int64_t pos = qpos[static_cast<size_t>(i)];
+        if (pos < r.source().coverage_end - 1) continue;
+        int64_t kvh = r.source().id.q_to_kv_head[static_cast<size_t>(h)];
+        d.read_k(l, kvh, 0, geo.tokens, keys.data());
+        KeyRows kr{keys.data(), geo.tokens, geo.head_dim};
+        Budget b = Budget::parse("0.1");
+        CandidateReceipt a = direct.query(l, h, q, pos, b, 2, &kr);
+        CandidateReceipt p = lease.query(l, h, q, pos, b, 2, &kr);
+        REQUIRE(a.candidates == p.candidates);
+        REQUIRE(a.scores == p.scores);
+        REQUIRE(a.inclusion == p.inclusion);
+        CHECK(p.pool_generation == lease.generation());
+        if (compared) ++*compared;
+      }
+}
+
+// The last dumped query of (layer, q_head) and its position.
+int64_t first_query(const std::string& dump, int64_t layer, int64_t q_head, std::vector<float>& q) {
+  DumpReader d(dump);
+  const auto& geo = d.info().geo;
+  std::vector<float> all(static_cast<size_t>(geo.q_tokens * geo.head_dim));
+  d.read_q(layer, q_head, all.data());
+  q.assign(all.end() - geo.head_dim, all.end());
+  return d.q_positions().back();
+}
+
+}  // namespace
+
+TEST_CASE("pool: a published artifact answers every query exactly like the artifact file") {
+  Fixture f;
+  Pool pool(PoolOptions{});
+  PublishReceipt rc = pool.publish(req("doc", f.pq));
+  CHECK(rc.generation == 1);
+  CHECK(rc.kind == "pq");
+  CHECK(rc.host_bytes >= f.size());
+  CHECK(pool.stats().host_used == rc.host_bytes);
+  Lease l = pool.acquire("doc");
+  int64_t n = 0;
+  check_queries_equal(l, f.pq, f.dump, &n);
+  CHECK(n > 0);
+  CHECK_FALSE(l.on_device());
+}
+
+TEST_CASE("pool: every queryable kind answers like the library") {
+  Fixture f;
+  std::string ck = f.tmp.file("ck.kvi"), lsh = f.tmp.file("lsh.kvi"), sq = f.tmp.file("sq.kvi");
+  ClusterKvParams cp;
+  cp.clusters = 8;
+  build_artifact(f.dump, quiet_build(ck, 1, 1), ClusterKvBuilder(cp));
+  LshParams lp;
+  build_artifact(f.dump, quiet_build(lsh, 1, 1), LshBuilder(lp));
+  SqueezeParams sp;
+  sp.observation_window = 40;
+  build_artifact(f.dump, quiet_build(sq, 1, 1), SqueezeBuilder(sp));
+  Pool pool(PoolOptions{});
+  for (const auto& a : {ck, lsh, sq}) {
+    pool.publish(req(a, a));
+    check_queries_equal(pool.acquire(a), a, f.dump);
+  }
+}
+
+TEST_CASE("pool: the device tier (emulated) answers PQ queries like the host and returns its memory") {
+  Fixture f;
+  auto dev = std::make_shared<EmulatedDevice>();
+  {
+    PoolOptions o;
+    o.device = dev;
+    o.device_budget = 64 << 20;
+    Pool pool(o);
+    PublishReceipt rc = pool.publish(req("doc", f.pq, true));
+    CHECK(rc.device_bytes > 0);
+    Lease l = pool.acquire("doc");
+    CHECK(l.on_device());
+    check_queries_equal(l, f.pq, f.dump);
+    std::vector<float> q;
+    int64_t pos = first_query(f.dump, 1, 2, q);
+    CHECK(l.query(1, 2, q.data(), pos, Budget::parse("16")).tier == "device");
+  }
+  CHECK(dev->device_bytes_live() == 0);
+  CHECK(dev->host_bytes_live() == 0);
+}
+
+TEST_CASE("pool: refusals name a reason and leave nothing visible or allocated") {
+  Fixture f;
+  TempDir t2;
+  Pool pool(PoolOptions{});
+  SECTION("missing file") { CHECK(reason_of([&] { pool.publish(req("k", f.tmp.file("none.kvi"))); }) == "IO_ERROR"); }
+  SECTION("wrong content digest") {
+    PublishRequest r = req("k", f.pq);
+    r.expected_content_digest = std::string(64, '0');
+    CHECK(reason_of([&] { pool.publish(r); }) == "CONTENT_MISMATCH");
+  }
+  SECTION("wrong tenant") {
+    PublishRequest r = req("k", f.pq);
+    r.tenant = "acme";
+    CHECK(reason_of([&] { pool.publish(r); }) == "TENANT_MISMATCH");
+  }
+  SECTION("unsigned with a required signature") {
+    PublishRequest r = req("k", f.pq);
+    r.trust.require_signature = true;
+    CHECK(reason_of([&] { pool.publish(r); }) == "SIGNATURE_REQUIRED");
+  }
+  SECTION("device tier without a device") { CHECK(reason_of([&] { pool.publish(req("k", f.pq, true)); }) == "DEVICE_UNAVAILABLE"); }
+  SECTION("corrupted byte in the copied image") {
+    PoolHooks h;
+    h.after_host_copy = [](uint8_t* p, size_t n) { p[n / 3] ^= 0x40; };
+    pool.set_hooks(h);
+    std::string why = reason_of([&] { pool.publish(req("k", f.pq)); });
+    INFO(why);
+    CHECK((why == "SECTION_DIGEST" || why == "DECOMPRESS_FAILED"));
+  }
+  SECTION("over the host budget") {
+    Pool small(PoolOptions{f.size(), 0, nullptr});
+    CHECK(reason_of([&] { small.publish(req("k", f.pq)); }) == "HOST_BUDGET_EXCEEDED");
+    CHECK(small.stats().host_used == 0);
+  }
+  SECTION("an older index generation after a newer one") {
+    std::string g2 = t2.file("g2.kvi");
+    write_bytes(g2, read_bytes(f.pq));
+    rewrite_manifest(g2, [](json& m) { m["index_generation"] = 2; });
+    pool.publish(req("k", g2));
+    CHECK(reason_of([&] { pool.publish(req("k", f.pq)); }) == "STALE_GENERATION");
+    CHECK(pool.acquire("k").artifact().manifest()["index_generation"] == 2);
+    CHECK(pool.retire("k"));
+  }
+  CHECK(reason_of([&] { pool.acquire("k"); }) == "NOT_PUBLISHED");
+  CHECK(pool.stats().host_used == 0);
+  CHECK(pool.stats().in_flight == 0);
+}
+
+TEST_CASE("pool: fences — a cancelled copy never becomes visible, a reused slot is not fooled by the old completion") {
+  Fixture f;
+  auto dev = std::make_shared<EmulatedDevice>(false);  // copies land only when delivered
+  PoolOptions o;
+  o.device = dev;
+  o.device_budget = 64 << 20;
+  {
+    Pool pool(o);
+    PublishTicket a = pool.begin(req("doc", f.pq, true));
+    REQUIRE(dev->started() == 1);
+    CHECK_FALSE(pool.ready(a));
+    pool.cancel(a);  // mid-copy
+    CHECK(pool.stats().orphaned_transfers == 1);
+    PublishTicket b = pool.begin(req("doc", f.pq, true));  // takes the freed slot
+    CHECK(b.id() != a.id());
+    dev->deliver(0);  // A's stale completion lands first
+    CHECK_FALSE(pool.ready(b));
+    CHECK(pool.reap() == 1);  // A's buffers returned
+    CHECK(pool.stats().orphaned_transfers == 0);
+    CHECK(reason_of([&] { pool.acquire("doc"); }) == "NOT_PUBLISHED");
+    // A delayed completion: commit blocks until B's own copy lands.
+    std::thread late([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      dev->deliver(1);
+    });
+    PublishReceipt rb = pool.commit(b);
+    late.join();
+    CHECK(rb.copy_s >= 0.03);
+    CHECK(pool.acquire("doc").generation() == rb.generation);
+    CHECK(reason_of([&] { pool.commit(a); }) == "USAGE");
+    check_queries_equal(pool.acquire("doc"), f.pq, f.dump);
+
+    // A commit of a ticket whose slot was taken over is refused.
+    PublishTicket c = pool.begin(req("doc2", f.pq, true));
+    dev->deliver_all();
+    PublishTicket copy_c;
+    pool.cancel(c);
+    CHECK(reason_of([&] { pool.commit(c); }) == "USAGE");
+
+    // A byte corrupted in device memory after the copy: refused, old generation still served.
+    PoolHooks h;
+    h.after_device_copy = [](void* p, size_t n) { static_cast<uint8_t*>(p)[n / 2] ^= 1; };
+    pool.set_hooks(h);
+    PublishTicket d = pool.begin(req("doc", f.pq, true));
+    dev->deliver_all();
+    CHECK(reason_of([&] { pool.commit(d); }) == "DEVICE_COPY_MISMATCH");
+    CHECK(pool.acquire("doc").generation() == rb.generation);
+    pool.set_hooks({});
+    // An abandoned ticket cancels itself; its copy is reaped when it lands.
+    { PublishTicket e = pool.begin(req("doc", f.pq, true)); }
+    dev->deliver_all();
+    pool.reap();
+    CHECK(pool.stats().in_flight == 0);
+    CHECK(pool.retire("doc"));
+    CHECK(pool.stats().host_used == 0);
+    CHECK(pool.stats().device_used == 0);
+  }
+  CHECK(dev->device_bytes_live() == 0);
+  CHECK(dev->host_bytes_live() == 0);
+}
+
+TEST_CASE("pool: leases pin a generation across publish and retire; receipts name it") {
+  Fixture f;
+  Pool pool(PoolOptions{});
+  PublishReceipt r1 = pool.publish(req("doc", f.pq));
+  Lease held = pool.acquire("doc");
+  PublishReceipt r2 = pool.publish(req("doc", f.pq));
+  CHECK(r2.replaced_generation == r1.generation);
+  CHECK(held.generation() == r1.generation);
+  CHECK(pool.acquire("doc").generation() == r2.generation);
+  CHECK(pool.stats().retiring == 1);
+  CHECK(pool.stats().host_used == r1.host_bytes + r2.host_bytes);
+  std::vector<float> q;
+  int64_t pos = first_query(f.dump, 0, 0, q);
+  CHECK(held.query(0, 0, q.data(), pos, Budget::parse("8")).pool_generation == r1.generation);
+  // retire waits for the leases of the generation it retires.
+  Lease current = pool.acquire("doc");
+  std::atomic<bool> retired{false};
+  std::thread t([&] {
+    pool.retire("doc", true);
+    retired = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK_FALSE(retired.load());
+  CHECK(reason_of([&] { pool.acquire("doc"); }) == "NOT_PUBLISHED");  // hidden at once
+  current = Lease();
+  t.join();
+  CHECK(retired.load());
+  CHECK(pool.stats().host_used == r1.host_bytes);  // the older generation is still leased
+  held = Lease();
+  CHECK(pool.stats().host_used == 0);
+  CHECK(pool.stats().retiring == 0);
+}
+
+TEST_CASE("pool: least recently used unleased generations are evicted to admit a publish; leased ones never") {
+  Fixture f;
+  const int64_t one = [&] {
+    Pool p(PoolOptions{});
+    return p.publish(req("x", f.pq)).host_bytes;
+  }();
+  Pool pool(PoolOptions{3 * one, 0, nullptr});
+  pool.publish(req("a", f.pq));
+  pool.publish(req("b", f.pq));
+  pool.publish(req("c", f.pq));
+  pool.acquire("a");  // a is now more recent than b
+  PublishReceipt rd = pool.publish(req("d", f.pq));
+  CHECK(rd.evicted == std::vector<std::string>{"b"});
+  Lease la = pool.acquire("c"), lb = pool.acquire("a"), lc = pool.acquire("d");
+  CHECK(reason_of([&] { pool.publish(req("e", f.pq)); }) == "HOST_BUDGET_EXCEEDED");
+  CHECK(pool.keys() == std::vector<std::string>({"a", "c", "d"}));
+  lb = Lease();
+  CHECK(pool.publish(req("e", f.pq)).evicted == std::vector<std::string>{"a"});
+}
