@@ -11,6 +11,7 @@
 #include "kvtool/json.h"
 #include "kvtool/sha256.h"
 #include "kvtool/signing.h"
+#include "kvtool/export.h"
 #include "kvtool/source_binding.h"
 
 namespace kvtool {
@@ -70,7 +71,7 @@ class ArtifactWriter {
   bool finished_ = false;
 };
 
-class ArtifactReader {
+class KVTOOL_API ArtifactReader {
  public:
   // Maps the file read-only and checks header, footer, bounds, manifest digest and schema.
   // Section digests are checked lazily by read_section() and all at once by verify_sections().

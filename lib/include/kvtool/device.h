@@ -8,12 +8,13 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "kvtool/export.h"
 
 namespace kvtool {
 
 // One asynchronous copy. ready() polls, wait() blocks until the copy landed (or failed: it throws
 // Error INTERNAL after the copy's resources are safe to free).
-class Transfer {
+class KVTOOL_API Transfer {
  public:
   virtual ~Transfer() = default;
   virtual bool ready() = 0;
@@ -28,7 +29,7 @@ struct PqDevicePart {
   int code_bytes = 1;
 };
 
-class DeviceBackend {
+class KVTOOL_API DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
   virtual std::string name() const = 0;
@@ -49,7 +50,7 @@ class DeviceBackend {
 // Host-memory stand-in for a device, used by tests and by the pool's own checks of the device-tier
 // logic on machines without a GPU: "device" memory is ordinary memory, copies complete when
 // `deliver()` says so (or immediately with auto_complete), scoring runs lib/scoring.
-class EmulatedDevice : public DeviceBackend {
+class KVTOOL_API EmulatedDevice : public DeviceBackend {
  public:
   explicit EmulatedDevice(bool auto_complete = true);
   ~EmulatedDevice() override;

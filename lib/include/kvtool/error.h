@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "kvtool/export.h"
 
 namespace kvtool {
 
@@ -18,10 +19,10 @@ struct ReasonInfo {
 };
 
 // The full, documented list of reason codes (kvtool(1) prints it with --list-reasons).
-const std::vector<ReasonInfo>& all_reasons();
-ExitCode exit_code_for(const std::string& reason);
+KVTOOL_API const std::vector<ReasonInfo>& all_reasons();
+KVTOOL_API ExitCode exit_code_for(const std::string& reason);
 
-class Error : public std::runtime_error {
+class KVTOOL_API Error : public std::runtime_error {
  public:
   Error(std::string reason, const std::string& message)
       : std::runtime_error(message), reason_(std::move(reason)) {}

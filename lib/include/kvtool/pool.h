@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kvtool/device.h"
+#include "kvtool/export.h"
 #include "kvtool/json.h"
 #include "kvtool/query.h"
 #include "kvtool/signing.h"
@@ -42,7 +43,7 @@ struct PublishRequest {
   bool device = false;                  // also publish into the device tier (PQ queries run there)
 };
 
-struct PublishReceipt {
+struct KVTOOL_API PublishReceipt {
   std::string key, kind, content_digest, manifest_sha256;
   int64_t generation = 0;        // pool generation (increases on every publish of the pool)
   int64_t index_generation = 0;  // the artifact's own index generation
@@ -59,7 +60,7 @@ struct PoolOptions {
   std::shared_ptr<DeviceBackend> device;  // nullptr: host tier only
 };
 
-struct PoolStats {
+struct KVTOOL_API PoolStats {
   int64_t host_used = 0, host_budget = 0, device_used = 0, device_budget = 0;
   int64_t published = 0, retiring = 0, in_flight = 0, orphaned_transfers = 0;
   json to_json() const;
@@ -70,7 +71,7 @@ struct Generation;
 
 // A reader's pin on one published generation: while any lease exists the generation is neither
 // freed nor evicted. Queries through a lease all answer from that generation.
-class Lease {
+class KVTOOL_API Lease {
  public:
   Lease() = default;
   int64_t generation() const;
@@ -98,7 +99,7 @@ struct PoolHooks {
 };
 
 // A publication between begin() and commit()/cancel().
-class PublishTicket {
+class KVTOOL_API PublishTicket {
  public:
   PublishTicket() = default;
   PublishTicket(PublishTicket&&) noexcept = default;
@@ -113,7 +114,7 @@ class PublishTicket {
   uint64_t id_ = 0;
 };
 
-class Pool {
+class KVTOOL_API Pool {
  public:
   explicit Pool(PoolOptions opt);
   ~Pool();  // waits for in-flight copies; outstanding leases keep their generations alive

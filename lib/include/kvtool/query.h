@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvtool/artifact.h"
+#include "kvtool/export.h"
 #include "kvtool/dump.h"
 #include "kvtool/json.h"
 #include "kvtool/kinds.h"
@@ -16,7 +17,7 @@ namespace kvtool {
 
 // A budget counts index-chosen rows only: a fraction of the indexed rows (0 < value < 1, or a
 // value written with a '%') or a row count (an integer >= 1).
-struct Budget {
+struct KVTOOL_API Budget {
   double value = 0.1;
   bool fraction = true;
   int64_t rows(int64_t indexed) const;
@@ -24,7 +25,7 @@ struct Budget {
   static Budget parse(const std::string& s);  // USAGE on error
 };
 
-struct CandidateReceipt {
+struct KVTOOL_API CandidateReceipt {
   std::string kind, content_digest;
   int64_t index_generation = 0, layer = 0, q_head = 0, kv_head = 0, position = 0;
   int64_t budget_rows = 0, indexed_rows = 0;

@@ -4,6 +4,7 @@
 #include <array>
 #include <string>
 #include <vector>
+#include "kvtool/export.h"
 
 #include "kvtool/sha256.h"
 
@@ -35,9 +36,9 @@ class SigningKey {
 // Refuses to overwrite either file (OUTPUT_EXISTS). Returns the public key path.
 std::string generate_keypair(const std::string& private_pem_path);
 std::string public_key_path_for(const std::string& private_pem_path);
-PublicKeyRaw load_public_key(const std::string& pem_path);  // accepts a public or private PEM
+KVTOOL_API PublicKeyRaw load_public_key(const std::string& pem_path);  // accepts a public or private PEM
 // Loads every *.pem in a directory as a trusted public key.
-std::vector<PublicKeyRaw> load_trusted_keys(const std::string& dir);
+KVTOOL_API std::vector<PublicKeyRaw> load_trusted_keys(const std::string& dir);
 bool verify_signature(const PublicKeyRaw& pub, const std::string& message, const SignatureRaw& sig);
 
 }  // namespace kvtool

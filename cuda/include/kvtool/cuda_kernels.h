@@ -1,0 +1,52 @@
+// CUDA mirrors of lib/include/kvtool/scoring.h and the half conversions of kvtool/half.h. This
+// header and cuda/src/kernels.cu depend on the CUDA runtime and the C++ standard library only, so
+// tests/gpu can build them standalone on a machine that has nothing but the CUDA toolkit.
+//
+// Every function returns false when no CUDA device is usable and throws std::runtime_error on a
+// CUDA failure. Arithmetic is the host's, operation for operation, with no fused multiply-add
+// (__fmul_rn/__fadd_rn), so scores are bit-identical and ties break by lower index on both paths.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvtool::cuda {
+
+int device_count();  // 0 without a GPU or driver (never throws)
+
+// Stored 16-bit halves (kind 1 = IEEE f16, 2 = bfloat16) or f32 (kind 0) to float32.
+bool convert_to_f32(int kind, const void* in, float* out, size_t n);
+
+// PQ scoring of one query against n coded rows whose centroids and codes are already in device
+// memory: lookup table, scores, then the top k (score descending, index ascending). `ids` and
+// `scores` receive the k best (host vectors); `all_scores` (optional) every row's score.
+bool pq_top_k_device(const float* d_centroids, const void* d_codes, int code_bytes, int64_t m, int64_t k, int64_t dsub,
+                     int64_t n, const float* q, int64_t top, std::vector<int64_t>& ids, std::vector<float>& scores,
+                     std::vector<float>* all_scores = nullptr);
+// The same from host arrays (copies them to the device first).
+bool pq_top_k(const float* centroids, const void* codes, int code_bytes, int64_t m, int64_t k, int64_t dsub, int64_t n,
+              const float* q, int64_t top, std::vector<int64_t>& ids, std::vector<float>& scores,
+              std::vector<float>* all_scores = nullptr);
+
+// out[i] = scale * sum_t double(q[t]) * centroids[rows[i] * d + t]   (rows == nullptr: row i)
+bool dot_scores_f64(const float* q, const float* centroids, int64_t centroid_rows, const int64_t* rows, int64_t count,
+                    int64_t d, double scale, double* out);
+
+// SimHash codes of q for every table, then collision counts of every indexed row (CSR tables).
+bool simhash_collisions(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, const uint32_t* offsets,
+                        const uint32_t* ids, int64_t n, int64_t base, uint32_t* codes, uint16_t* count);
+
+// Device memory and copies for the pool's device tier.
+void* device_alloc(size_t bytes);  // nullptr when the device cannot supply the bytes
+void device_free(void* p);
+void* pinned_alloc(size_t bytes);  // nullptr on failure
+void pinned_free(void* p);
+// Asynchronous H2D copy on a stream with an event recorded after it; poll/wait the handle.
+struct CopyHandle;
+CopyHandle* copy_async(void* dst, const void* src, size_t bytes);
+bool copy_ready(CopyHandle* h);
+void copy_wait(CopyHandle* h);  // throws on a failed copy
+void copy_release(CopyHandle* h);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+
+}  // namespace kvtool::cuda

@@ -1,0 +1,274 @@
+#include <cuda_runtime.h>
+#include <thrust/device_ptr.h>
+#include <thrust/execution_policy.h>
+#include <thrust/sort.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kvtool/cuda_kernels.h"
+
+namespace kvtool::cuda {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(e));
+}
+
+// Device buffer freed on scope exit.
+template <typename T>
+struct DevBuf {
+  T* p = nullptr;
+  explicit DevBuf(size_t n) { check(cudaMalloc(reinterpret_cast<void**>(&p), (n ? n : 1) * sizeof(T)), "cudaMalloc"); }
+  DevBuf(const T* host, size_t n) : DevBuf(n) {
+    if (n) check(cudaMemcpy(p, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+unsigned blocks_for(int64_t n, int threads = 256) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+
+__device__ uint32_t f16_to_f32_bits(uint16_t h) {  // as kvtool/half.h f16_bits_to_f32_bits
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    if (mant == 0) return sign;
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    return sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  if (exp == 31) return sign | 0x7f800000u | (mant << 13);
+  return sign | ((exp + 127 - 15) << 23) | (mant << 13);
+}
+
+__global__ void to_f32_kernel(int kind, const void* in, float* out, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    if (kind == 0) {
+      out[i] = static_cast<const float*>(in)[i];
+    } else {
+      uint16_t b = static_cast<const uint16_t*>(in)[i];
+      out[i] = __uint_as_float(kind == 1 ? f16_to_f32_bits(b) : static_cast<uint32_t>(b) << 16);
+    }
+  }
+}
+
+__global__ void pq_lut_kernel(const float* q, const float* cen, int64_t m, int64_t k, int64_t dsub, float* lut) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= m * k) return;
+  const int64_t j = i / k;
+  const float* c = cen + i * dsub;
+  float s = 0.f;
+  for (int64_t t = 0; t < dsub; ++t) s = __fadd_rn(s, __fmul_rn(q[j * dsub + t], c[t]));
+  lut[i] = s;
+}
+
+template <typename Code>
+__global__ void pq_score_kernel(const float* lut, const Code* codes, int64_t n, int64_t m, int64_t k, float* score,
+                                unsigned long long* keys) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int64_t j = 0; j < m; ++j) s = __fadd_rn(s, lut[j * k + codes[i * m + j]]);
+    score[i] = s;
+    // Sort key: score descending, then index ascending. -0 and +0 are equal scores.
+    uint32_t u = __float_as_uint(s == 0.f ? 0.f : s);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending in float order
+    keys[i] = (static_cast<unsigned long long>(~u) << 32) | static_cast<unsigned long long>(i);
+  }
+}
+
+__global__ void dot_f64_kernel(const float* q, const float* cen, const int64_t* rows, int64_t count, int64_t d, double scale,
+                               double* out) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= count) return;
+  const float* c = cen + (rows ? rows[i] : i) * d;
+  double z = 0;
+  for (int64_t t = 0; t < d; ++t) z = __dadd_rn(z, __dmul_rn(static_cast<double>(q[t]), static_cast<double>(c[t])));
+  out[i] = __dmul_rn(z, scale);
+}
+
+__global__ void simhash_kernel(const float* q, int64_t d, const float* w, int64_t cols, float* s) {
+  int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  float acc = 0.f;
+  for (int64_t j = 0; j < d; ++j) acc = __fadd_rn(acc, __fmul_rn(q[j], w[j * cols + c]));
+  s[c] = acc;
+}
+
+__global__ void collide_kernel(const float* s, int64_t bits, int64_t tables, const uint32_t* offsets, const uint32_t* ids,
+                               int64_t buckets, int64_t n, int64_t base, uint32_t* codes, unsigned* count) {
+  int64_t t = blockIdx.x;
+  if (t >= tables) return;
+  uint32_t code = 0;
+  for (int64_t b = 0; b < bits; ++b) code |= static_cast<uint32_t>(s[t * bits + b] > 0.f) << b;
+  if (threadIdx.x == 0) codes[t] = code;
+  const uint32_t* off = offsets + t * (buckets + 1);
+  const uint32_t* tid = ids + t * n;
+  for (uint32_t i = off[code] + threadIdx.x; i < off[code + 1]; i += blockDim.x) atomicAdd(&count[tid[i] - base], 1u);
+}
+
+__global__ void widen_count_kernel(const unsigned* in, uint16_t* out, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = static_cast<uint16_t>(in[i]);
+}
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+bool convert_to_f32(int kind, const void* in, float* out, size_t n) {
+  if (device_count() == 0) return false;
+  const size_t es = kind == 0 ? 4 : 2;
+  DevBuf<uint8_t> din(static_cast<const uint8_t*>(in), n * es);
+  DevBuf<float> dout(n);
+  if (n) to_f32_kernel<<<blocks_for(static_cast<int64_t>(n)), 256>>>(kind, din.p, dout.p, n);
+  check(cudaGetLastError(), "conversion kernel");
+  if (n) check(cudaMemcpy(out, dout.p, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return true;
+}
+
+bool pq_top_k_device(const float* d_centroids, const void* d_codes, int code_bytes, int64_t m, int64_t k, int64_t dsub,
+                     int64_t n, const float* q, int64_t top, std::vector<int64_t>& ids, std::vector<float>& scores,
+                     std::vector<float>* all_scores) {
+  if (device_count() == 0) return false;
+  ids.clear();
+  scores.clear();
+  if (n <= 0) return true;
+  DevBuf<float> dq(q, static_cast<size_t>(m * dsub));
+  DevBuf<float> lut(static_cast<size_t>(m * k)), score(static_cast<size_t>(n));
+  DevBuf<unsigned long long> keys(static_cast<size_t>(n));
+  pq_lut_kernel<<<blocks_for(m * k), 256>>>(dq.p, d_centroids, m, k, dsub, lut.p);
+  if (code_bytes == 1)
+    pq_score_kernel<<<blocks_for(n), 256>>>(lut.p, static_cast<const uint8_t*>(d_codes), n, m, k, score.p, keys.p);
+  else
+    pq_score_kernel<<<blocks_for(n), 256>>>(lut.p, static_cast<const uint16_t*>(d_codes), n, m, k, score.p, keys.p);
+  check(cudaGetLastError(), "pq kernels");
+  thrust::device_ptr<unsigned long long> kp(keys.p);
+  thrust::sort(thrust::device, kp, kp + n);
+  const int64_t b = top < 0 ? 0 : (top < n ? top : n);
+  std::vector<unsigned long long> best(static_cast<size_t>(b));
+  std::vector<float> all(static_cast<size_t>(n));
+  if (b) check(cudaMemcpy(best.data(), keys.p, b * sizeof(unsigned long long), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  check(cudaMemcpy(all.data(), score.p, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  for (unsigned long long key : best) {
+    const int64_t i = static_cast<int64_t>(key & 0xffffffffull);
+    ids.push_back(i);
+    scores.push_back(all[static_cast<size_t>(i)]);
+  }
+  if (all_scores) all_scores->swap(all);
+  return true;
+}
+
+bool pq_top_k(const float* centroids, const void* codes, int code_bytes, int64_t m, int64_t k, int64_t dsub, int64_t n,
+              const float* q, int64_t top, std::vector<int64_t>& ids, std::vector<float>& scores,
+              std::vector<float>* all_scores) {
+  if (device_count() == 0) return false;
+  DevBuf<float> dc(centroids, static_cast<size_t>(m * k * dsub));
+  DevBuf<uint8_t> dcodes(static_cast<const uint8_t*>(codes), static_cast<size_t>(n * m * code_bytes));
+  return pq_top_k_device(dc.p, dcodes.p, code_bytes, m, k, dsub, n, q, top, ids, scores, all_scores);
+}
+
+bool dot_scores_f64(const float* q, const float* centroids, int64_t centroid_rows, const int64_t* rows, int64_t count,
+                    int64_t d, double scale, double* out) {
+  if (device_count() == 0) return false;
+  if (count <= 0) return true;
+  DevBuf<float> dq(q, static_cast<size_t>(d)), dc(centroids, static_cast<size_t>(centroid_rows * d));
+  DevBuf<int64_t> dr(rows ? static_cast<size_t>(count) : 0);
+  if (rows) check(cudaMemcpy(dr.p, rows, count * sizeof(int64_t), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  DevBuf<double> dout(static_cast<size_t>(count));
+  dot_f64_kernel<<<blocks_for(count), 256>>>(dq.p, dc.p, rows ? dr.p : nullptr, count, d, scale, dout.p);
+  check(cudaGetLastError(), "dot kernel");
+  check(cudaMemcpy(out, dout.p, count * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return true;
+}
+
+bool simhash_collisions(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, const uint32_t* offsets,
+                        const uint32_t* ids, int64_t n, int64_t base, uint32_t* codes, uint16_t* count) {
+  if (device_count() == 0) return false;
+  const int64_t cols = bits * tables, buckets = int64_t{1} << bits;
+  DevBuf<float> dq(q, static_cast<size_t>(d)), dw(w, static_cast<size_t>(d * cols)), ds(static_cast<size_t>(cols));
+  DevBuf<uint32_t> doff(offsets, static_cast<size_t>(tables * (buckets + 1))), dids(ids, static_cast<size_t>(tables * n));
+  DevBuf<uint32_t> dcodes(static_cast<size_t>(tables));
+  DevBuf<unsigned> dcount(static_cast<size_t>(n));
+  DevBuf<uint16_t> dc16(static_cast<size_t>(n));
+  check(cudaMemset(dcount.p, 0, (n ? n : 1) * sizeof(unsigned)), "cudaMemset");
+  simhash_kernel<<<blocks_for(cols), 256>>>(dq.p, d, dw.p, cols, ds.p);
+  collide_kernel<<<static_cast<unsigned>(tables), 128>>>(ds.p, bits, tables, doff.p, dids.p, buckets, n, base, dcodes.p, dcount.p);
+  if (n) widen_count_kernel<<<blocks_for(n), 256>>>(dcount.p, dc16.p, n);
+  check(cudaGetLastError(), "simhash kernels");
+  check(cudaMemcpy(codes, dcodes.p, tables * sizeof(uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  if (n) check(cudaMemcpy(count, dc16.p, n * sizeof(uint16_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return true;
+}
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+void device_free(void* p) { cudaFree(p); }
+void* pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+void pinned_free(void* p) { cudaFreeHost(p); }
+
+struct CopyHandle {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+};
+
+CopyHandle* copy_async(void* dst, const void* src, size_t bytes) {
+  auto* h = new CopyHandle;
+  cudaError_t e = cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming);
+  if (e == cudaSuccess && bytes) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, h->stream);
+  if (e == cudaSuccess) e = cudaEventRecord(h->done, h->stream);
+  if (e != cudaSuccess) {
+    if (h->stream) cudaStreamSynchronize(h->stream);
+    copy_release(h);
+    check(e, "async host-to-device copy");
+  }
+  return h;
+}
+bool copy_ready(CopyHandle* h) {
+  cudaError_t e = cudaEventQuery(h->done);
+  if (e == cudaErrorNotReady) return false;
+  return true;  // landed (a failure is reported by copy_wait)
+}
+void copy_wait(CopyHandle* h) { check(cudaEventSynchronize(h->done), "waiting for a host-to-device copy"); }
+void copy_release(CopyHandle* h) {
+  if (!h) return;
+  if (h->done) cudaEventDestroy(h->done);
+  if (h->stream) cudaStreamDestroy(h->stream);
+  delete h;
+}
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+
+}  // namespace kvtool::cuda

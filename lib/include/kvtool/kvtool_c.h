@@ -1,0 +1,75 @@
+/* C API of the kvtool runtime pool (libkvtool(3)), for runtimes written in other languages.
+ *
+ * Every function returns a status (KVTOOL_OK, or the exit-code class of the failure as in
+ * kvtool(1): 1 validation, 2 usage, 3 input/output, 4 internal). After a failure,
+ * kvtool_last_reason() gives the stable reason code (e.g. "HOST_BUDGET_EXCEEDED") and
+ * kvtool_last_error() a sentence; both are per thread and valid until the thread's next call.
+ * Objects are opaque; a lease must be released before its pool is freed only if the caller wants
+ * the memory back at that point (a lease keeps its generation alive on its own). */
+#ifndef KVTOOL_C_H
+#define KVTOOL_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define KVTOOL_C_API
+#else
+#define KVTOOL_C_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum kvtool_status {
+  KVTOOL_OK = 0,
+  KVTOOL_ERR_INVALID = 1,
+  KVTOOL_ERR_USAGE = 2,
+  KVTOOL_ERR_IO = 3,
+  KVTOOL_ERR_INTERNAL = 4
+};
+
+typedef struct kvtool_pool kvtool_pool;
+typedef struct kvtool_lease kvtool_lease;
+
+/* Device selection for kvtool_pool_new. */
+enum kvtool_device { KVTOOL_DEVICE_CPU = 0, KVTOOL_DEVICE_CUDA = 1, KVTOOL_DEVICE_AUTO = 2 };
+
+typedef struct kvtool_publish_options {
+  const char* expected_content_digest; /* NULL or "": not checked */
+  const char* tenant;                  /* NULL or "": not checked */
+  const char* trusted_keys_dir;        /* NULL: any valid signature or none; else only keys in it */
+  int require_signature;               /* nonzero: unsigned artifacts are refused */
+  int device;                          /* nonzero: also publish into the device tier */
+} kvtool_publish_options;
+
+KVTOOL_C_API const char* kvtool_version(void);
+KVTOOL_C_API const char* kvtool_last_error(void);
+KVTOOL_C_API const char* kvtool_last_reason(void);
+
+KVTOOL_C_API int kvtool_pool_new(int64_t host_budget, int64_t device_budget, int device, kvtool_pool** out);
+KVTOOL_C_API void kvtool_pool_free(kvtool_pool* pool);
+KVTOOL_C_API int kvtool_pool_device_available(const kvtool_pool* pool);
+/* Publishes the artifact at `path` under `key`; `generation` (may be NULL) receives the pool
+ * generation now visible under the key. `opt` may be NULL (defaults: nothing checked, host only). */
+KVTOOL_C_API int kvtool_pool_publish(kvtool_pool* pool, const char* key, const char* path,
+                                     const kvtool_publish_options* opt, int64_t* generation);
+KVTOOL_C_API int kvtool_pool_retire(kvtool_pool* pool, const char* key, int wait);
+KVTOOL_C_API int kvtool_pool_usage(kvtool_pool* pool, int64_t* host_used, int64_t* device_used);
+
+KVTOOL_C_API int kvtool_pool_acquire(kvtool_pool* pool, const char* key, kvtool_lease** out);
+KVTOOL_C_API void kvtool_lease_release(kvtool_lease* lease);
+KVTOOL_C_API int64_t kvtool_lease_generation(const kvtool_lease* lease);
+/* Candidate rows of one query vector (head_dim floats) at `position`. `budget` < 1 is a fraction of
+ * the indexed rows, >= 1 a row count (ignored by kinds that do not rank). Writes at most `capacity`
+ * ids to `ids` (best first) and the total number of candidates to `count`; a count above capacity
+ * means the caller's array was too small (the first `capacity` ids are still valid). */
+KVTOOL_C_API int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q,
+                                    int64_t position, double budget, int64_t* ids, int64_t capacity, int64_t* count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVTOOL_C_H */

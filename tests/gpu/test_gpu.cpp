@@ -1,0 +1,244 @@
+// GPU checks: the CUDA kernels (cuda/src/kernels.cu) against the host arithmetic
+// (lib/src/scoring.cpp, kvtool/half.h) on inputs generated in-process, then a small benchmark.
+// Standalone: needs only the CUDA toolkit and a C++ compiler (tests/gpu/CMakeLists.txt), so it builds
+// on the device machine; the main build compiles it too. Without a GPU it exits 0 with a note unless
+// KVTOOL_REQUIRE_GPU=1. Writes a results summary to argv[1] when given.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvtool/cuda_kernels.h"
+#include "kvtool/half.h"
+#include "kvtool/scoring.h"
+
+using namespace kvtool;
+namespace sc = kvtool::scoring;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+uint64_t g_state = 0x9e3779b97f4a7c15ull;
+uint64_t next_u64() {  // SplitMix64
+  uint64_t z = (g_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+float next_f() { return static_cast<float>(static_cast<double>(next_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+int failures = 0;
+std::ostringstream report;
+void expect(bool ok, const std::string& what) {
+  std::printf("%s: %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  report << (ok ? "ok   " : "FAIL ") << what << "\n";
+  if (!ok) ++failures;
+}
+double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+void check_conversion() {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> dev(all.size());
+  for (int kind : {1, 2}) {
+    cuda::convert_to_f32(kind, all.data(), dev.data(), all.size());
+    int bad = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      uint32_t h = kind == 1 ? f16_bits_to_f32_bits(all[i]) : static_cast<uint32_t>(all[i]) << 16;
+      uint32_t g;
+      std::memcpy(&g, &dev[i], 4);
+      bad += h != g;
+    }
+    expect(bad == 0, std::string(kind == 1 ? "f16" : "bf16") + " conversion matches the host on all 65536 values");
+  }
+}
+
+// PQ: ids identical, scores bit-identical, on random data and on data full of ties.
+void check_pq(int64_t m, int64_t bits, int64_t dsub, int64_t n, bool ties) {
+  const int64_t k = int64_t{1} << bits;
+  std::vector<float> cen(static_cast<size_t>(m * k * dsub));
+  for (auto& x : cen) x = ties ? std::round(next_f() * 4) / 4 : next_f();
+  const int cb = bits <= 8 ? 1 : 2;
+  std::vector<uint8_t> c8(static_cast<size_t>(n * m));
+  std::vector<uint16_t> c16(static_cast<size_t>(n * m));
+  for (int64_t i = 0; i < n * m; ++i) {
+    uint64_t v = next_u64() % static_cast<uint64_t>(ties ? 2 : k);
+    c8[static_cast<size_t>(i)] = static_cast<uint8_t>(v);
+    c16[static_cast<size_t>(i)] = static_cast<uint16_t>(v);
+  }
+  int bad = 0;
+  for (int rep = 0; rep < 10; ++rep) {
+    std::vector<float> q(static_cast<size_t>(m * dsub));
+    for (auto& x : q) x = ties ? std::round(next_f() * 2) / 2 : next_f();
+    std::vector<float> lut(static_cast<size_t>(m * k)), host(static_cast<size_t>(n));
+    sc::pq_lut(q.data(), cen.data(), m, k, dsub, lut.data());
+    if (cb == 1)
+      sc::pq_scores_u8(lut.data(), c8.data(), n, m, k, host.data());
+    else
+      sc::pq_scores_u16(lut.data(), c16.data(), n, m, k, host.data());
+    const int64_t top = n / 16;
+    std::vector<int64_t> hid = sc::top_k(host.data(), n, top), did;
+    std::vector<float> ds, dall;
+    cuda::pq_top_k(cen.data(), cb == 1 ? static_cast<const void*>(c8.data()) : c16.data(), cb, m, k, dsub, n, q.data(), top,
+                   did, ds, &dall);
+    bad += did != hid;
+    for (int64_t i = 0; i < n; ++i) bad += std::fabs(dall[i] - host[i]) > 1e-4f * std::max(1.f, std::fabs(host[i]));
+    for (size_t i = 0; i < did.size() && i < hid.size(); ++i) bad += ds[i] != host[static_cast<size_t>(hid[i])];
+  }
+  char what[160];
+  std::snprintf(what, sizeof what, "PQ LUT scoring + top-k (m=%lld, %lld bits, n=%lld%s) equals the host: ids and scores",
+                (long long)m, (long long)bits, (long long)n, ties ? ", many ties" : "");
+  expect(bad == 0, what);
+}
+
+void check_centroids() {
+  const int64_t C = 2000, d = 128;
+  std::vector<float> cen(static_cast<size_t>(C * d)), q(static_cast<size_t>(d));
+  for (auto& x : cen) x = next_f();
+  for (auto& x : q) x = next_f();
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < C; i += 3) rows.push_back(i);
+  std::vector<double> h(rows.size()), g(rows.size()), hall(C), gall(C);
+  const double scale = 1.0 / std::sqrt(128.0);
+  sc::dot_scores_f64(q.data(), cen.data(), rows.data(), static_cast<int64_t>(rows.size()), d, scale, h.data());
+  cuda::dot_scores_f64(q.data(), cen.data(), C, rows.data(), static_cast<int64_t>(rows.size()), d, scale, g.data());
+  sc::dot_scores_f64(q.data(), cen.data(), nullptr, C, d, scale, hall.data());
+  cuda::dot_scores_f64(q.data(), cen.data(), C, nullptr, C, d, scale, gall.data());
+  // The ranking squeeze and clusterkv derive from these scores must agree too.
+  std::vector<float> hf(hall.begin(), hall.end()), gf(gall.begin(), gall.end());
+  expect(h == g && hall == gall && sc::rank_all(hf.data(), C) == sc::rank_all(gf.data(), C),
+         "centroid scoring (all and a subset, as squeeze's two passes) equals the host bit for bit; rankings agree");
+}
+
+void check_simhash() {
+  const int64_t d = 64, bits = 8, tables = 16, n = 5000, buckets = int64_t{1} << bits, base = 32;
+  std::vector<float> w(static_cast<size_t>(d * bits * tables)), keys(static_cast<size_t>(n * d));
+  for (auto& x : w) x = next_f();
+  for (auto& x : keys) x = next_f();
+  // Build CSR tables from the keys' codes, as lsh.cpp does.
+  std::vector<uint32_t> offsets(static_cast<size_t>(tables * (buckets + 1)), 0), ids(static_cast<size_t>(tables * n));
+  std::vector<uint32_t> kc(static_cast<size_t>(n * tables));
+  for (int64_t i = 0; i < n; ++i) sc::simhash_codes(keys.data() + i * d, d, w.data(), bits, tables, kc.data() + i * tables);
+  for (int64_t t = 0; t < tables; ++t) {
+    uint32_t* off = offsets.data() + t * (buckets + 1);
+    for (int64_t i = 0; i < n; ++i) ++off[kc[i * tables + t] + 1];
+    for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
+    std::vector<uint32_t> fill(off, off + buckets);
+    for (int64_t i = 0; i < n; ++i) ids[t * n + fill[kc[i * tables + t]]++] = static_cast<uint32_t>(base + i);
+  }
+  int bad = 0;
+  for (int rep = 0; rep < 20; ++rep) {
+    std::vector<float> q(static_cast<size_t>(d));
+    const float* near = keys.data() + (next_u64() % n) * d;
+    for (int64_t j = 0; j < d; ++j) q[j] = near[j] + 0.3f * next_f();
+    std::vector<uint32_t> hc(tables), gc(tables);
+    std::vector<uint16_t> hn(n, 0), gn(n, 0);
+    sc::simhash_codes(q.data(), d, w.data(), bits, tables, hc.data());
+    sc::collision_counts(hc.data(), offsets.data(), ids.data(), tables, buckets, n, base, hn.data());
+    cuda::simhash_collisions(q.data(), d, w.data(), bits, tables, offsets.data(), ids.data(), n, base, gc.data(), gn.data());
+    bad += hc != gc || hn != gn;
+  }
+  expect(bad == 0, "SimHash codes of the query and collision counts equal the host");
+}
+
+void bench(std::ostringstream& out) {
+  // Device-tier copy path (pinned staging, async H2D on a stream + event, as the pool publishes)
+  // against a plain pinned cudaMemcpy of the same bytes, same run.
+  const size_t bytes = size_t{512} << 20;
+  void* h = cuda::pinned_alloc(bytes);
+  void* dbuf = cuda::device_alloc(bytes);
+  std::memset(h, 1, bytes);
+  double best_async = 1e9, best_plain = 1e9;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    auto* c = cuda::copy_async(dbuf, h, bytes);
+    cuda::copy_wait(c);
+    best_async = std::min(best_async, secs(t0));
+    cuda::copy_release(c);
+    t0 = Clock::now();
+    cudaMemcpy(dbuf, h, bytes, cudaMemcpyHostToDevice);
+    best_plain = std::min(best_plain, secs(t0));
+  }
+  double gb = static_cast<double>(bytes) / 1e9;
+  char line[256];
+  std::snprintf(line, sizeof line, "H2D 512 MiB: pool copy path %.1f GB/s, plain pinned cudaMemcpy %.1f GB/s (ratio %.2f)\n",
+                gb / best_async, gb / best_plain, best_plain / best_async);
+  out << line;
+  cuda::pinned_free(h);
+  cuda::device_free(dbuf);
+  // PQ scoring + top-k on 32768 resident rows (m=16, 8 bits, d=128), vs the host path.
+  const int64_t m = 16, k = 256, dsub = 8, n = 32768, top = 2048, nq = 200;
+  std::vector<float> cen(static_cast<size_t>(m * k * dsub)), q(static_cast<size_t>(m * dsub));
+  std::vector<uint8_t> codes(static_cast<size_t>(n * m));
+  for (auto& x : cen) x = next_f();
+  for (auto& x : codes) x = static_cast<uint8_t>(next_u64());
+  for (auto& x : q) x = next_f();
+  float* dc = static_cast<float*>(cuda::device_alloc(cen.size() * 4));
+  void* dk = cuda::device_alloc(codes.size());
+  cudaMemcpy(dc, cen.data(), cen.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dk, codes.data(), codes.size(), cudaMemcpyHostToDevice);
+  std::vector<int64_t> ids;
+  std::vector<float> s;
+  cuda::pq_top_k_device(dc, dk, 1, m, k, dsub, n, q.data(), top, ids, s);  // warm-up
+  std::vector<double> lat;
+  for (int i = 0; i < nq; ++i) {
+    auto t0 = Clock::now();
+    cuda::pq_top_k_device(dc, dk, 1, m, k, dsub, n, q.data(), top, ids, s);
+    lat.push_back(secs(t0));
+  }
+  std::sort(lat.begin(), lat.end());
+  auto t0 = Clock::now();
+  std::vector<float> lut(static_cast<size_t>(m * k)), score(static_cast<size_t>(n));
+  for (int i = 0; i < 20; ++i) {
+    sc::pq_lut(q.data(), cen.data(), m, k, dsub, lut.data());
+    sc::pq_scores_u8(lut.data(), codes.data(), n, m, k, score.data());
+    sc::top_k(score.data(), n, top);
+  }
+  double host = secs(t0) / 20;
+  std::snprintf(line, sizeof line,
+                "PQ top-%lld of %lld rows (m=16, 8 bits): device p50 %.3f ms p99 %.3f ms (%.1f Mrows/s incl. launch+copy-back); "
+                "host %.3f ms (%.1f Mrows/s)\n",
+                (long long)top, (long long)n, lat[lat.size() / 2] * 1e3, lat[lat.size() * 99 / 100] * 1e3,
+                n / lat[lat.size() / 2] / 1e6, host * 1e3, n / host / 1e6);
+  out << line;
+  cuda::device_free(dc);
+  cuda::device_free(dk);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n = cuda::device_count();
+  const char* req = std::getenv("KVTOOL_REQUIRE_GPU");
+  if (n == 0) {
+    bool require = req && std::string(req) == "1";
+    std::printf("no CUDA device: device comparison skipped%s\n", require ? " (but KVTOOL_REQUIRE_GPU=1)" : "");
+    return require ? 1 : 0;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  report << "GPU: " << prop.name << "\n";
+  try {
+    check_conversion();
+    check_pq(8, 8, 8, 32768, false);
+    check_pq(16, 4, 8, 20000, true);
+    check_pq(4, 10, 16, 5000, false);
+    check_centroids();
+    check_simhash();
+    if (!std::getenv("KVTOOL_GPU_NO_BENCH")) bench(report);
+  } catch (const std::exception& e) {
+    expect(false, std::string("exception: ") + e.what());
+  }
+  std::printf("%s", report.str().c_str());
+  if (argc > 1) std::ofstream(argv[1]) << report.str();
+  std::printf("%d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
