@@ -7,11 +7,13 @@
 #include <climits>
 #include <cstring>
 
+#include <iomanip>
 #include <iostream>
 
 #include "cli.h"
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
+#include "kvtool/loader.h"
 #include "kvtool/builder.h"
 #include "kvtool/producers.h"
 #include "kvtool/query.h"
@@ -20,8 +22,17 @@
 #include "kvtool/report.h"
 #include "kvtool/signing.h"
 #include "kvtool/store.h"
+#ifdef KVTOOL_WITH_CUDA
+#include "kvtool/cuda_backend.h"
+#endif
 
 using namespace kvtool;
+
+#ifdef KVTOOL_WITH_CUDA
+#define KVTOOL_CUDA_NOTE ""
+#else
+#define KVTOOL_CUDA_NOTE " (this kvtool was built without CUDA)"
+#endif
 
 namespace {
 
@@ -216,6 +227,34 @@ int main(int argc, char** argv) {
     c->add_option("--store", st_dir, "store directory")->required();
     c->add_flag("--json", as_json, "machine-readable output");
   }
+
+  // load
+  LoadOptions lo;
+  std::string ld_device = "auto", ld_host_budget = "8G", ld_device_budget = "4G", ld_budget = "0.1", ld_trusted;
+  std::vector<std::string> ld_pubkeys;
+  auto* load = app.add_subcommand("load", "Publish artifacts into a runtime pool (host/GPU), run every dumped query through it and "
+                                          "check the answers against kvtool query; print receipts, bytes per tier, publish "
+                                          "bandwidth and query latency");
+  load->add_option("ART", lo.artifacts, "artifacts (.kvi) to publish, each under its path as the pool key");
+  load->add_option("--source", lo.source, "dump the artifacts were built from: binding checked, its queries replayed");
+  load->add_option("--store", lo.store_dir, "prefix store directory: also publish the artifact stored for the key below");
+  load->add_option("--tenant", lo.store_key.tenant, "tenant: the store key's, and the tenant every artifact must belong to");
+  load->add_option("--model", lo.store_key.model, "store key: model artifact SHA-256");
+  load->add_option("--adapter", lo.store_key.adapter, "store key: adapter-set SHA-256");
+  load->add_option("--prefix-hash", lo.store_key.prefix_hash, "store key: prefix-token hash");
+  load->add_option("--kind", lo.store_key.kind, "store key: index kind");
+  load->add_option("--params-digest", lo.store_key.params_digest, "store key: params digest (when several are stored)");
+  load->add_option("--position-contract", lo.store_key.position_contract, "store key: position contract (optional)");
+  load->add_option("--device", ld_device, "auto (a GPU when one is usable), cpu (host tier only) or cuda (require a GPU)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  load->add_option("--host-budget", ld_host_budget, "host tier byte budget (K/M/G/T binary suffixes)")->capture_default_str();
+  load->add_option("--device-budget", ld_device_budget, "device tier byte budget")->capture_default_str();
+  load->add_option("--budget", ld_budget, "index-chosen rows per query: a fraction (0.1, 10%) or a count (64)")->capture_default_str();
+  load->add_option("--min-collisions", lo.min_collisions, "lsh: rows colliding in at least c tables")->capture_default_str();
+  load->add_option("--pubkey", ld_pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
+  load->add_option("--trusted-keys", ld_trusted, "directory of trusted public keys (*.pem)");
+  load->add_flag("--require-signature", lo.trust.require_signature, "refuse unsigned artifacts");
+  load->add_flag("--json", as_json, "machine-readable output");
 
   // reasons
   auto* reasons = app.add_subcommand("reasons", "List every reason code with its exit code");
@@ -490,6 +529,56 @@ int main(int argc, char** argv) {
                     << r["key"]["prefix_hash"].get<std::string>().substr(0, 12) << "  model "
                     << r["key"]["model"].get<std::string>().substr(0, 12) << "  -> " << r["object"].get<std::string>().substr(0, 16) << "\n";
       else cli::print_json(j);
+      return 0;
+    }
+    if (*load) {
+      lo.pool.host_budget = parse_bytes(ld_host_budget);
+      lo.pool.device_budget = parse_bytes(ld_device_budget);
+      lo.budget = Budget::parse(ld_budget);
+      lo.tenant = lo.store_key.tenant;
+      lo.trust.trusted = trusted_keys(ld_pubkeys, ld_trusted);
+      if (!lo.store_dir.empty()) {
+        check_store_key(lo.store_key, false);
+      } else {
+        KVT_CHECK(lo.store_key.model.empty() && lo.store_key.kind.empty() && lo.store_key.prefix_hash.empty(), "USAGE",
+                  "store key options need --store");
+      }
+      if (ld_device != "cpu") {
+#ifdef KVTOOL_WITH_CUDA
+        lo.pool.device = cuda::make_backend();
+#endif
+        KVT_CHECK(lo.pool.device || ld_device == "auto", "DEVICE_UNAVAILABLE",
+                  "--device cuda: no usable CUDA device" KVTOOL_CUDA_NOTE);
+      }
+      json j = load_artifacts(lo);
+      if (as_json) {
+        cli::print_json(j);
+        return 0;
+      }
+      std::cout << "pool: host tier" << (lo.pool.device ? " + device tier (" + lo.pool.device->name() + ")" : std::string(" only (no GPU in use)"))
+                << "\n";
+      for (const auto& r : j["receipts"]) {
+        const auto& t = r["seconds"];
+        std::cout << "published " << r["key"].get<std::string>() << " as generation " << r["generation"] << " (" << r["kind"].get<std::string>()
+                  << ", index generation " << r["index_generation"] << "): host " << cli::human_bytes(r["bytes"]["host"])
+                  << ", device " << cli::human_bytes(r["bytes"]["device"]) << "; read " << std::fixed << std::setprecision(1)
+                  << t["read"].get<double>() * 1e3 << " ms, validate " << t["validate"].get<double>() * 1e3 << " ms, decompress "
+                  << t["decompress"].get<double>() * 1e3 << " ms, copy " << t["copy"].get<double>() * 1e3 << " ms\n";
+        if (!r["evicted"].empty()) std::cout << "  evicted to make room: " << r["evicted"].dump() << "\n";
+      }
+      const auto& tiers = j["tiers"];
+      std::cout << "tiers: host " << cli::human_bytes(tiers["host"]["used"]) << " of " << cli::human_bytes(tiers["host"]["budget"])
+                << ", device " << cli::human_bytes(tiers["device"]["used"]) << " of " << cli::human_bytes(tiers["device"]["budget"]) << "\n";
+      std::cout << "publish: " << cli::human_bytes(j["publish"]["bytes"]) << " in " << std::setprecision(3)
+                << j["publish"]["seconds"].get<double>() << " s (" << std::setprecision(1) << j["publish"]["mb_per_s"].get<double>()
+                << " MB/s)\n";
+      const auto& q = j["queries"];
+      if (q["count"] == 0)
+        std::cout << "queries: none replayed" << (lo.source.empty() ? " (give --source DUMP with /kv/q)" : " (no dumped query at or after the coverage end)") << "\n";
+      else
+        std::cout << "queries: " << q["count"] << " replayed (" << q["host"] << " host, " << q["device"]
+                  << " device), every candidate list equals kvtool query's; latency p50 " << q["latency_us"]["p50"].get<double>()
+                  << " us, p99 " << q["latency_us"]["p99"].get<double>() << " us\n";
       return 0;
     }
     if (*reasons) {
