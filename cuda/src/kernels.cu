@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kvtool/cuda_kernels.h"
+#include "kvtool/half.h"  // f16_bits_to_f32_bits: one definition for host and device
 
 namespace kvtool::cuda {
 
@@ -34,30 +35,13 @@ unsigned blocks_for(int64_t n, int threads = 256) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
 }
 
-__device__ uint32_t f16_to_f32_bits(uint16_t h) {  // as kvtool/half.h f16_bits_to_f32_bits
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    if (mant == 0) return sign;
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400u) == 0);
-    return sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-  }
-  if (exp == 31) return sign | 0x7f800000u | (mant << 13);
-  return sign | ((exp + 127 - 15) << 23) | (mant << 13);
-}
-
 __global__ void to_f32_kernel(int kind, const void* in, float* out, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     if (kind == 0) {
       out[i] = static_cast<const float*>(in)[i];
     } else {
       uint16_t b = static_cast<const uint16_t*>(in)[i];
-      out[i] = __uint_as_float(kind == 1 ? f16_to_f32_bits(b) : static_cast<uint32_t>(b) << 16);
+      out[i] = __uint_as_float(kind == 1 ? f16_bits_to_f32_bits(b) : static_cast<uint32_t>(b) << 16);
     }
   }
 }

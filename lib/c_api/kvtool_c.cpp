@@ -91,7 +91,7 @@ int kvtool_pool_publish(kvtool_pool* pool, const char* key, const char* path, co
       if (opt->tenant) r.tenant = opt->tenant;
       if (opt->trusted_keys_dir) r.trust.trusted = kvtool::load_trusted_keys(opt->trusted_keys_dir);
       r.trust.require_signature = opt->require_signature != 0;
-      r.device = opt->device != 0;
+      r.device = opt->device != 0 && pool->pool.device_available();
     }
     kvtool::PublishReceipt rc = pool->pool.publish(r);
     if (generation) *generation = rc.generation;

@@ -282,6 +282,16 @@ PublishTicket::~PublishTicket() {
   if (auto st = w_->st.lock()) cancel_work(st, std::move(w_));
 }
 
+PublishTicket& PublishTicket::operator=(PublishTicket&& o) noexcept {
+  if (this != &o) {
+    if (w_)
+      if (auto st = w_->st.lock()) cancel_work(st, std::move(w_));
+    w_ = std::move(o.w_);
+    id_ = o.id_;
+  }
+  return *this;
+}
+
 Pool::Pool(PoolOptions opt) : st_(std::make_shared<State>()) {
   KVT_CHECK(opt.host_budget >= 0 && opt.device_budget >= 0, "USAGE", "pool budgets must be >= 0");
   if (!opt.device) opt.device_budget = 0;
@@ -381,11 +391,13 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     rc.validate_s = secs(t1, t2);
 
     // Decompress into the selectors (host queries), charged as the raw bytes of every section.
-    const int64_t raw = sum_raw(r);
-    g->charges.push_back(reserve(st_, raw, 0, rc.evicted));
-    g->sel = std::make_unique<SelectorSet>(r);
-    g->sel->preload();
-    g->rows = IndexedRows::of(r);
+    // Kinds without queries (container-test) are published as bytes only.
+    if (kind->load) {
+      g->charges.push_back(reserve(st_, sum_raw(r), 0, rc.evicted));
+      g->sel = std::make_unique<SelectorSet>(r);
+      g->sel->preload();
+      g->rows = IndexedRows::of(r);
+    }
 
     if (req.device) {
       // Device image: every section raw, 256-byte aligned, staged in pinned memory.
@@ -413,7 +425,7 @@ PublishTicket Pool::begin(const PublishRequest& req) {
       w->staged = sha256(w->staging.p, cur);
       const int64_t d = src.geo.head_dim;
       const json& pr = r.manifest()["params"];
-      if (r.kind() == "pq") {
+      if (r.kind() == "pq" && g->sel) {
         const int64_t m = pr["subspaces"], bits = pr["bits"];
         for (auto [layer, head] : g->sel->parts()) {
           const SectionEntry* c = r.find("pq_centroids", layer, head);
@@ -618,6 +630,7 @@ bool Lease::on_device() const { return g_->dev.p != nullptr; }
 CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
                               int64_t min_collisions, const KeyRows* keys, double quantile, bool flat) const {
   KVT_CHECK(g_, "USAGE", "query through an empty lease");
+  KVT_CHECK(g_->sel, "USAGE", "artifacts of kind '" << g_->reader->kind() << "' cannot be queried");
   g_->last_used = ++g_->st->tick;
   SelectHook hook = nullptr;
   if (!g_->pq_parts.empty()) {

@@ -223,7 +223,6 @@ TEST_CASE("pool: fences — a cancelled copy never becomes visible, a reused slo
     // A commit of a ticket whose slot was taken over is refused.
     PublishTicket c = pool.begin(req("doc2", f.pq, true));
     dev->deliver_all();
-    PublishTicket copy_c;
     pool.cancel(c);
     CHECK(reason_of([&] { pool.commit(c); }) == "USAGE");
 
@@ -236,8 +235,12 @@ TEST_CASE("pool: fences — a cancelled copy never becomes visible, a reused slo
     CHECK(reason_of([&] { pool.commit(d); }) == "DEVICE_COPY_MISMATCH");
     CHECK(pool.acquire("doc").generation() == rb.generation);
     pool.set_hooks({});
-    // An abandoned ticket cancels itself; its copy is reaped when it lands.
+    // An abandoned or overwritten ticket cancels itself; its copy is reaped when it lands.
     { PublishTicket e = pool.begin(req("doc", f.pq, true)); }
+    PublishTicket g = pool.begin(req("doc", f.pq, true));
+    g = pool.begin(req("doc3", f.pq, true));
+    CHECK(pool.stats().in_flight == 1);
+    pool.cancel(g);
     dev->deliver_all();
     pool.reap();
     CHECK(pool.stats().in_flight == 0);

@@ -1,5 +1,6 @@
 // CUDA mirrors of lib/include/kvtool/scoring.h and the half conversions of kvtool/half.h. This
-// header and cuda/src/kernels.cu depend on the CUDA runtime and the C++ standard library only, so
+// header and cuda/src/kernels.cu depend on the CUDA runtime, the C++ standard library and the
+// dependency-free kvtool/half.h and kvtool/scoring.h only, so
 // tests/gpu can build them standalone on a machine that has nothing but the CUDA toolkit.
 //
 // Every function returns false when no CUDA device is usable and throws std::runtime_error on a

@@ -41,7 +41,8 @@ typedef struct kvtool_publish_options {
   const char* tenant;                  /* NULL or "": not checked */
   const char* trusted_keys_dir;        /* NULL: any valid signature or none; else only keys in it */
   int require_signature;               /* nonzero: unsigned artifacts are refused */
-  int device;                          /* nonzero: also publish into the device tier */
+  int device;                          /* nonzero: also publish into the device tier when the pool has
+                                          one (always true of a pool made with KVTOOL_DEVICE_CUDA) */
 } kvtool_publish_options;
 
 KVTOOL_C_API const char* kvtool_version(void);

@@ -103,7 +103,7 @@ class KVTOOL_API PublishTicket {
  public:
   PublishTicket() = default;
   PublishTicket(PublishTicket&&) noexcept = default;
-  PublishTicket& operator=(PublishTicket&&) noexcept = default;
+  PublishTicket& operator=(PublishTicket&& o) noexcept;  // cancels the publication it held
   ~PublishTicket();  // an abandoned ticket is cancelled
   uint64_t id() const { return id_; }
   struct Work;
@@ -129,7 +129,8 @@ class KVTOOL_API Pool {
   bool ready(const PublishTicket& t);                 // its copy has landed
 
   Lease acquire(const std::string& key);  // NOT_PUBLISHED when the key has no visible generation
-  // Hides the key's generation; with wait, blocks until its leases drained and its memory returned.
+  // Hides the key's generation; with wait, blocks until its leases drained and its memory returned
+  // (so a thread must not wait while it holds a lease on that generation itself).
   bool retire(const std::string& key, bool wait = true);
   size_t reap();  // cleans up landed copies of cancelled or superseded publications
   PoolStats stats();

@@ -1,0 +1,87 @@
+// The C API: statuses, per-thread reasons, NULL arguments, the same answers as the C++ pool.
+#include <catch2/catch.hpp>
+#include <string>
+#include <thread>
+
+#include "kvtool/builder.h"
+#include "kvtool/kvtool_c.h"
+#include "kvtool/pool.h"
+#include "kvtool/pq.h"
+#include "test_util.h"
+
+using namespace kvtool;
+using namespace kvtool::test;
+
+TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a per-thread reason") {
+  TempDir tmp;
+  kind_dump(tmp.file("d.h5"), 300, 4, 4);
+  PqParams p;
+  p.subspaces = 4;
+  p.bits = 4;
+  build_artifact(tmp.file("d.h5"), quiet_build(tmp.file("a.kvi"), 1, 1), PqBuilder(p));
+
+  CHECK(kvtool_pool_new(1 << 20, 0, KVTOOL_DEVICE_CPU, nullptr) == KVTOOL_ERR_USAGE);
+  CHECK(std::string(kvtool_last_reason()) == "USAGE");
+  kvtool_pool* pool = nullptr;
+  REQUIRE(kvtool_pool_new(int64_t{1} << 30, 0, KVTOOL_DEVICE_AUTO, &pool) == KVTOOL_OK);
+  CHECK(kvtool_pool_device_available(pool) == 0);  // the static library has no CUDA backend
+  CHECK(std::string(kvtool_last_reason()).empty());
+  kvtool_pool* gpu = nullptr;
+  CHECK(kvtool_pool_new(1 << 20, 1 << 20, KVTOOL_DEVICE_CUDA, &gpu) == KVTOOL_ERR_INVALID);
+  CHECK(std::string(kvtool_last_reason()) == "DEVICE_UNAVAILABLE");
+  CHECK(gpu == nullptr);
+
+  int64_t gen = 0;
+  CHECK(kvtool_pool_publish(pool, "doc", tmp.file("missing.kvi").c_str(), nullptr, &gen) == KVTOOL_ERR_IO);
+  CHECK(std::string(kvtool_last_reason()) == "IO_ERROR");
+  kvtool_publish_options o{};
+  o.tenant = "not-the-tenant";
+  CHECK(kvtool_pool_publish(pool, "doc", tmp.file("a.kvi").c_str(), &o, &gen) == KVTOOL_ERR_INVALID);
+  CHECK(std::string(kvtool_last_reason()) == "TENANT_MISMATCH");
+  o.tenant = nullptr;
+  REQUIRE(kvtool_pool_publish(pool, "doc", tmp.file("a.kvi").c_str(), &o, &gen) == KVTOOL_OK);
+  CHECK(gen == 1);
+
+  kvtool_lease* lease = nullptr;
+  CHECK(kvtool_pool_acquire(pool, "nope", &lease) == KVTOOL_ERR_INVALID);
+  CHECK(std::string(kvtool_last_reason()) == "NOT_PUBLISHED");
+  // Reasons are per thread: another thread's success does not clear this one's.
+  std::thread([&] { kvtool_version(); kvtool_pool_usage(pool, nullptr, nullptr); }).join();
+  CHECK(std::string(kvtool_last_reason()) == "NOT_PUBLISHED");
+  REQUIRE(kvtool_pool_acquire(pool, "doc", &lease) == KVTOOL_OK);
+  CHECK(kvtool_lease_generation(lease) == 1);
+
+  std::vector<float> q(16, 0.25f);
+  int64_t ids[8], n = 0;
+  REQUIRE(kvtool_lease_query(lease, 1, 2, q.data(), 299, 0.1, ids, 8, &n) == KVTOOL_OK);
+  // Same as the C++ API; more candidates than capacity are counted, the first 8 written.
+  Pool cpp(PoolOptions{});
+  cpp.publish(PublishRequest{"doc", tmp.file("a.kvi"), "", "", {}, false});
+  Budget b;
+  b.value = 0.1;
+  CandidateReceipt rc = cpp.acquire("doc").query(1, 2, q.data(), 299, b);
+  CHECK(n == static_cast<int64_t>(rc.candidates.size()));
+  REQUIRE(n > 8);
+  CHECK(std::vector<int64_t>(ids, ids + 8) == std::vector<int64_t>(rc.candidates.begin(), rc.candidates.begin() + 8));
+  CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, 12, ids, 8, &n) == KVTOOL_OK);
+  CHECK(n == 12);
+  CHECK(kvtool_lease_query(lease, 1, 2, nullptr, 299, 0.1, ids, 8, &n) == KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, -1, ids, 8, &n) == KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query(lease, 9, 2, q.data(), 299, 0.1, ids, 8, &n) == KVTOOL_ERR_USAGE);
+
+  int64_t host = 0, dev = -1;
+  REQUIRE(kvtool_pool_usage(pool, &host, &dev) == KVTOOL_OK);
+  CHECK(host > 0);
+  CHECK(dev == 0);
+  // Retire without waiting: hidden at once, memory back when the lease goes.
+  CHECK(kvtool_pool_retire(pool, "doc", 0) == KVTOOL_OK);
+  kvtool_lease* again = nullptr;
+  CHECK(kvtool_pool_acquire(pool, "doc", &again) == KVTOOL_ERR_INVALID);
+  kvtool_lease_release(lease);
+  REQUIRE(kvtool_pool_usage(pool, &host, nullptr) == KVTOOL_OK);
+  CHECK(host == 0);
+  CHECK(kvtool_pool_retire(pool, "doc", 1) == KVTOOL_ERR_INVALID);
+  kvtool_pool_free(pool);
+  kvtool_pool_free(nullptr);
+  kvtool_lease_release(nullptr);
+}
