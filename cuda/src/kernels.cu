@@ -81,6 +81,15 @@ __global__ void dot_f64_kernel(const float* q, const float* cen, const int64_t* 
   out[i] = __dmul_rn(z, scale);
 }
 
+__global__ void dot_f32_kernel(const float* q, const float* cen, int64_t count, int64_t d, float* out) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= count) return;
+  const float* c = cen + i * d;
+  float s = 0.f;
+  for (int64_t t = 0; t < d; ++t) s = __fadd_rn(s, __fmul_rn(q[t], c[t]));
+  out[i] = s;
+}
+
 __global__ void simhash_kernel(const float* q, int64_t d, const float* w, int64_t cols, float* s) {
   int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= cols) return;
@@ -180,6 +189,16 @@ bool dot_scores_f64(const float* q, const float* centroids, int64_t centroid_row
   dot_f64_kernel<<<blocks_for(count), 256>>>(dq.p, dc.p, rows ? dr.p : nullptr, count, d, scale, dout.p);
   check(cudaGetLastError(), "dot kernel");
   check(cudaMemcpy(out, dout.p, count * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return true;
+}
+
+bool dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out) {
+  if (device_count() == 0) return false;
+  if (count <= 0) return true;
+  DevBuf<float> dq(q, static_cast<size_t>(d)), dc(centroids, static_cast<size_t>(count * d)), dout(static_cast<size_t>(count));
+  dot_f32_kernel<<<blocks_for(count), 256>>>(dq.p, dc.p, count, d, dout.p);
+  check(cudaGetLastError(), "dot kernel");
+  check(cudaMemcpy(out, dout.p, count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   return true;
 }
 

@@ -77,6 +77,21 @@ void kvtool_pool_free(kvtool_pool* pool) { delete pool; }
 
 int kvtool_pool_device_available(const kvtool_pool* pool) { return pool && pool->pool.device_available(); }
 
+namespace {
+void publish(kvtool_pool* pool, kvtool::PublishRequest& r, const kvtool_publish_options* opt, int64_t* generation) {
+  if (opt) {
+    if (opt->expected_content_digest) r.expected_content_digest = opt->expected_content_digest;
+    if (opt->tenant) r.tenant = opt->tenant;
+    if (opt->trusted_keys_dir) r.trust.trusted = kvtool::load_trusted_keys(opt->trusted_keys_dir);
+    r.trust.require_signature = opt->require_signature != 0;
+    r.device = opt->device != 0 && pool->pool.device_available();
+  }
+  kvtool::PublishReceipt rc = pool->pool.publish(r);
+  if (generation) *generation = rc.generation;
+}
+std::string str(const char* s) { return s ? s : ""; }
+}  // namespace
+
 int kvtool_pool_publish(kvtool_pool* pool, const char* key, const char* path, const kvtool_publish_options* opt,
                         int64_t* generation) {
   return guarded([&] {
@@ -86,15 +101,24 @@ int kvtool_pool_publish(kvtool_pool* pool, const char* key, const char* path, co
     kvtool::PublishRequest r;
     r.key = key;
     r.artifact = path;
-    if (opt) {
-      if (opt->expected_content_digest) r.expected_content_digest = opt->expected_content_digest;
-      if (opt->tenant) r.tenant = opt->tenant;
-      if (opt->trusted_keys_dir) r.trust.trusted = kvtool::load_trusted_keys(opt->trusted_keys_dir);
-      r.trust.require_signature = opt->require_signature != 0;
-      r.device = opt->device != 0 && pool->pool.device_available();
-    }
-    kvtool::PublishReceipt rc = pool->pool.publish(r);
-    if (generation) *generation = rc.generation;
+    publish(pool, r, opt, generation);
+  });
+}
+
+int kvtool_pool_publish_stored(kvtool_pool* pool, const char* key, const char* store_dir, const kvtool_store_key* skey,
+                               const kvtool_publish_options* opt, int64_t* generation) {
+  return guarded([&] {
+    need(pool, "pool");
+    need(key, "key");
+    need(store_dir, "store_dir");
+    need(skey, "skey");
+    kvtool::PublishRequest r;
+    r.key = key;
+    r.store_dir = store_dir;
+    r.store_key = kvtool::StoreKey{str(skey->tenant), str(skey->model), str(skey->adapter), str(skey->prefix_hash),
+                                   str(skey->kind), str(skey->params_digest), str(skey->position_contract)};
+    kvtool::check_store_key(r.store_key, false);
+    publish(pool, r, opt, generation);
   });
 }
 

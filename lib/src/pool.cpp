@@ -325,11 +325,17 @@ PublishTicket Pool::begin(const PublishRequest& req) {
   auto w = std::make_shared<PublishTicket::Work>();
   w->st = st_;
   w->req = req;
+  if (req.artifact.empty()) {
+    KVT_CHECK(!req.store_dir.empty(), "USAGE", "give an artifact path or a store directory and key");
+    w->req.artifact = Store(req.store_dir).get(req.store_key)["path"].get<std::string>();  // verified on get
+    if (w->req.tenant.empty()) w->req.tenant = req.store_key.tenant;
+  }
+  const PublishRequest& rq = w->req;
   auto g = std::make_shared<Generation>();
   g->st = st_;
-  g->key = req.key;
+  g->key = rq.key;
   PublishReceipt& rc = w->rc;
-  rc.key = req.key;
+  rc.key = rq.key;
   PoolHooks hooks;
   {
     std::lock_guard<std::mutex> l(st_->mu);
@@ -339,12 +345,12 @@ PublishTicket Pool::begin(const PublishRequest& req) {
   // Reserve and copy the artifact image into the host tier.
   auto t0 = Clock::now();
   struct stat sb {};
-  KVT_CHECK(stat(req.artifact.c_str(), &sb) == 0, "IO_ERROR", "cannot open '" << req.artifact << "': " << std::strerror(errno));
-  KVT_CHECK(S_ISREG(sb.st_mode), "IO_ERROR", "'" << req.artifact << "' is not a regular file");
+  KVT_CHECK(stat(rq.artifact.c_str(), &sb) == 0, "IO_ERROR", "cannot open '" << rq.artifact << "': " << std::strerror(errno));
+  KVT_CHECK(S_ISREG(sb.st_mode), "IO_ERROR", "'" << rq.artifact << "' is not a regular file");
   const size_t size = static_cast<size_t>(sb.st_size);
   g->charges.push_back(reserve(st_, static_cast<int64_t>(size), 0, rc.evicted));
   g->image.allocate(st_->opt.device, false, size);
-  read_file_into(req.artifact, g->image.p, size);
+  read_file_into(rq.artifact, g->image.p, size);
   auto t1 = Clock::now();
   rc.read_s = secs(t0, t1);
 
@@ -366,25 +372,25 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     if (hooks.after_host_copy) hooks.after_host_copy(g->image.p, size);
 
     // Validate the copy (not the file): container, sections, signature, tenant, content, kind.
-    g->reader = std::make_unique<ArtifactReader>(g->image.p, size, req.artifact);
+    g->reader = std::make_unique<ArtifactReader>(g->image.p, size, rq.artifact);
     const ArtifactReader& r = *g->reader;
     r.verify_sections();
-    r.verify_signature(req.trust.trusted, req.trust.require_signature);
+    r.verify_signature(rq.trust.trusted, rq.trust.require_signature);
     const SourceBinding& src = r.source();
-    KVT_CHECK(req.tenant.empty() || src.id.tenant_namespace == req.tenant, "TENANT_MISMATCH",
-              "'" << req.artifact << "' belongs to tenant '" << src.id.tenant_namespace << "', not '" << req.tenant << "'");
-    KVT_CHECK(req.expected_content_digest.empty() || src.content_digest == req.expected_content_digest, "CONTENT_MISMATCH",
-              "'" << req.artifact << "' is bound to content digest " << src.content_digest << ", not the expected "
-                  << req.expected_content_digest);
+    KVT_CHECK(rq.tenant.empty() || src.id.tenant_namespace == rq.tenant, "TENANT_MISMATCH",
+              "'" << rq.artifact << "' belongs to tenant '" << src.id.tenant_namespace << "', not '" << rq.tenant << "'");
+    KVT_CHECK(rq.expected_content_digest.empty() || src.content_digest == rq.expected_content_digest, "CONTENT_MISMATCH",
+              "'" << rq.artifact << "' is bound to content digest " << src.content_digest << ", not the expected "
+                  << rq.expected_content_digest);
     const KindInfo* kind = find_kind(r.kind());
     KVT_CHECK(kind, "UNKNOWN_KIND", "artifact kind '" << r.kind() << "' is not known to this kvtool");
     kind->validate(r);
     g->index_generation = r.manifest()["index_generation"];
     {
       std::lock_guard<std::mutex> l(st_->mu);
-      auto it = st_->visible.find(req.key);
+      auto it = st_->visible.find(rq.key);
       KVT_CHECK(it == st_->visible.end() || it->second->index_generation <= g->index_generation, "STALE_GENERATION",
-                "'" << req.artifact << "' has index generation " << g->index_generation << " but '" << req.key
+                "'" << rq.artifact << "' has index generation " << g->index_generation << " but '" << rq.key
                     << "' already serves generation " << it->second->index_generation);
     }
     auto t2 = Clock::now();
@@ -399,7 +405,7 @@ PublishTicket Pool::begin(const PublishRequest& req) {
       g->rows = IndexedRows::of(r);
     }
 
-    if (req.device) {
+    if (rq.device) {
       // Device image: every section raw, 256-byte aligned, staged in pinned memory.
       std::vector<uint64_t> off;
       uint64_t cur = 0;

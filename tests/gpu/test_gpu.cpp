@@ -112,10 +112,14 @@ void check_centroids() {
   cuda::dot_scores_f64(q.data(), cen.data(), C, rows.data(), static_cast<int64_t>(rows.size()), d, scale, g.data());
   sc::dot_scores_f64(q.data(), cen.data(), nullptr, C, d, scale, hall.data());
   cuda::dot_scores_f64(q.data(), cen.data(), C, nullptr, C, d, scale, gall.data());
-  // The ranking squeeze and clusterkv derive from these scores must agree too.
-  std::vector<float> hf(hall.begin(), hall.end()), gf(gall.begin(), gall.end());
-  expect(h == g && hall == gall && sc::rank_all(hf.data(), C) == sc::rank_all(gf.data(), C),
-         "centroid scoring (all and a subset, as squeeze's two passes) equals the host bit for bit; rankings agree");
+  expect(h == g && hall == gall,
+         "squeeze centroid scoring (f64; every group, then a subset as the fine pass) equals the host bit for bit");
+  // clusterkv: float scores and the cluster ranking derived from them.
+  std::vector<float> hf(C), gf(C);
+  sc::dot_scores(q.data(), cen.data(), C, d, hf.data());
+  cuda::dot_scores(q.data(), cen.data(), C, d, gf.data());
+  expect(hf == gf && sc::rank_all(hf.data(), C) == sc::rank_all(gf.data(), C),
+         "clusterkv centroid scoring (f32) equals the host bit for bit; the cluster ranking agrees");
 }
 
 void check_simhash() {

@@ -7,6 +7,8 @@
 #include "kvtool/kvtool_c.h"
 #include "kvtool/pool.h"
 #include "kvtool/pq.h"
+#include "kvtool/store.h"
+#include "kvtool/artifact.h"
 #include "test_util.h"
 
 using namespace kvtool;
@@ -81,6 +83,22 @@ TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a p
   REQUIRE(kvtool_pool_usage(pool, &host, nullptr) == KVTOOL_OK);
   CHECK(host == 0);
   CHECK(kvtool_pool_retire(pool, "doc", 1) == KVTOOL_ERR_INVALID);
+
+  // From the prefix store, by key.
+  Store(tmp.file("st"), true).put(tmp.file("a.kvi"));
+  ArtifactReader r(tmp.file("a.kvi"));
+  const auto& src = r.manifest()["source"];
+  std::string model = src["model_artifact_sha256"], adapter = src["adapter_set_sha256"], prefix = src["prefix_tokens_sha256"],
+              tenant = src["tenant_namespace"];
+  kvtool_store_key sk{tenant.c_str(), model.c_str(), adapter.c_str(), prefix.c_str(), "pq", nullptr, nullptr};
+  REQUIRE(kvtool_pool_publish_stored(pool, "stored", tmp.file("st").c_str(), &sk, nullptr, &gen) == KVTOOL_OK);
+  CHECK(gen == 2);
+  sk.kind = "lsh";
+  CHECK(kvtool_pool_publish_stored(pool, "stored", tmp.file("st").c_str(), &sk, nullptr, &gen) == KVTOOL_ERR_INVALID);
+  CHECK(std::string(kvtool_last_reason()) == "STORE_MISS");
+  sk.kind = "../pq";
+  CHECK(kvtool_pool_publish_stored(pool, "stored", tmp.file("st").c_str(), &sk, nullptr, &gen) == KVTOOL_ERR_USAGE);
+  CHECK(std::string(kvtool_last_reason()) == "BAD_STORE_KEY");
   kvtool_pool_free(pool);
   kvtool_pool_free(nullptr);
   kvtool_lease_release(nullptr);

@@ -29,7 +29,10 @@ bool pq_top_k(const float* centroids, const void* codes, int code_bytes, int64_t
               const float* q, int64_t top, std::vector<int64_t>& ids, std::vector<float>& scores,
               std::vector<float>* all_scores = nullptr);
 
-// out[i] = scale * sum_t double(q[t]) * centroids[rows[i] * d + t]   (rows == nullptr: row i)
+// out[c] = sum_t q[t] * centroids[c * d + t] in float (clusterkv's ranking scores).
+bool dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out);
+// out[i] = scale * sum_t double(q[t]) * centroids[rows[i] * d + t]   (rows == nullptr: row i;
+// squeeze's coarse pass over every group, then its fine pass over the surviving children)
 bool dot_scores_f64(const float* q, const float* centroids, int64_t centroid_rows, const int64_t* rows, int64_t count,
                     int64_t d, double scale, double* out);
 

@@ -56,6 +56,21 @@ KVTOOL_C_API int kvtool_pool_device_available(const kvtool_pool* pool);
  * generation now visible under the key. `opt` may be NULL (defaults: nothing checked, host only). */
 KVTOOL_C_API int kvtool_pool_publish(kvtool_pool* pool, const char* key, const char* path,
                                      const kvtool_publish_options* opt, int64_t* generation);
+/* A prefix-store key (formats/store-v1.md); params_digest and position_contract may be NULL. */
+typedef struct kvtool_store_key {
+  const char* tenant;
+  const char* model;
+  const char* adapter;
+  const char* prefix_hash;
+  const char* kind;
+  const char* params_digest;
+  const char* position_contract;
+} kvtool_store_key;
+/* Publishes the artifact the prefix store at `store_dir` holds for `skey` (verified on the way out;
+ * STORE_MISS / STORE_AMBIGUOUS otherwise). The tenant checked defaults to the key's. */
+KVTOOL_C_API int kvtool_pool_publish_stored(kvtool_pool* pool, const char* key, const char* store_dir,
+                                            const kvtool_store_key* skey, const kvtool_publish_options* opt,
+                                            int64_t* generation);
 KVTOOL_C_API int kvtool_pool_retire(kvtool_pool* pool, const char* key, int wait);
 KVTOOL_C_API int kvtool_pool_usage(kvtool_pool* pool, int64_t* host_used, int64_t* device_used);
 

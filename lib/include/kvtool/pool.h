@@ -24,6 +24,7 @@
 #include "kvtool/json.h"
 #include "kvtool/query.h"
 #include "kvtool/signing.h"
+#include "kvtool/store.h"
 
 namespace kvtool {
 
@@ -36,11 +37,13 @@ enum class Tier { host, device };
 
 struct PublishRequest {
   std::string key;                      // pool key the generation is published under
-  std::string artifact;                 // path of a .kvi file
+  std::string artifact;                 // path of a .kvi file (or empty: see store_dir)
   std::string expected_content_digest;  // the dump range the runtime serves (empty: not checked)
   std::string tenant;                   // must equal the artifact's source tenant (empty: not checked)
   TrustPolicy trust;
   bool device = false;                  // also publish into the device tier (PQ queries run there)
+  std::string store_dir;                // with an empty artifact: publish what the prefix store
+  StoreKey store_key;                   // holds for store_key (tenant defaults to the key's)
 };
 
 struct KVTOOL_API PublishReceipt {
