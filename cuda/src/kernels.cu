@@ -98,7 +98,8 @@ __global__ void simhash_kernel(const float* q, int64_t d, const float* w, int64_
   s[c] = acc;
 }
 
-__global__ void collide_kernel(const float* s, int64_t bits, int64_t tables, const uint32_t* offsets, const uint32_t* ids,
+template <typename Id>
+__global__ void collide_kernel(const float* s, int64_t bits, int64_t tables, const uint32_t* offsets, const Id* ids,
                                int64_t buckets, int64_t n, int64_t base, uint32_t* codes, unsigned* count) {
   int64_t t = blockIdx.x;
   if (t >= tables) return;
@@ -106,8 +107,9 @@ __global__ void collide_kernel(const float* s, int64_t bits, int64_t tables, con
   for (int64_t b = 0; b < bits; ++b) code |= static_cast<uint32_t>(s[t * bits + b] > 0.f) << b;
   if (threadIdx.x == 0) codes[t] = code;
   const uint32_t* off = offsets + t * (buckets + 1);
-  const uint32_t* tid = ids + t * n;
-  for (uint32_t i = off[code] + threadIdx.x; i < off[code + 1]; i += blockDim.x) atomicAdd(&count[tid[i] - base], 1u);
+  const Id* tid = ids + t * n;
+  for (uint32_t i = off[code] + threadIdx.x; i < off[code + 1]; i += blockDim.x)
+    atomicAdd(&count[static_cast<int64_t>(tid[i]) - base], 1u);
 }
 
 __global__ void widen_count_kernel(const unsigned* in, uint16_t* out, int64_t n) {
@@ -178,47 +180,74 @@ bool pq_top_k(const float* centroids, const void* codes, int code_bytes, int64_t
   return pq_top_k_device(dc.p, dcodes.p, code_bytes, m, k, dsub, n, q, top, ids, scores, all_scores);
 }
 
-bool dot_scores_f64(const float* q, const float* centroids, int64_t centroid_rows, const int64_t* rows, int64_t count,
-                    int64_t d, double scale, double* out) {
+bool dot_scores_f64_device(const float* d_centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                           const float* q, double* out) {
   if (device_count() == 0) return false;
   if (count <= 0) return true;
-  DevBuf<float> dq(q, static_cast<size_t>(d)), dc(centroids, static_cast<size_t>(centroid_rows * d));
+  DevBuf<float> dq(q, static_cast<size_t>(d));
   DevBuf<int64_t> dr(rows ? static_cast<size_t>(count) : 0);
   if (rows) check(cudaMemcpy(dr.p, rows, count * sizeof(int64_t), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
   DevBuf<double> dout(static_cast<size_t>(count));
-  dot_f64_kernel<<<blocks_for(count), 256>>>(dq.p, dc.p, rows ? dr.p : nullptr, count, d, scale, dout.p);
+  dot_f64_kernel<<<blocks_for(count), 256>>>(dq.p, d_centroids, rows ? dr.p : nullptr, count, d, scale, dout.p);
   check(cudaGetLastError(), "dot kernel");
   check(cudaMemcpy(out, dout.p, count * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   return true;
 }
 
-bool dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out) {
+bool dot_scores_f64(const float* q, const float* centroids, int64_t centroid_rows, const int64_t* rows, int64_t count,
+                    int64_t d, double scale, double* out) {
+  if (device_count() == 0) return false;
+  DevBuf<float> dc(centroids, static_cast<size_t>(centroid_rows * d));
+  return dot_scores_f64_device(dc.p, rows, count, d, scale, q, out);
+}
+
+bool dot_scores_device(const float* d_centroids, int64_t count, int64_t d, const float* q, float* out) {
   if (device_count() == 0) return false;
   if (count <= 0) return true;
-  DevBuf<float> dq(q, static_cast<size_t>(d)), dc(centroids, static_cast<size_t>(count * d)), dout(static_cast<size_t>(count));
-  dot_f32_kernel<<<blocks_for(count), 256>>>(dq.p, dc.p, count, d, dout.p);
+  DevBuf<float> dq(q, static_cast<size_t>(d)), dout(static_cast<size_t>(count));
+  dot_f32_kernel<<<blocks_for(count), 256>>>(dq.p, d_centroids, count, d, dout.p);
   check(cudaGetLastError(), "dot kernel");
   check(cudaMemcpy(out, dout.p, count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return true;
+}
+
+bool dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out) {
+  if (device_count() == 0) return false;
+  DevBuf<float> dc(centroids, static_cast<size_t>(count * d));
+  return dot_scores_device(dc.p, count, d, q, out);
+}
+
+bool simhash_collisions_device(const float* d_w, const uint32_t* d_offsets, const void* d_ids, int id_bytes, int64_t d,
+                               int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
+                               uint16_t* count) {
+  if (device_count() == 0) return false;
+  const int64_t cols = bits * tables, buckets = int64_t{1} << bits;
+  DevBuf<float> dq(q, static_cast<size_t>(d)), ds(static_cast<size_t>(cols));
+  DevBuf<uint32_t> dcodes(static_cast<size_t>(tables));
+  DevBuf<unsigned> dcount(static_cast<size_t>(n));
+  DevBuf<uint16_t> dc16(static_cast<size_t>(n));
+  check(cudaMemset(dcount.p, 0, (n ? n : 1) * sizeof(unsigned)), "cudaMemset");
+  simhash_kernel<<<blocks_for(cols), 256>>>(dq.p, d, d_w, cols, ds.p);
+  if (id_bytes == 2)
+    collide_kernel<<<static_cast<unsigned>(tables), 128>>>(ds.p, bits, tables, d_offsets, static_cast<const uint16_t*>(d_ids),
+                                                           buckets, n, base, dcodes.p, dcount.p);
+  else
+    collide_kernel<<<static_cast<unsigned>(tables), 128>>>(ds.p, bits, tables, d_offsets, static_cast<const uint32_t*>(d_ids),
+                                                           buckets, n, base, dcodes.p, dcount.p);
+  if (n) widen_count_kernel<<<blocks_for(n), 256>>>(dcount.p, dc16.p, n);
+  check(cudaGetLastError(), "simhash kernels");
+  check(cudaMemcpy(codes, dcodes.p, tables * sizeof(uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  if (n) check(cudaMemcpy(count, dc16.p, n * sizeof(uint16_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   return true;
 }
 
 bool simhash_collisions(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, const uint32_t* offsets,
                         const uint32_t* ids, int64_t n, int64_t base, uint32_t* codes, uint16_t* count) {
   if (device_count() == 0) return false;
-  const int64_t cols = bits * tables, buckets = int64_t{1} << bits;
-  DevBuf<float> dq(q, static_cast<size_t>(d)), dw(w, static_cast<size_t>(d * cols)), ds(static_cast<size_t>(cols));
+  const int64_t buckets = int64_t{1} << bits;
+  DevBuf<float> dw(w, static_cast<size_t>(d * bits * tables));
   DevBuf<uint32_t> doff(offsets, static_cast<size_t>(tables * (buckets + 1))), dids(ids, static_cast<size_t>(tables * n));
-  DevBuf<uint32_t> dcodes(static_cast<size_t>(tables));
-  DevBuf<unsigned> dcount(static_cast<size_t>(n));
-  DevBuf<uint16_t> dc16(static_cast<size_t>(n));
-  check(cudaMemset(dcount.p, 0, (n ? n : 1) * sizeof(unsigned)), "cudaMemset");
-  simhash_kernel<<<blocks_for(cols), 256>>>(dq.p, d, dw.p, cols, ds.p);
-  collide_kernel<<<static_cast<unsigned>(tables), 128>>>(ds.p, bits, tables, doff.p, dids.p, buckets, n, base, dcodes.p, dcount.p);
-  if (n) widen_count_kernel<<<blocks_for(n), 256>>>(dcount.p, dc16.p, n);
-  check(cudaGetLastError(), "simhash kernels");
-  check(cudaMemcpy(codes, dcodes.p, tables * sizeof(uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  if (n) check(cudaMemcpy(count, dc16.p, n * sizeof(uint16_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  return true;
+  return simhash_collisions_device(dw.p, doff.p, dids.p, 4, d, bits, tables, n, base, q, codes, count);
 }
 
 void* device_alloc(size_t bytes) {

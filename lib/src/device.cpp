@@ -1,5 +1,7 @@
 #include "kvtool/device.h"
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +24,7 @@ struct EmulatedDevice::State {
   bool auto_complete;
   std::vector<std::shared_ptr<Copy>> copies;
   int64_t device_live = 0, host_live = 0;
+  std::atomic<int64_t> scoring_calls{0};
   std::vector<std::pair<void*, size_t>> sizes;  // live allocations (device and host)
   void land(Copy& c) {  // caller holds mu
     if (c.done) return;
@@ -92,6 +95,7 @@ void EmulatedDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
 
 void EmulatedDevice::pq_top_k(const PqDevicePart& p, const float* q, int64_t k, std::vector<int64_t>& ids,
                               std::vector<float>& scores) {
+  ++st_->scoring_calls;
   std::vector<float> lut(static_cast<size_t>(p.m * p.k)), score(static_cast<size_t>(p.n));
   scoring::pq_lut(q, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, lut.data());
   if (p.code_bytes == 1)
@@ -102,6 +106,31 @@ void EmulatedDevice::pq_top_k(const PqDevicePart& p, const float* q, int64_t k, 
   scores.clear();
   for (int64_t i : ids) scores.push_back(score[static_cast<size_t>(i)]);
 }
+
+void EmulatedDevice::dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) {
+  ++st_->scoring_calls;
+  scoring::dot_scores(q, centroids, count, d, out);
+}
+
+void EmulatedDevice::dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                                    const float* q, double* out) {
+  ++st_->scoring_calls;
+  scoring::dot_scores_f64(q, centroids, rows, count, d, scale, out);
+}
+
+void EmulatedDevice::simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
+                                        int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
+                                        uint16_t* count) {
+  ++st_->scoring_calls;
+  std::vector<uint32_t> wide(static_cast<size_t>(tables * n));
+  for (size_t i = 0; i < wide.size(); ++i)
+    wide[i] = id_bytes == 2 ? static_cast<const uint16_t*>(ids)[i] : static_cast<const uint32_t*>(ids)[i];
+  scoring::simhash_codes(q, d, w, bits, tables, codes);
+  std::fill(count, count + n, uint16_t{0});
+  scoring::collision_counts(codes, offsets, wide.data(), tables, int64_t{1} << bits, n, base, count);
+}
+
+int64_t EmulatedDevice::scoring_calls() const { return st_->scoring_calls.load(); }
 
 size_t EmulatedDevice::started() const {
   std::lock_guard<std::mutex> l(st_->mu);

@@ -131,7 +131,7 @@ struct Generation {
   std::unique_ptr<ArtifactReader> reader;
   std::unique_ptr<SelectorSet> sel;
   IndexedRows rows;
-  std::map<std::pair<int64_t, int64_t>, PqDevicePart> pq_parts;
+  std::map<std::pair<int64_t, int64_t>, DevicePart> dev_parts;
   std::atomic<uint64_t> last_used{0};
   std::shared_ptr<bool> freed = std::make_shared<bool>(false);
 
@@ -429,25 +429,15 @@ PublishTicket Pool::begin(const PublishRequest& req) {
         }
       }
       w->staged = sha256(w->staging.p, cur);
-      const int64_t d = src.geo.head_dim;
-      const json& pr = r.manifest()["params"];
-      if (r.kind() == "pq" && g->sel) {
-        const int64_t m = pr["subspaces"], bits = pr["bits"];
-        for (auto [layer, head] : g->sel->parts()) {
-          const SectionEntry* c = r.find("pq_centroids", layer, head);
-          const SectionEntry* k = r.find("pq_codes", layer, head);
-          if (!c || !k) continue;  // dense part: answered on the host
-          PqDevicePart p;
-          p.centroids = g->dev.p + off[static_cast<size_t>(c - r.sections().data())];
-          p.codes = g->dev.p + off[static_cast<size_t>(k - r.sections().data())];
-          p.m = m;
-          p.k = int64_t{1} << bits;
-          p.dsub = d / m;
-          p.n = k->shape.empty() ? 0 : k->shape[0];
-          p.code_bytes = static_cast<int>(section_dtype_size(k->dtype));
-          g->pq_parts[{layer, head}] = p;
+      // Each part's sections, at their device addresses, for the kinds' device paths.
+      if (g->sel)
+        for (size_t i = 0; i < r.sections().size(); ++i) {
+          const SectionEntry& s = r.sections()[i];
+          if (s.layer < 0) continue;
+          DevicePart& dp = g->dev_parts[{s.layer, s.kv_head}];
+          dp.dev = st_->opt.device.get();
+          dp.sections.emplace_back(s.name, DeviceSection{g->dev.p + off[i], s.dtype, s.shape});
         }
-      }
       rc.decompress_s = secs(t2, Clock::now());
       w->copy_start = Clock::now();
       w->transfer = st_->opt.device->copy_to_device(g->dev.p, w->staging.p, cur);
@@ -639,19 +629,17 @@ CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int
   KVT_CHECK(g_->sel, "USAGE", "artifacts of kind '" << g_->reader->kind() << "' cannot be queried");
   g_->last_used = ++g_->st->tick;
   SelectHook hook = nullptr;
-  if (!g_->pq_parts.empty()) {
-    hook = [this](int64_t l, int64_t h, const PartSelector&, const SelectRequest& req, Selection& out) {
-      auto it = g_->pq_parts.find({l, h});
-      if (it == g_->pq_parts.end()) return false;
-      std::vector<int64_t> ids;
-      g_->st->opt.device->pq_top_k(it->second, req.q, req.budget, ids, out.scores);
-      for (int64_t i : ids) out.ids.push_back(g_->rows.begin() + i);
-      return true;
+  bool on_dev = false;
+  if (!g_->dev_parts.empty()) {
+    hook = [this, &on_dev](int64_t l, int64_t h, const PartSelector& host, const SelectRequest& req, Selection& out) {
+      auto it = g_->dev_parts.find({l, h});
+      on_dev = it != g_->dev_parts.end() && host.select_device(req, it->second, out);
+      return on_dev;
     };
   }
   CandidateReceipt rc = g_->sel->query(layer, q_head, q, position, b, min_collisions, keys, quantile, flat, hook);
   rc.pool_generation = g_->generation;
-  rc.tier = on_device() && g_->pq_parts.count({layer, rc.kv_head}) ? "device" : "host";
+  rc.tier = on_dev ? "device" : "host";
   return rc;
 }
 

@@ -149,8 +149,22 @@ void check_simhash() {
     sc::collision_counts(hc.data(), offsets.data(), ids.data(), tables, buckets, n, base, hn.data());
     cuda::simhash_collisions(q.data(), d, w.data(), bits, tables, offsets.data(), ids.data(), n, base, gc.data(), gn.data());
     bad += hc != gc || hn != gn;
+    // u16 ids resident in device memory, as the pool's device tier holds small lsh parts.
+    std::vector<uint16_t> ids16(ids.begin(), ids.end());
+    void *dw = cuda::device_alloc(w.size() * 4), *doff = cuda::device_alloc(offsets.size() * 4), *did = cuda::device_alloc(ids16.size() * 2);
+    cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(doff, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(did, ids16.data(), ids16.size() * 2, cudaMemcpyHostToDevice);
+    std::vector<uint32_t> gc16(tables);
+    std::vector<uint16_t> gn16(n, 7);
+    cuda::simhash_collisions_device(static_cast<const float*>(dw), static_cast<const uint32_t*>(doff), did, 2, d, bits, tables, n,
+                                    base, q.data(), gc16.data(), gn16.data());
+    bad += hc != gc16 || hn != gn16;
+    cuda::device_free(dw);
+    cuda::device_free(doff);
+    cuda::device_free(did);
   }
-  expect(bad == 0, "SimHash codes of the query and collision counts equal the host");
+  expect(bad == 0, "SimHash codes of the query and collision counts (u32 and device-resident u16 ids) equal the host");
 }
 
 void bench(std::ostringstream& out) {

@@ -45,7 +45,8 @@ PublishRequest req(const std::string& key, const std::string& art, bool device =
 }
 
 // Every dumped query of every layer and query head: the pool's receipts equal SelectorSet's.
-void check_queries_equal(const Lease& lease, const std::string& art, const std::string& dump, int64_t* compared = nullptr) {
+void check_queries_equal(const Lease& lease, const std::string& art, const std::string& dump, int64_t* compared = nullptr,
+                         const char* tier = nullptr) {
   ArtifactReader r(art);
   SelectorSet direct(r);
   DumpReader d(dump);
@@ -70,6 +71,7 @@ void check_queries_equal(const Lease& lease, const std::string& art, const std::
         REQUIRE(a.scores == p.scores);
         REQUIRE(a.inclusion == p.inclusion);
         CHECK(p.pool_generation == lease.generation());
+        if (tier) CHECK(p.tier == tier);
         if (compared) ++*compared;
       }
 }
@@ -115,7 +117,21 @@ TEST_CASE("pool: every queryable kind answers like the library") {
   Pool pool(PoolOptions{});
   for (const auto& a : {ck, lsh, sq}) {
     pool.publish(req(a, a));
-    check_queries_equal(pool.acquire(a), a, f.dump);
+    check_queries_equal(pool.acquire(a), a, f.dump, nullptr, "host");
+  }
+  // The device tier (emulated): every kind's device path, through section images at their device
+  // addresses, gives the same receipts.
+  auto dev = std::make_shared<EmulatedDevice>();
+  PoolOptions o;
+  o.device = dev;
+  o.device_budget = 64 << 20;
+  Pool dpool(o);
+  for (const auto& a : {ck, lsh, sq, f.pq}) {
+    dpool.publish(req(a, a, true));
+    const int64_t before = dev->scoring_calls();
+    int64_t n = 0;
+    check_queries_equal(dpool.acquire(a), a, f.dump, &n, "device");
+    CHECK(dev->scoring_calls() >= before + n);
   }
 }
 

@@ -40,6 +40,15 @@ bool dot_scores_f64(const float* q, const float* centroids, int64_t centroid_row
 bool simhash_collisions(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, const uint32_t* offsets,
                         const uint32_t* ids, int64_t n, int64_t base, uint32_t* codes, uint16_t* count);
 
+// The same three with the centroids / tables already in device memory (the pool's device tier);
+// q, rows and the outputs are host arrays. lsh ids may be u16 or u32 (id_bytes 2 or 4).
+bool dot_scores_device(const float* d_centroids, int64_t count, int64_t d, const float* q, float* out);
+bool dot_scores_f64_device(const float* d_centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                           const float* q, double* out);
+bool simhash_collisions_device(const float* d_w, const uint32_t* d_offsets, const void* d_ids, int id_bytes, int64_t d,
+                               int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
+                               uint16_t* count);
+
 // Device memory and copies for the pool's device tier.
 void* device_alloc(size_t bytes);  // nullptr when the device cannot supply the bytes
 void device_free(void* p);

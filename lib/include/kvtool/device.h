@@ -45,6 +45,17 @@ class KVTOOL_API DeviceBackend {
   // scoring::pq_lut + pq_scores + top_k on the host.
   virtual void pq_top_k(const PqDevicePart& part, const float* q, int64_t k, std::vector<int64_t>& ids,
                         std::vector<float>& scores) = 0;
+  // scoring::dot_scores over `count` device-resident centroids [count, d] (clusterkv ranking).
+  virtual void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) = 0;
+  // scoring::dot_scores_f64 over device-resident centroids; `rows` (host array or nullptr) picks
+  // which (squeeze's coarse pass, then the fine pass over surviving children).
+  virtual void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                              const float* q, double* out) = 0;
+  // scoring::simhash_codes + collision_counts on device-resident projections [d, bits*tables],
+  // offsets [tables, 2^bits + 1] and ids [tables, n] (u16 or u32: id_bytes).
+  virtual void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
+                                  int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
+                                  uint16_t* count) = 0;
 };
 
 // Host-memory stand-in for a device, used by tests and by the pool's own checks of the device-tier
@@ -63,6 +74,12 @@ class KVTOOL_API EmulatedDevice : public DeviceBackend {
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void pq_top_k(const PqDevicePart& part, const float* q, int64_t k, std::vector<int64_t>& ids,
                 std::vector<float>& scores) override;
+  void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) override;
+  void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale, const float* q,
+                      double* out) override;
+  void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d, int64_t bits,
+                          int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes, uint16_t* count) override;
+  int64_t scoring_calls() const;  // device scoring calls so far (tests: the device path was taken)
 
   // Test controls. Copies started while auto_complete is off wait for deliver(i) (i = start order).
   size_t started() const;

@@ -47,6 +47,26 @@ struct Selection {
   int64_t centroids_scored = -1;  // centroid kinds: how many centroids this query scored
 };
 
+class DeviceBackend;
+
+// One section of a part resident in device memory (raw image, as in the artifact).
+struct DeviceSection {
+  const void* ptr = nullptr;
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
+// A part's sections in the pool's device tier and the backend that scores on them.
+struct DevicePart {
+  DeviceBackend* dev = nullptr;
+  std::vector<std::pair<std::string, DeviceSection>> sections;
+  const DeviceSection* find(const std::string& name) const {
+    for (const auto& [n, s] : sections)
+      if (n == name) return &s;
+    return nullptr;
+  }
+};
+
 // Loaded selector state of one (layer, kv head) part.
 class PartSelector {
  public:
@@ -55,6 +75,9 @@ class PartSelector {
   // Ranking kinds return up to `budget` rows; a part that keeps attention dense returns all its
   // indexed rows; sampling kinds ignore the budget and return every row with >= c collisions.
   virtual void select(const SelectRequest& req, Selection& out) const = 0;
+  // The same selection with the scoring done on the device (the pool's device tier): equal ids and
+  // scores. Returns false when this part has no device path (it is then answered on the host).
+  virtual bool select_device(const SelectRequest&, const DevicePart&, Selection&) const { return false; }
   virtual bool uses_budget() const { return true; }
   virtual bool uses_quantile() const { return false; }
   virtual bool needs_keys() const { return false; }

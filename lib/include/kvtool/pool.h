@@ -41,7 +41,7 @@ struct PublishRequest {
   std::string expected_content_digest;  // the dump range the runtime serves (empty: not checked)
   std::string tenant;                   // must equal the artifact's source tenant (empty: not checked)
   TrustPolicy trust;
-  bool device = false;                  // also publish into the device tier (PQ queries run there)
+  bool device = false;                  // also publish into the device tier (queries are scored there)
   std::string store_dir;                // with an empty artifact: publish what the prefix store
   StoreKey store_key;                   // holds for store_key (tenant defaults to the key's)
 };
@@ -81,9 +81,9 @@ class KVTOOL_API Lease {
   const std::string& key() const;
   const ArtifactReader& artifact() const;
   bool on_device() const;
-  // The same receipt as SelectorSet::query, from this generation (on the device for PQ parts when
-  // the generation is device resident); receipt.index_generation is the artifact's, the pool
-  // generation is generation().
+  // The same receipt as SelectorSet::query, from this generation (scored on the device when the
+  // generation is device resident); receipt.index_generation is the artifact's, the pool
+  // generation is generation() (also receipt.pool_generation), receipt.tier says where it ran.
   CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
                          int64_t min_collisions = 2, const KeyRows* keys = nullptr, double quantile = -1,
                          bool flat = false) const;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kvtool/artifact.h"
+#include "kvtool/device.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
@@ -36,30 +37,37 @@ class ClusterKvSelector : public PartSelector {
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
-    const float* q = req.q;
-    const int64_t budget = req.budget;
-    std::vector<int64_t>& ids = out.ids;
-    std::vector<float>& scores = out.scores;
     if (dense_) {
       for (int64_t i = 0; i < n_; ++i) {
-        ids.push_back(rows_.begin() + i);
-        scores.push_back(0.f);
+        out.ids.push_back(rows_.begin() + i);
+        out.scores.push_back(0.f);
       }
       return;
     }
-    const int64_t C = set_.clusters(), d = set_.d;
-    std::vector<float> score(static_cast<size_t>(C));
-    scoring::dot_scores(q, set_.centroids.data(), C, d, score.data());
+    std::vector<float> score(static_cast<size_t>(set_.clusters()));
+    scoring::dot_scores(req.q, set_.centroids.data(), set_.clusters(), set_.d, score.data());
+    take(score, req.budget, out);
+  }
+  bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
+    const DeviceSection* c = dp.find("ckv_centroids");
+    if (dense_ || !c) return false;
+    std::vector<float> score(static_cast<size_t>(set_.clusters()));
+    dp.dev->dot_scores(static_cast<const float*>(c->ptr), set_.clusters(), set_.d, req.q, score.data());
+    take(score, req.budget, out);
+    return true;
+  }
+  // Whole clusters best first (the last one cut) until the budget is spent.
+  void take(const std::vector<float>& score, int64_t budget, Selection& out) const {
     // Full ranking of every cluster (the reference's 256-slot kernel breaks beyond 256 clusters).
-    const std::vector<int64_t> order = scoring::rank_all(score.data(), C);
+    const std::vector<int64_t> order = scoring::rank_all(score.data(), set_.clusters());
     int64_t taken = 0;
     for (int64_t c : order) {
       if (taken >= budget) break;
       int64_t take = std::min<int64_t>(set_.sizes[c], budget - taken);  // the last cluster is cut
       const uint32_t* m = set_.members.data() + (set_.prefix[c] - set_.sizes[c]);
       for (int64_t i = 0; i < take; ++i) {
-        ids.push_back(m[i]);
-        scores.push_back(score[c]);
+        out.ids.push_back(m[i]);
+        out.scores.push_back(score[c]);
       }
       taken += take;
     }

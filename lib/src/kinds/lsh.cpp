@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kvtool/artifact.h"
+#include "kvtool/device.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
 #include "kvtool/prng.h"
@@ -109,14 +110,36 @@ class LshSelector : public PartSelector {
   bool uses_budget() const override { return false; }
   bool needs_keys() const override { return true; }
   void select(const SelectRequest& req, Selection& out) const override {
-    KVT_CHECK(req.min_collisions >= 1 && req.min_collisions <= lay_.tables, "USAGE",
-              "--min-collisions must be in 1.." << lay_.tables);
+    check(req);
     if (n_ == 0) return;
-    const int64_t rb = rows_.begin();
     std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
     std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
     scoring::simhash_codes(req.q, lay_.d, t_.w.data(), lay_.bits, lay_.tables, qcodes.data());
-    scoring::collision_counts(qcodes.data(), t_.offsets.data(), t_.ids.data(), lay_.tables, lay_.buckets, n_, rb, count.data());
+    scoring::collision_counts(qcodes.data(), t_.offsets.data(), t_.ids.data(), lay_.tables, lay_.buckets, n_, rows_.begin(),
+                              count.data());
+    emit(req, count, out);
+  }
+  bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
+    const DeviceSection* w = dp.find("lsh_projections");
+    const DeviceSection* off = dp.find("lsh_offsets");
+    const DeviceSection* ids = dp.find("lsh_ids");
+    if (n_ == 0 || !w || !off || !ids) return false;
+    check(req);
+    std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
+    std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
+    dp.dev->simhash_collisions(static_cast<const float*>(w->ptr), static_cast<const uint32_t*>(off->ptr), ids->ptr,
+                               ids->dtype == "u16" ? 2 : 4, lay_.d, lay_.bits, lay_.tables, n_, rows_.begin(), req.q,
+                               qcodes.data(), count.data());
+    emit(req, count, out);
+    return true;
+  }
+  void check(const SelectRequest& req) const {
+    KVT_CHECK(req.min_collisions >= 1 && req.min_collisions <= lay_.tables, "USAGE",
+              "--min-collisions must be in 1.." << lay_.tables);
+  }
+  // Every row with >= c collisions, with its inclusion probability when the full keys are given.
+  void emit(const SelectRequest& req, const std::vector<uint16_t>& count, Selection& out) const {
+    const int64_t rb = rows_.begin();
     double qn = 0;
     for (int64_t j = 0; j < lay_.d; ++j) qn += static_cast<double>(req.q[j]) * req.q[j];
     qn = std::sqrt(qn);

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "kvtool/artifact.h"
+#include "kvtool/device.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
@@ -100,6 +101,16 @@ class PqSelector : public PartSelector {
       ids.push_back(base + i);
       scores.push_back(score[i]);
     }
+  }
+  bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
+    const DeviceSection* c = dp.find("pq_centroids");
+    const DeviceSection* k = dp.find("pq_codes");
+    if (dense_ || !c || !k) return false;
+    PqDevicePart p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
+    std::vector<int64_t> ids;
+    dp.dev->pq_top_k(p, req.q, req.budget, ids, out.scores);
+    for (int64_t i : ids) out.ids.push_back(rows_.begin() + i);
+    return true;
   }
   json describe() const override { return {{"dense", dense_}}; }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <numeric>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
+#include "kvtool/device.h"
 #include "kvtool/scoring.h"
 #include "kvtool/sha256.h"
 
@@ -26,17 +28,26 @@ namespace {
 
 std::string quantile_key(double q) { return json(q).dump(); }
 
-// exp(z_j - m) / sum_k N_k exp(z_k - m): the per-key score of every fine cluster, max-subtracted.
-void cluster_scores(const float* q, const std::vector<float>& cent, const std::vector<uint32_t>& sizes, int64_t d,
-                    std::vector<double>& out) {
+// Scaled dot products z = q·c / sqrt(d) of centroids of one level (coarse or fine), all of them
+// (rows == nullptr) or the listed ones: computed on the host or by the device tier.
+using LevelDots = std::function<void(bool coarse, const int64_t* rows, int64_t count, double scale, double* out)>;
+
+// exp(z_j - m) / sum_k N_k exp(z_k - m) in place over z: the per-key score of every cluster.
+void normalize_scores(const std::vector<uint32_t>& sizes, std::vector<double>& out) {
   const int64_t C = static_cast<int64_t>(sizes.size());
-  out.assign(static_cast<size_t>(C), 0.0);
-  scoring::dot_scores_f64(q, cent.data(), nullptr, C, d, 1.0 / std::sqrt(static_cast<double>(d)), out.data());
   double mx = -INFINITY;
   for (int64_t c = 0; c < C; ++c) mx = std::max(mx, out[c]);
   double den = 0;
   for (int64_t c = 0; c < C; ++c) den += sizes[c] * std::exp(out[c] - mx);
   for (int64_t c = 0; c < C; ++c) out[c] = std::exp(out[c] - mx) / den;
+}
+
+void cluster_scores(const float* q, const std::vector<float>& cent, const std::vector<uint32_t>& sizes, int64_t d,
+                    std::vector<double>& out) {
+  out.assign(sizes.size(), 0.0);
+  scoring::dot_scores_f64(q, cent.data(), nullptr, static_cast<int64_t>(sizes.size()), d,
+                          1.0 / std::sqrt(static_cast<double>(d)), out.data());
+  normalize_scores(sizes, out);
 }
 
 class SqueezeSelector : public PartSelector {
@@ -69,6 +80,20 @@ class SqueezeSelector : public PartSelector {
   bool uses_budget() const override { return false; }
   bool uses_quantile() const override { return true; }
   void select(const SelectRequest& req, Selection& out) const override {
+    select_with(req, out, [&](bool coarse, const int64_t* rows, int64_t count, double scale, double* z) {
+      scoring::dot_scores_f64(req.q, coarse ? coarse_.data() : fine_.centroids.data(), rows, count, d_, scale, z);
+    });
+  }
+  bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
+    const DeviceSection* f = dp.find("sq_fine_centroids");
+    const DeviceSection* c = dp.find("sq_coarse_centroids");
+    if (n_ == 0 || !f || !c) return false;
+    select_with(req, out, [&](bool coarse, const int64_t* rows, int64_t count, double scale, double* z) {
+      dp.dev->dot_scores_f64(static_cast<const float*>(coarse ? c->ptr : f->ptr), rows, count, d_, scale, req.q, z);
+    });
+    return true;
+  }
+  void select_with(const SelectRequest& req, Selection& out, const LevelDots& dots) const {
     std::string key = quantile_key(req.quantile);
     KVT_CHECK(thresholds_.contains(key), "USAGE",
               "quantile " << key << " was not calibrated; the artifact has " << thresholds_.dump());
@@ -80,7 +105,8 @@ class SqueezeSelector : public PartSelector {
     const int64_t C = fine_.clusters(), G = static_cast<int64_t>(children_.size());
     std::vector<double> score(static_cast<size_t>(C), -1.0);
     if (req.flat) {
-      cluster_scores(req.q, fine_.centroids, fine_.sizes, d_, score);
+      dots(false, nullptr, C, 1.0 / std::sqrt(static_cast<double>(d_)), score.data());
+      normalize_scores(fine_.sizes, score);
       out.centroids_scored = C;
     } else {
       // Coarse pass: groups scored like clusters of their total size; a group survives when its
@@ -89,7 +115,7 @@ class SqueezeSelector : public PartSelector {
       const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
       std::vector<double> zg(static_cast<size_t>(G));
       double mx = -INFINITY;
-      scoring::dot_scores_f64(req.q, coarse_.data(), nullptr, G, d_, inv, zg.data());
+      dots(true, nullptr, G, inv, zg.data());
       for (int64_t g = 0; g < G; ++g) mx = std::max(mx, zg[g]);
       double den_c = 0;
       for (int64_t g = 0; g < G; ++g) den_c += group_size_[g] * std::exp(zg[g] - mx);
@@ -101,7 +127,7 @@ class SqueezeSelector : public PartSelector {
         if (!keep[g]) continue;
         const auto& ch = children_[g];
         std::vector<double> z(ch.size());
-        scoring::dot_scores_f64(req.q, fine_.centroids.data(), ch.data(), static_cast<int64_t>(ch.size()), d_, inv, z.data());
+        dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
         for (size_t i = 0; i < ch.size(); ++i) {
           zf[ch[i]] = z[i];
           mx = std::max(mx, z[i]);
