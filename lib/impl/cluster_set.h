@@ -10,6 +10,7 @@
 #include "kvtool/builder.h"
 #include "kvtool/clusterkv.h"
 #include "kvtool/error.h"
+#include "kvtool/kinds.h"
 
 namespace kvtool {
 
@@ -20,6 +21,9 @@ struct ClusterSet {
   std::vector<float> centroids;
   std::vector<uint32_t> sizes, prefix, members;
   int64_t clusters() const { return static_cast<int64_t>(sizes.size()); }
+  int64_t resident_bytes() const {
+    return vector_bytes(centroids) + vector_bytes(sizes) + vector_bytes(prefix) + vector_bytes(members);
+  }
 
   // Clusters rows [row0, row0 + n) (raw keys [n, d]) into k clusters and appends them.
   void add(const float* raw, int64_t row0, int64_t n, int64_t k, int64_t iters, uint64_t seed, CentroidRule rule) {

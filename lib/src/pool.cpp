@@ -75,6 +75,14 @@ class Charge {
     st_->cv.notify_all();
   }
   int64_t host() const { return host_; }
+  // Returns the host bytes beyond `host` (a reservation made at an upper bound, once measured).
+  void shrink_host(int64_t host) {
+    std::lock_guard<std::mutex> l(st_->mu);
+    if (host >= host_) return;
+    st_->host_used -= host_ - host;
+    host_ = host;
+    st_->cv.notify_all();
+  }
   int64_t device() const { return device_; }
 
  private:
@@ -396,12 +404,19 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     auto t2 = Clock::now();
     rc.validate_s = secs(t1, t2);
 
-    // Decompress into the selectors (host queries), charged as the raw bytes of every section.
-    // Kinds without queries (container-test) are published as bytes only.
+    // Decompress into the selectors (host queries). Their state is reserved at an upper bound
+    // before it is built (selectors widen u8/u16 codes and ids at most 2x; per-part bookkeeping),
+    // then the reservation shrinks to what they measure. Kinds without queries (container-test)
+    // are published as bytes only.
     if (kind->load) {
-      g->charges.push_back(reserve(st_, sum_raw(r), 0, rc.evicted));
+      const int64_t parts = static_cast<int64_t>(r.manifest()["kind_data"].value("parts", json::array()).size());
+      g->charges.push_back(reserve(st_, 2 * sum_raw(r) + 4096 * parts, 0, rc.evicted));
       g->sel = std::make_unique<SelectorSet>(r);
       g->sel->preload();
+      const int64_t used = g->sel->resident_bytes();
+      KVT_CHECK(used <= g->charges.back()->host(), "INTERNAL",
+                "selector state of '" << rq.artifact << "' (" << used << " bytes) exceeds its reservation");
+      g->charges.back()->shrink_host(used);
       g->rows = IndexedRows::of(r);
     }
 

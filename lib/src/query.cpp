@@ -98,6 +98,12 @@ void SelectorSet::preload() {
   frozen_ = true;
 }
 
+int64_t SelectorSet::resident_bytes() const {
+  int64_t b = 0;
+  for (const auto& [k, sel] : cache_) b += sel->resident_bytes() + 256;  // + the part's object and map node
+  return b;
+}
+
 std::vector<std::pair<int64_t, int64_t>> SelectorSet::parts() const {
   std::vector<std::pair<int64_t, int64_t>> v;
   for (const auto& [k, sel] : cache_) v.push_back(k);

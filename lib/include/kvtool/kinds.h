@@ -67,6 +67,11 @@ struct DevicePart {
   }
 };
 
+template <typename T>
+int64_t vector_bytes(const std::vector<T>& v) {
+  return static_cast<int64_t>(v.capacity() * sizeof(T));
+}
+
 // Loaded selector state of one (layer, kv head) part.
 class PartSelector {
  public:
@@ -82,6 +87,8 @@ class PartSelector {
   virtual bool uses_quantile() const { return false; }
   virtual bool needs_keys() const { return false; }
   virtual json describe() const { return json::object(); }
+  // Bytes of selector state this part holds in memory (the pool charges them to its host tier).
+  virtual int64_t resident_bytes() const = 0;
 };
 
 struct KindInfo {

@@ -54,6 +54,7 @@ class SelectorSet {
   const PartSelector& part(int64_t layer, int64_t kv_head);
   void preload();
   std::vector<std::pair<int64_t, int64_t>> parts() const;  // loaded parts
+  int64_t resident_bytes() const;  // selector state of the loaded parts
   // `position` is the row the query sits at; it must be >= coverage_end - 1. `keys` (rows [0, E)
   // of the query's kv head) is required by kinds whose receipts need the full keys (lsh).
   CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,

@@ -73,6 +73,7 @@ class ClusterKvSelector : public PartSelector {
     }
   }
   json describe() const override { return {{"dense", dense_}, {"clusters", set_.clusters()}}; }
+  int64_t resident_bytes() const override { return set_.resident_bytes(); }
 
  private:
   IndexedRows rows_;

@@ -161,6 +161,9 @@ class LshSelector : public PartSelector {
     }
   }
   json describe() const override { return {{"bits", lay_.bits}, {"tables", lay_.tables}}; }
+  int64_t resident_bytes() const override {
+    return vector_bytes(t_.mu) + vector_bytes(t_.w) + vector_bytes(t_.offsets) + vector_bytes(t_.ids);
+  }
 
  private:
   LshLayout lay_;

@@ -113,6 +113,7 @@ class PqSelector : public PartSelector {
     return true;
   }
   json describe() const override { return {{"dense", dense_}}; }
+  int64_t resident_bytes() const override { return vector_bytes(centroids_) + vector_bytes(codes_); }
 
  private:
   PqLayout lay_;

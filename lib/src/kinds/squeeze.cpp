@@ -161,6 +161,13 @@ class SqueezeSelector : public PartSelector {
   json describe() const override {
     return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", children_.size()}};
   }
+  int64_t resident_bytes() const override {
+    int64_t b = fine_.resident_bytes() + vector_bytes(coarse_) + vector_bytes(parent_) + vector_bytes(group_size_) +
+                vector_bytes(children_);
+    for (const auto& c : children_) b += vector_bytes(c);
+    return b;
+  }
+
 
  private:
   IndexedRows rows_;
