@@ -55,6 +55,18 @@ double pct(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
+// f32 synthetic dump with head dim 128, one query head per kv head and no queries.
+void synth_f32(const std::string& path, int64_t layers, int64_t kv_heads, int64_t tokens, uint64_t seed) {
+  SynthOptions o;
+  o.layers = layers;
+  o.kv_heads = o.q_heads = kv_heads;
+  o.head_dim = 128;
+  o.tokens = tokens;
+  o.seed = seed;
+  o.dtype = DType::f32;
+  o.query_count = 0;
+  synth_dump(o, {}, path, true, true);
+}
 }  // namespace
 
 int main() {
@@ -62,10 +74,7 @@ int main() {
   // 1. 100 MiB container: 4 layers x 8 kv heads x 6400 rows x 128 f32 keys, stored uncompressed.
   const std::string dump = dir + "/pool-4x8x6400x128-f32.h5", art = dir + "/pool-100MiB.kvi";
   if (access(art.c_str(), R_OK) != 0) {
-    SynthOptions o;
-    o.layers = 4; o.kv_heads = 8; o.q_heads = 8; o.head_dim = 128; o.tokens = 6400; o.seed = 2;
-    o.dtype = DType::f32; o.query_count = 0;
-    synth_dump(o, {}, dump, true, true);
+    synth_f32(dump, 4, 8, 6400, 2);
     test::write_test_artifact(dump, art, nullptr, -1, 0);
   }
   const size_t n = static_cast<size_t>(ArtifactReader(art).file_size());
@@ -90,10 +99,7 @@ int main() {
   // 2. PQ queries on 32768 indexed rows.
   const std::string pdump = dir + "/pool-pq-1x1x32768x128.h5", part = dir + "/pool-pq-32768.kvi";
   if (access(part.c_str(), R_OK) != 0) {
-    SynthOptions o;
-    o.layers = 1; o.kv_heads = 1; o.q_heads = 1; o.head_dim = 128; o.tokens = 32768; o.seed = 3;
-    o.dtype = DType::f32; o.query_count = 0;
-    synth_dump(o, {}, pdump, true, true);
+    synth_f32(pdump, 1, 1, 32768, 3);
     BuildOptions b;
     b.output = part; b.sink = 0; b.local = 0; b.quiet = true; b.threads = 2;
     PqParams p;

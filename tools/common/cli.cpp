@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <new>
 
@@ -257,6 +258,36 @@ void print_eval(const json& j) {
     std::printf(" L%lld %.3f/%.3f", static_cast<long long>(l["layer"].get<int64_t>()), l["retained_mass_mean"].get<double>(),
                 l["oracle_retained_mass_mean"].get<double>());
   std::cout << "  (retained/oracle)\n";
+}
+
+void print_load(const json& j) {
+  std::ios saved(nullptr);
+  saved.copyfmt(std::cout);
+  std::cout << "pool: host tier" << (j["device"].is_null() ? std::string(" only (no GPU in use)") : " + device tier (" + j["device"].get<std::string>() + ")")
+            << "\n";
+  for (const auto& r : j["receipts"]) {
+    const auto& t = r["seconds"];
+    std::cout << "published " << r["key"].get<std::string>() << " as generation " << r["generation"] << " (" << r["kind"].get<std::string>()
+              << ", index generation " << r["index_generation"] << "): host " << human_bytes(r["bytes"]["host"])
+              << ", device " << human_bytes(r["bytes"]["device"]) << "; read " << std::fixed << std::setprecision(1)
+              << t["read"].get<double>() * 1e3 << " ms, validate " << t["validate"].get<double>() * 1e3 << " ms, decompress "
+              << t["decompress"].get<double>() * 1e3 << " ms, copy " << t["copy"].get<double>() * 1e3 << " ms\n";
+    if (!r["evicted"].empty()) std::cout << "  evicted to make room: " << r["evicted"].dump() << "\n";
+  }
+  const auto& tiers = j["tiers"];
+  std::cout << "tiers: host " << human_bytes(tiers["host"]["used"]) << " of " << human_bytes(tiers["host"]["budget"])
+            << ", device " << human_bytes(tiers["device"]["used"]) << " of " << human_bytes(tiers["device"]["budget"]) << "\n";
+  std::cout << "publish: " << human_bytes(j["publish"]["bytes"]) << " in " << std::setprecision(3)
+            << j["publish"]["seconds"].get<double>() << " s (" << std::setprecision(1) << j["publish"]["mb_per_s"].get<double>()
+            << " MB/s)\n";
+  const auto& q = j["queries"];
+  if (q["count"] == 0)
+    std::cout << "queries: none replayed" << " (give --source DUMP with /kv/q; a query counts at or after an artifact's coverage end)" << "\n";
+  else
+    std::cout << "queries: " << q["count"] << " replayed (" << q["host"] << " host, " << q["device"]
+              << " device), every candidate list equals kvtool query's; latency p50 " << q["latency_us"]["p50"].get<double>()
+              << " us, p99 " << q["latency_us"]["p99"].get<double>() << " us\n";
+  std::cout.copyfmt(saved);
 }
 
 }  // namespace kvtool::cli

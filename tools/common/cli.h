@@ -38,5 +38,6 @@ void print_eval(const json& j);
 void print_dump_inspection(const json& j);
 void print_artifact_inspection(const json& j);
 void print_verify_result(const json& j);
+void print_load(const json& j);  // kvtool load text output
 
 }  // namespace kvtool::cli

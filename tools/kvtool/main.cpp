@@ -408,6 +408,12 @@ int main(int argc, char** argv) {
       se.quantiles = {0.8};
       std::cout << "\n== kvtool eval " << got << " --source " << path << " --quantile 0.8\n";
       cli::print_eval(evaluate(sr, dr, se));
+      // A decode runtime's view: both artifacts published into a pool, every dumped query replayed.
+      LoadOptions dl;
+      dl.artifacts = {art, got};
+      dl.source = path;
+      std::cout << "\n== kvtool load " << art << " " << got << " --source " << path << " --device cpu\n";
+      cli::print_load(load_artifacts(dl));
       return 0;
     }
     if (*query) {
@@ -555,30 +561,7 @@ int main(int argc, char** argv) {
         cli::print_json(j);
         return 0;
       }
-      std::cout << "pool: host tier" << (lo.pool.device ? " + device tier (" + lo.pool.device->name() + ")" : std::string(" only (no GPU in use)"))
-                << "\n";
-      for (const auto& r : j["receipts"]) {
-        const auto& t = r["seconds"];
-        std::cout << "published " << r["key"].get<std::string>() << " as generation " << r["generation"] << " (" << r["kind"].get<std::string>()
-                  << ", index generation " << r["index_generation"] << "): host " << cli::human_bytes(r["bytes"]["host"])
-                  << ", device " << cli::human_bytes(r["bytes"]["device"]) << "; read " << std::fixed << std::setprecision(1)
-                  << t["read"].get<double>() * 1e3 << " ms, validate " << t["validate"].get<double>() * 1e3 << " ms, decompress "
-                  << t["decompress"].get<double>() * 1e3 << " ms, copy " << t["copy"].get<double>() * 1e3 << " ms\n";
-        if (!r["evicted"].empty()) std::cout << "  evicted to make room: " << r["evicted"].dump() << "\n";
-      }
-      const auto& tiers = j["tiers"];
-      std::cout << "tiers: host " << cli::human_bytes(tiers["host"]["used"]) << " of " << cli::human_bytes(tiers["host"]["budget"])
-                << ", device " << cli::human_bytes(tiers["device"]["used"]) << " of " << cli::human_bytes(tiers["device"]["budget"]) << "\n";
-      std::cout << "publish: " << cli::human_bytes(j["publish"]["bytes"]) << " in " << std::setprecision(3)
-                << j["publish"]["seconds"].get<double>() << " s (" << std::setprecision(1) << j["publish"]["mb_per_s"].get<double>()
-                << " MB/s)\n";
-      const auto& q = j["queries"];
-      if (q["count"] == 0)
-        std::cout << "queries: none replayed" << (lo.source.empty() ? " (give --source DUMP with /kv/q)" : " (no dumped query at or after the coverage end)") << "\n";
-      else
-        std::cout << "queries: " << q["count"] << " replayed (" << q["host"] << " host, " << q["device"]
-                  << " device), every candidate list equals kvtool query's; latency p50 " << q["latency_us"]["p50"].get<double>()
-                  << " us, p99 " << q["latency_us"]["p99"].get<double>() << " us\n";
+      cli::print_load(j);
       return 0;
     }
     if (*reasons) {
