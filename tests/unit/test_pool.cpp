@@ -14,6 +14,7 @@
 #include "kvtool/pool.h"
 #include "kvtool/pq.h"
 #include "kvtool/query.h"
+#include "kvtool/signing.h"
 #include "kvtool/squeeze.h"
 #include "test_util.h"
 
@@ -175,6 +176,25 @@ TEST_CASE("pool: refusals name a reason and leave nothing visible or allocated")
     PublishRequest r = req("k", f.pq);
     r.trust.require_signature = true;
     CHECK(reason_of([&] { pool.publish(r); }) == "SIGNATURE_REQUIRED");
+  }
+  SECTION("signature policy: untrusted key, bad signature, trusted key") {
+    generate_keypair(t2.file("team.pem"));
+    generate_keypair(t2.file("other.pem"));
+    std::string signed_art = t2.file("s.kvi");
+    write_bytes(signed_art, read_bytes(f.pq));
+    sign_artifact(signed_art, SigningKey::load(t2.file("team.pem")));
+    PublishRequest r = req("k", signed_art);
+    r.trust.trusted = {load_public_key(t2.file("other.pub.pem"))};
+    CHECK(reason_of([&] { pool.publish(r); }) == "UNTRUSTED_KEY");
+    PoolHooks h;  // the signature block is at the end, before the 80-byte footer
+    h.after_host_copy = [](uint8_t* p, size_t n) { p[n - 80 - 30] ^= 0x01; };
+    pool.set_hooks(h);
+    r.trust.trusted = {load_public_key(t2.file("team.pub.pem"))};
+    CHECK(reason_of([&] { pool.publish(r); }) == "BAD_SIGNATURE");
+    pool.set_hooks({});
+    r.trust.require_signature = true;
+    CHECK(pool.publish(r).generation > 0);
+    CHECK(pool.retire("k"));
   }
   SECTION("device tier without a device") { CHECK(reason_of([&] { pool.publish(req("k", f.pq, true)); }) == "DEVICE_UNAVAILABLE"); }
   SECTION("corrupted byte in the copied image") {
