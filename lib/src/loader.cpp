@@ -8,6 +8,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
+#include "kvtool/kinds.h"
 #include "kvtool/source_binding.h"
 
 namespace kvtool {
@@ -92,6 +93,8 @@ json load_artifacts(const LoadOptions& opt) {
     for (const auto& [key, path] : items) {
       Lease lease = pool.acquire(key);
       ArtifactReader file(path);
+      const KindInfo* kind = find_kind(file.kind());
+      if (!kind || !kind->load) continue;  // published as bytes only (container-test): nothing to ask
       SelectorSet direct(file);
       const int64_t cov = file.source().coverage_end;
       for (int64_t l = 0; l < geo.layers; ++l)

@@ -25,6 +25,10 @@ contains "$WORK/out" "every candidate list equals kvtool query's"
 contains "$WORK/out" "latency p50"
 contains "$WORK/out" "publish: "
 
+# A kind without queries is published as bytes; replay skips it.
+expect_exit 0 "$KVTOOL" load "$FIXTURES/container-test.kvi" --device cpu --json
+[ "$(json_get "$WORK/out" '["receipts"][0]["kind"]')" = container-test ] || fail "container-test publish"
+
 # Refusals: exit 1 with the reason, nothing else printed on stdout.
 expect_reason 1 HOST_BUDGET_EXCEEDED "$KVTOOL" load pq.kvi --source p.h5 --host-budget 4K
 [ ! -s "$WORK/out" ] || fail "a refused load printed results"
