@@ -572,6 +572,11 @@ Lease Pool::acquire(const std::string& key) {
   return lease;
 }
 
+CandidateReceipt Pool::query(const std::string& key, int64_t layer, int64_t q_head, const float* q, int64_t position,
+                             const Budget& b, int64_t min_collisions, const KeyRows* keys) {
+  return acquire(key).query(layer, q_head, q, position, b, min_collisions, keys);
+}
+
 bool Pool::retire(const std::string& key, bool wait) {
   std::shared_ptr<Generation> g;
   std::shared_ptr<bool> freed;

@@ -302,6 +302,7 @@ TEST_CASE("pool: leases pin a generation across publish and retire; receipts nam
   std::vector<float> q;
   int64_t pos = first_query(f.dump, 0, 0, q);
   CHECK(held.query(0, 0, q.data(), pos, Budget::parse("8")).pool_generation == r1.generation);
+  CHECK(pool.query("doc", 0, 0, q.data(), pos, Budget::parse("8")).pool_generation == r2.generation);
   // retire waits for the leases of the generation it retires.
   Lease current = pool.acquire("doc");
   std::atomic<bool> retired{false};

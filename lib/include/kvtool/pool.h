@@ -132,6 +132,9 @@ class KVTOOL_API Pool {
   bool ready(const PublishTicket& t);                 // its copy has landed
 
   Lease acquire(const std::string& key);  // NOT_PUBLISHED when the key has no visible generation
+  // One query under a lease held for its duration (Lease::query; the receipt names the generation).
+  CandidateReceipt query(const std::string& key, int64_t layer, int64_t q_head, const float* q, int64_t position,
+                         const Budget& b, int64_t min_collisions = 2, const KeyRows* keys = nullptr);
   // Hides the key's generation; with wait, blocks until its leases drained and its memory returned
   // (so a thread must not wait while it holds a lease on that generation itself).
   bool retire(const std::string& key, bool wait = true);
