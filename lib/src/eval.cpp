@@ -4,6 +4,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "impl/stats.h"
 #include "kvtool/atomic_file.h"
 #include "kvtool/lsh.h"
 #include "kvtool/error.h"
@@ -30,13 +31,7 @@ struct Acc {
 };
 
 double mean(const std::vector<double>& v) { return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / v.size(); }
-double p10(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  // Nearest-rank 10th percentile.
-  size_t idx = static_cast<size_t>(std::ceil(0.1 * static_cast<double>(v.size()))) - 1;
-  return v[std::min(idx, v.size() - 1)];
-}
+double p10(const std::vector<double>& v) { return nearest_rank(v, 0.1); }
 
 json summary(const Acc& a, int64_t row_bytes) {
   double rm = mean(a.retained), om = mean(a.oracle);

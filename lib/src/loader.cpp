@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "impl/stats.h"
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
@@ -34,16 +35,7 @@ int64_t parse_bytes(const std::string& s) {
   return static_cast<int64_t>(v * it->second);
 }
 
-namespace {
 using Clock = std::chrono::steady_clock;
-
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
-  return v[std::min(i, v.size() - 1)];
-}
-}  // namespace
 
 json load_artifacts(const LoadOptions& opt) {
   std::vector<std::pair<std::string, std::string>> items;  // (pool key, path)
@@ -124,7 +116,7 @@ json load_artifacts(const LoadOptions& opt) {
     KVT_CHECK(mismatches == 0, "INTERNAL",
               mismatches << " of " << count << " pool answers differ from the artifact file's; please report this");
     queries = {{"count", count}, {"mismatches", mismatches}, {"host", host}, {"device", device},
-               {"latency_us", {{"p50", quantile(lat, 0.5) * 1e6}, {"p99", quantile(lat, 0.99) * 1e6}}}};
+               {"latency_us", {{"p50", nearest_rank(lat, 0.5) * 1e6}, {"p99", nearest_rank(lat, 0.99) * 1e6}}}};
   }
   PoolStats s = pool.stats();
   return {{"schema_version", kJsonSchemaVersion},

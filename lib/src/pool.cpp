@@ -138,7 +138,6 @@ struct Generation {
   Buffer image, dev;
   std::unique_ptr<ArtifactReader> reader;
   std::unique_ptr<SelectorSet> sel;
-  IndexedRows rows;
   std::map<std::pair<int64_t, int64_t>, DevicePart> dev_parts;
   std::atomic<uint64_t> last_used{0};
   std::shared_ptr<bool> freed = std::make_shared<bool>(false);
@@ -417,7 +416,6 @@ PublishTicket Pool::begin(const PublishRequest& req) {
       KVT_CHECK(used <= g->charges.back()->host(), "INTERNAL",
                 "selector state of '" << rq.artifact << "' (" << used << " bytes) exceeds its reservation");
       g->charges.back()->shrink_host(used);
-      g->rows = IndexedRows::of(r);
     }
 
     if (rq.device) {

@@ -55,12 +55,7 @@ int main(int argc, char** argv) {
   double t_faiss = bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim), [&](int64_t p, std::vector<float>& x) {
         reader.read_k(lf + p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
         bench::normalize_rows(x.data(), n, g.head_dim);
-        faiss::ClusteringParameters cp;
-        cp.niter = static_cast<int>(iters);
-        cp.spherical = true;
-        cp.seed = static_cast<int>(p);
-        cp.max_points_per_centroid = 1 << 30;
-        cp.min_points_per_centroid = 1;
+        faiss::ClusteringParameters cp = bench::spherical_kmeans_params(iters, p);
         faiss::Clustering clus(static_cast<int>(g.head_dim), static_cast<int>(k), cp);
         faiss::IndexFlatIP index(g.head_dim);
         clus.train(n, x.data(), index);

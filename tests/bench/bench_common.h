@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <faiss/Clustering.h>
+
 #include "kvtool/builder.h"
 #include "kvtool/producers.h"
 
@@ -92,6 +94,18 @@ inline void normalize_rows(float* x, int64_t n, int64_t d) {
     float inv = static_cast<float>(1.0 / std::sqrt(s));
     for (int64_t j = 0; j < d; ++j) x[i * d + j] *= inv;
   }
+}
+
+// FAISS spherical k-means settings the benchmarks compare against: fixed iterations, no
+// subsampling, every cluster allowed down to one point.
+inline faiss::ClusteringParameters spherical_kmeans_params(int64_t iters, int64_t seed) {
+  faiss::ClusteringParameters cp;
+  cp.niter = static_cast<int>(iters);
+  cp.spherical = true;
+  cp.seed = static_cast<int>(seed);
+  cp.max_points_per_centroid = 1 << 30;
+  cp.min_points_per_centroid = 1;
+  return cp;
 }
 
 }  // namespace kvtool::bench

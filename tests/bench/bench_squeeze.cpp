@@ -49,12 +49,7 @@ int main(int argc, char** argv) {
   double t_faiss = bench::timed_parts(threads, parts, static_cast<size_t>(n * d), [&](int64_t p, std::vector<float>& x) {
         reader.read_k(p / g.kv_heads, p % g.kv_heads, 0, n, x.data());
         bench::normalize_rows(x.data(), n, d);
-        faiss::ClusteringParameters cp;
-        cp.niter = static_cast<int>(iters);
-        cp.spherical = true;
-        cp.seed = static_cast<int>(p);
-        cp.max_points_per_centroid = 1 << 30;
-        cp.min_points_per_centroid = 1;
+        faiss::ClusteringParameters cp = bench::spherical_kmeans_params(iters, p);
         faiss::Clustering fine(static_cast<int>(d), static_cast<int>(kf), cp);
         faiss::IndexFlatIP ip(d);
         fine.train(n, x.data(), ip);
