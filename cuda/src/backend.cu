@@ -23,7 +23,7 @@ class CudaTransfer : public Transfer {
     try {
       copy_wait(h_);
     } catch (const std::runtime_error& e) {
-      KVT_THROW("INTERNAL", e.what());
+      KVT_THROW(INTERNAL, e.what());
     }
   }
 
@@ -42,14 +42,14 @@ class CudaBackend : public DeviceBackend {
     try {
       return std::make_unique<CudaTransfer>(copy_async(dst, src, bytes));
     } catch (const std::runtime_error& e) {
-      KVT_THROW("INTERNAL", e.what());
+      KVT_THROW(INTERNAL, e.what());
     }
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     try {
       cuda::copy_to_host(dst, src, bytes);
     } catch (const std::runtime_error& e) {
-      KVT_THROW("INTERNAL", e.what());
+      KVT_THROW(INTERNAL, e.what());
     }
   }
   void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) override {
@@ -79,9 +79,9 @@ class CudaBackend : public DeviceBackend {
     try {
       ok = f();
     } catch (const std::runtime_error& e) {
-      KVT_THROW("INTERNAL", e.what());
+      KVT_THROW(INTERNAL, e.what());
     }
-    KVT_CHECK(ok, "DEVICE_UNAVAILABLE", "the CUDA device is no longer usable");
+    KVT_CHECK(ok, DEVICE_UNAVAILABLE, "the CUDA device is no longer usable");
   }
 };
 

@@ -8,7 +8,7 @@ bool convert_to_f32(DType t, const void* in, float* out, size_t n) {
   try {
     return convert_to_f32(t == DType::f32 ? 0 : t == DType::f16 ? 1 : 2, in, out, n);
   } catch (const std::exception& e) {
-    KVT_THROW("INTERNAL", e.what());
+    KVT_THROW(INTERNAL, e.what());
   }
 }
 

@@ -19,7 +19,7 @@
 #include "bench_common.h"
 #include "kvtool/artifact.h"
 #include "kvtool/pool.h"
-#include "kvtool/pq.h"
+#include "pq/pq.h"
 #include "kvtool/query.h"
 #include "kvtool/sha256.h"
 #include "test_util.h"

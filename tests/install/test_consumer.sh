@@ -41,5 +41,34 @@ PKG_CONFIG_PATH="$(dirname "$so")/pkgconfig" cc "$here/consumer.c" -o "$T/consum
   $(PKG_CONFIG_PATH="$(dirname "$so")/pkgconfig" pkg-config --cflags --libs kvtool)
 out2="$(LD_LIBRARY_PATH="$(dirname "$so")" "$T/consumer-pc" "$T/a.kvi" "$T/q.f32" 16 255)"
 [ "$out" = "$out2" ] || fail "the pkg-config build answers differently"
+
+# Every installed header compiles on its own, as C and as C++, and nothing but what the shared
+# library exports is installed (the C API).
+headers="$(cd "$prefix/include" && find . -name '*.h' | sed 's|^\./||' | sort)"
+[ "$headers" = "kvtool/kvtool_c.h" ] || fail "installed headers are not exactly the C API: $headers"
+for h in $headers; do
+  printf '#include <%s>\nint main(void) { return 0; }\n' "$h" > "$T/inc.c"
+  cc -std=c99 -Wall -Wextra -Wpedantic -Werror -I"$prefix/include" "$T/inc.c" -o "$T/inc-c" -L"$(dirname "$so")" -lkvtool ||
+    fail "$h does not compile as C"
+  cp "$T/inc.c" "$T/inc.cpp"
+  c++ -std=c++17 -Wall -Wextra -Wpedantic -Werror -I"$prefix/include" "$T/inc.cpp" -o "$T/inc-cpp" -L"$(dirname "$so")" -lkvtool ||
+    fail "$h does not compile as C++"
+done
+
+# pkg-config is relocatable and right for a multiarch libdir: configure (only) with the prefix
+# /usr, where GNUInstallDirs picks lib/<multiarch>, and resolve the file where it would be installed.
+cmake -S "$KVTOOL_SOURCE" -B "$T/usr-cfg" -DCMAKE_INSTALL_PREFIX=/usr -DKVTOOL_TESTS=OFF -DKVTOOL_CUDA=OFF >/dev/null
+libdir="$(sed -n 's/^libdir=\${prefix}\///p' "$T/usr-cfg/lib/kvtool.pc")"
+[ -n "$libdir" ] || fail "no libdir in the /usr kvtool.pc"
+mkdir -p "$T/root/usr/$libdir/pkgconfig"
+cp "$T/usr-cfg/lib/kvtool.pc" "$T/root/usr/$libdir/pkgconfig/"
+got="$(cd "$T/root/usr/$libdir/pkgconfig/$(sed 's|[^/]*|..|g' <<<"$libdir")/.." && pwd)"
+[ "$got" = "$T/root/usr" ] || fail "the /usr kvtool.pc climbs to $got"
+want_l="$(realpath "$T/root/usr/$libdir")"
+got_l="$(realpath "$(PKG_CONFIG_PATH="$T/root/usr/$libdir/pkgconfig" pkg-config --variable=libdir kvtool)")"
+[ "$got_l" = "$want_l" ] || fail "pkg-config libdir for prefix /usr is $got_l, not $want_l"
+got_i="$(realpath -m "$(PKG_CONFIG_PATH="$T/root/usr/$libdir/pkgconfig" pkg-config --variable=includedir kvtool)")"
+[ "$got_i" = "$T/root/usr/include" ] || fail "pkg-config includedir for prefix /usr is $got_i"
+echo "prefix /usr: libdir $libdir"
 head -c 300 out.txt; echo
 finish

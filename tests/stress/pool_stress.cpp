@@ -15,7 +15,7 @@
 
 #include "kvtool/builder.h"
 #include "kvtool/error.h"
-#include "kvtool/lsh.h"
+#include "lsh/lsh.h"
 #include "kvtool/pool.h"
 #include "kvtool/query.h"
 #include "test_util.h"
@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
               ++publishes;
             }
           } catch (const Error& e) {
-            if (e.reason() != "HOST_BUDGET_EXCEEDED" && e.reason() != "DEVICE_BUDGET_EXCEEDED") {
-              std::fprintf(stderr, "publish failed: %s: %s\n", e.reason().c_str(), e.what());
+            if (e.reason() != kvtool::Reason::HOST_BUDGET_EXCEEDED && e.reason() != kvtool::Reason::DEVICE_BUDGET_EXCEEDED) {
+              std::fprintf(stderr, "publish failed: %s: %s\n", e.reason_name(), e.what());
               ++wrong;
             }
             ++refusals;
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
             if (rc.candidates != expect || rc.pool_generation != l.generation()) ++wrong;
             ++queries;
           } catch (const Error& e) {
-            if (e.reason() != "NOT_PUBLISHED") ++wrong;
+            if (e.reason() != kvtool::Reason::NOT_PUBLISHED) ++wrong;
             ++misses;
           }
         }

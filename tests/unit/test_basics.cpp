@@ -94,12 +94,25 @@ TEST_CASE("canonical JSON sorts keys, has no whitespace and prints shortest roun
   CHECK(canonical_json(j) == R"({"a":[1.5,0.1,10000.0],"b":1,"c":{"y":null,"z":true}})");
 }
 
-TEST_CASE("every reason code maps to a documented exit code") {
-  CHECK(exit_code_for("USAGE") == ExitCode::usage);
-  CHECK(exit_code_for("IO_ERROR") == ExitCode::io);
-  CHECK(exit_code_for("INTERNAL") == ExitCode::internal);
-  CHECK(exit_code_for("BAD_MAGIC") == ExitCode::invalid);
-  CHECK(exit_code_for("CODE_OUT_OF_RANGE") == ExitCode::invalid);
+TEST_CASE("every reason code maps to a documented exit code, by enum and by name") {
+  CHECK(exit_code_for(Reason::USAGE) == ExitCode::usage);
+  CHECK(exit_code_for(Reason::IO_ERROR) == ExitCode::io);
+  CHECK(exit_code_for(Reason::INTERNAL) == ExitCode::internal);
+  CHECK(exit_code_for(Reason::BAD_MAGIC) == ExitCode::invalid);
+  CHECK(exit_code_for(Reason::CODE_OUT_OF_RANGE) == ExitCode::invalid);
   std::set<std::string> seen;
-  for (const auto& r : all_reasons()) REQUIRE(seen.insert(r.code).second);
+  for (size_t i = 0; i < all_reasons().size(); ++i) {
+    const auto& r = all_reasons()[i];
+    REQUIRE(seen.insert(r.code).second);
+    CHECK(static_cast<size_t>(r.reason) == i);  // reason_info indexes the table by enum value
+    CHECK(std::string(reason_name(r.reason)) == r.code);
+    CHECK(reason_from_name(r.code) == r.reason);
+  }
+  CHECK(!reason_from_name("NO_SUCH_REASON"));
+}
+
+TEST_CASE("one mapping of exceptions to reasons: bad_alloc is OUT_OF_MEMORY everywhere") {
+  CHECK(error_from_exception(std::make_exception_ptr(std::bad_alloc())).reason() == Reason::OUT_OF_MEMORY);
+  CHECK(error_from_exception(std::make_exception_ptr(std::runtime_error("x"))).reason() == Reason::INTERNAL);
+  CHECK(error_from_exception(std::make_exception_ptr(Error(Reason::TRUNCATED, "t"))).reason() == Reason::TRUNCATED);
 }

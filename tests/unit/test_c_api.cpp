@@ -6,7 +6,7 @@
 #include "kvtool/builder.h"
 #include "kvtool/kvtool_c.h"
 #include "kvtool/pool.h"
-#include "kvtool/pq.h"
+#include "pq/pq.h"
 #include "kvtool/store.h"
 #include "kvtool/artifact.h"
 #include "test_util.h"
@@ -102,4 +102,14 @@ TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a p
   kvtool_pool_free(pool);
   kvtool_pool_free(nullptr);
   kvtool_lease_release(nullptr);
+}
+
+TEST_CASE("c api: statuses are the exit classes of the one reason table") {
+  STATIC_REQUIRE(KVTOOL_ERR_INVALID == static_cast<int>(ExitCode::invalid));
+  STATIC_REQUIRE(KVTOOL_ERR_USAGE == static_cast<int>(ExitCode::usage));
+  STATIC_REQUIRE(KVTOOL_ERR_IO == static_cast<int>(ExitCode::io));
+  STATIC_REQUIRE(KVTOOL_ERR_INTERNAL == static_cast<int>(ExitCode::internal));
+  // A failure's status is its reason's exit class and its reason name is the table's.
+  CHECK(kvtool_pool_publish(nullptr, "k", "a.kvi", nullptr, nullptr) == static_cast<int>(exit_code_for(Reason::USAGE)));
+  CHECK(std::string(kvtool_last_reason()) == reason_name(Reason::USAGE));
 }

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "kvtool/artifact.h"
-#include "kvtool/clusterkv.h"
+#include "clusterkv/clusterkv.h"
 #include "kvtool/error.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"

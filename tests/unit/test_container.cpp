@@ -20,7 +20,7 @@ std::string verify_reason(const std::string& path, const VerifyOptions& o = {}) 
   try {
     verify_artifact(path, o);
   } catch (const Error& e) {
-    return e.reason();
+    return e.reason_name();
   }
   return "OK";
 }
@@ -119,7 +119,7 @@ TEST_CASE("keygen writes 0600 keys, refuses to overwrite; signatures verify and 
     generate_keypair(tmp.file("key.pem"));
     FAIL("overwrote");
   } catch (const Error& e) {
-    CHECK(e.reason() == "OUTPUT_EXISTS");
+    CHECK(e.reason() == kvtool::Reason::OUTPUT_EXISTS);
   }
   SigningKey key = SigningKey::load(tmp.file("key.pem"));
   CHECK(load_public_key(pub) == key.public_key());

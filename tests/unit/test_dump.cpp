@@ -100,7 +100,7 @@ TEST_CASE("verify finds NaN/Inf below the frontier but tolerates it in uncommitt
     verify_dump(tmp.file("nan.h5"));
     FAIL("NaN not detected");
   } catch (const Error& e) {
-    CHECK(e.reason() == "NON_FINITE");
+    CHECK(e.reason() == kvtool::Reason::NON_FINITE);
     CHECK(std::string(e.what()).find("row 10") != std::string::npos);
   }
   json ok = verify_dump(tmp.file("inf_tail.h5"));

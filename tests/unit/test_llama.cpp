@@ -67,7 +67,7 @@ TEST_CASE("bad checkpoints are rejected, not crashed on") {
     Llama2cModel m(tmp.file("t.bin"));
     FAIL("accepted");
   } catch (const Error& e) {
-    CHECK(e.reason() == "BAD_MODEL");
+    CHECK(e.reason() == kvtool::Reason::BAD_MODEL);
   }
   write_bytes(tmp.file("z.bin"), std::vector<uint8_t>(28, 0xff));
   CHECK_THROWS_AS(Llama2cModel(tmp.file("z.bin")), Error);

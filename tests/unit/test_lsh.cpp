@@ -5,8 +5,9 @@
 
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
-#include "kvtool/lsh.h"
+#include "lsh/lsh.h"
 #include "kvtool/prng.h"
+#include "kvtool/eval.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
 #include "test_util.h"

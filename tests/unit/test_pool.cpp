@@ -8,14 +8,14 @@
 
 #include "kvtool/artifact.h"
 #include "kvtool/builder.h"
-#include "kvtool/clusterkv.h"
+#include "clusterkv/clusterkv.h"
 #include "kvtool/error.h"
-#include "kvtool/lsh.h"
+#include "lsh/lsh.h"
 #include "kvtool/pool.h"
-#include "kvtool/pq.h"
+#include "pq/pq.h"
 #include "kvtool/query.h"
 #include "kvtool/signing.h"
-#include "kvtool/squeeze.h"
+#include "squeeze/squeeze.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -5,9 +5,10 @@
 
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
+#include "kvtool/eval.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
-#include "kvtool/squeeze.h"
+#include "squeeze/squeeze.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "kvtool/error.h"
+#include "kvtool/source_binding.h"
 
 namespace kvtool::test {
 
@@ -155,7 +156,7 @@ std::string reason_of(const std::function<void()>& f) {
   try {
     f();
   } catch (const Error& e) {
-    return e.reason();
+    return e.reason_name();
   }
   return "OK";
 }

@@ -36,15 +36,10 @@ int run(const std::string& tool, CLI::App& app, int argc, char** argv, const boo
       return static_cast<int>(ExitCode::usage);
     }
     return body();
-  } catch (const Error& e) {
-    print_error(tool, e.reason(), e.what(), json_errors && *json_errors);
+  } catch (...) {
+    Error e = error_from_exception(std::current_exception());
+    print_error(tool, e.reason_name(), e.what(), json_errors && *json_errors);
     return static_cast<int>(e.exit_code());
-  } catch (const std::bad_alloc&) {
-    print_error(tool, "INTERNAL", "out of memory", json_errors && *json_errors);
-    return static_cast<int>(ExitCode::internal);
-  } catch (const std::exception& e) {
-    print_error(tool, "INTERNAL", std::string("unexpected error: ") + e.what(), json_errors && *json_errors);
-    return static_cast<int>(ExitCode::internal);
   }
 }
 
@@ -78,7 +73,7 @@ void add_builder_options(CLI::App* cmd, BuilderCli& b) {
 void finish_builder_options(BuilderCli& b) {
   if (!b.layers.empty()) parse_layers(b.layers, b.opt.layer_first, b.opt.layer_last);
   if (!b.shard.empty()) parse_shard(b.shard, b.opt.shard_index, b.opt.shard_count);
-  KVT_CHECK(b.opt.prefix >= -1 && b.opt.sink >= -1 && b.opt.local >= -1, "USAGE", "--prefix, --sink and --local must be >= 0");
+  KVT_CHECK(b.opt.prefix >= -1 && b.opt.sink >= -1 && b.opt.local >= -1, USAGE, "--prefix, --sink and --local must be >= 0");
 }
 
 void print_build_summary(const json& j) {

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli.h"
-#include "kvtool/clusterkv.h"
+#include "clusterkv/clusterkv.h"
 
 using namespace kvtool;
 

@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "cli.h"
-#include "kvtool/lsh.h"
+#include "lsh/lsh.h"
 
 using namespace kvtool;
 

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli.h"
-#include "kvtool/pq.h"
+#include "pq/pq.h"
 
 using namespace kvtool;
 

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli.h"
-#include "kvtool/squeeze.h"
+#include "squeeze/squeeze.h"
 
 using namespace kvtool;
 

@@ -16,10 +16,13 @@
 #include "kvtool/loader.h"
 #include "kvtool/builder.h"
 #include "kvtool/producers.h"
+#include "kvtool/eval.h"
 #include "kvtool/query.h"
-#include "kvtool/squeeze.h"
-#include "kvtool/pq.h"
+#include "squeeze/squeeze.h"
+#include "pq/pq.h"
 #include "kvtool/report.h"
+#include "kvtool/source_binding.h"
+#include "query_input.h"
 #include "kvtool/signing.h"
 #include "kvtool/store.h"
 #ifdef KVTOOL_WITH_CUDA
@@ -41,7 +44,7 @@ std::vector<PublicKeyRaw> trusted_keys(const std::vector<std::string>& pubkeys, 
   for (const auto& p : pubkeys) keys.push_back(load_public_key(p));
   if (!dir.empty()) {
     auto more = load_trusted_keys(dir);
-    KVT_CHECK(!more.empty(), "USAGE", "--trusted-keys directory '" << dir << "' holds no *.pem keys");
+    KVT_CHECK(!more.empty(), USAGE, "--trusted-keys directory '" << dir << "' holds no *.pem keys");
     keys.insert(keys.end(), more.begin(), more.end());
   }
   return keys;
@@ -49,7 +52,7 @@ std::vector<PublicKeyRaw> trusted_keys(const std::vector<std::string>& pubkeys, 
 
 void require_file(const std::string& p, const char* what) {
   struct stat st {};
-  KVT_CHECK(stat(p.c_str(), &st) == 0, "IO_ERROR", what << " '" << p << "' does not exist");
+  KVT_CHECK(stat(p.c_str(), &st) == 0, IO_ERROR, what << " '" << p << "' does not exist");
 }
 
 }  // namespace
@@ -263,7 +266,7 @@ int main(int argc, char** argv) {
   return cli::run("kvtool", app, argc, argv, &as_json, [&]() -> int {
     if (*inspect) {
       FileKind k = detect_file_kind(inspect_path);
-      KVT_CHECK(k != FileKind::unknown, "UNKNOWN_FILE_TYPE",
+      KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
                 "'" << inspect_path << "' is neither a kvdump (HDF5) nor a kvi artifact");
       json j = k == FileKind::dump ? inspect_dump(inspect_path, top_channels) : inspect_artifact(inspect_path);
       if (as_json)
@@ -276,14 +279,14 @@ int main(int argc, char** argv) {
     }
     if (*verify) {
       FileKind k = detect_file_kind(verify_path);
-      KVT_CHECK(k != FileKind::unknown, "UNKNOWN_FILE_TYPE",
+      KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
                 "'" << verify_path << "' is neither a kvdump (HDF5) nor a kvi artifact");
       vopt.trusted_keys = trusted_keys(pubkeys, trusted_dir);
       if (!vopt.source.empty()) require_file(vopt.source, "source dump");
       json j;
       if (k == FileKind::dump) {
         KVT_CHECK(vopt.source.empty() && vopt.trusted_keys.empty() && !vopt.require_signature && !vopt.strict_snapshot,
-                  "USAGE", "--source, --strict-snapshot and signature options apply to artifacts, not to dumps");
+                  USAGE, "--source, --strict-snapshot and signature options apply to artifacts, not to dumps");
         j = verify_dump(verify_path);
       } else {
         j = verify_artifact(verify_path, vopt);
@@ -425,23 +428,23 @@ int main(int argc, char** argv) {
       int64_t position = q_pos;
       const int64_t dim = r.source().geo.head_dim;
       if (!q_vec.empty()) {
-        qv_data = read_query_vector(q_vec, dim);
+        qv_data = cli::read_query_vector(q_vec, dim);
         if (position < 0) position = r.source().coverage_end - 1;
       } else {
-        KVT_CHECK(qp->count() > 0, "USAGE", "give --position (a dumped query) or --vector FILE");
-        KVT_CHECK(d.info().has_q, "NO_QUERIES", "the dump has no /kv/q; use --vector or dump with --queries");
+        KVT_CHECK(qp->count() > 0, USAGE, "give --position (a dumped query) or --vector FILE");
+        KVT_CHECK(d.info().has_q, NO_QUERIES, "the dump has no /kv/q; use --vector or dump with --queries");
         auto qpos = d.q_positions();
         auto it = std::find(qpos.begin(), qpos.end(), position);
-        KVT_CHECK(it != qpos.end(), "NO_QUERIES", "the dump has no query at position " << position);
-        KVT_CHECK(q_head >= 0 && q_head < d.info().geo.q_heads && q_layer >= 0 && q_layer < d.info().geo.layers, "USAGE",
+        KVT_CHECK(it != qpos.end(), NO_QUERIES, "the dump has no query at position " << position);
+        KVT_CHECK(q_head >= 0 && q_head < d.info().geo.q_heads && q_layer >= 0 && q_layer < d.info().geo.layers, USAGE,
                   "--layer/--q-head out of range");
         std::vector<float> all(static_cast<size_t>(d.info().geo.q_tokens * dim));
         d.read_q(q_layer, q_head, all.data());
         qv_data.assign(all.begin() + (it - qpos.begin()) * dim, all.begin() + (it - qpos.begin() + 1) * dim);
       }
       SelectorSet sel(r);
-      KVT_CHECK(q_head >= 0 && q_head < r.source().geo.q_heads, "USAGE", "--q-head " << q_head << " is outside 0-" << r.source().geo.q_heads - 1);
-      KVT_CHECK(q_layer >= 0 && q_layer < r.source().geo.layers, "USAGE", "--layer " << q_layer << " is outside 0-" << r.source().geo.layers - 1);
+      KVT_CHECK(q_head >= 0 && q_head < r.source().geo.q_heads, USAGE, "--q-head " << q_head << " is outside 0-" << r.source().geo.q_heads - 1);
+      KVT_CHECK(q_layer >= 0 && q_layer < r.source().geo.layers, USAGE, "--layer " << q_layer << " is outside 0-" << r.source().geo.layers - 1);
       std::vector<float> krows;
       KeyRows keys;
       if (sel.needs_keys()) {  // lsh receipts carry inclusion probabilities computed from the full keys
@@ -502,13 +505,13 @@ int main(int argc, char** argv) {
     if (*build) {
       char self[PATH_MAX];
       ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-      KVT_CHECK(n > 0, "INTERNAL", "cannot locate the kvtool binary");
+      KVT_CHECK(n > 0, INTERNAL, "cannot locate the kvtool binary");
       self[n] = 0;
       std::string dir(self);
       dir = dir.substr(0, dir.find_last_of('/'));
-      KVT_CHECK(b_kind.find('/') == std::string::npos && !b_kind.empty(), "USAGE", "bad kind '" << b_kind << "'");
+      KVT_CHECK(b_kind.find('/') == std::string::npos && !b_kind.empty(), USAGE, "bad kind '" << b_kind << "'");
       std::string tool = dir + "/kvtool-" + b_kind;
-      KVT_CHECK(access(tool.c_str(), X_OK) == 0, "USAGE",
+      KVT_CHECK(access(tool.c_str(), X_OK) == 0, USAGE,
                 "unknown index kind '" << b_kind << "': no " << tool << " (kinds: pq, clusterkv, lsh, squeeze)");
       std::vector<std::string> args = {tool, "build"};
       for (const auto& a : build->remaining()) args.push_back(a);
@@ -517,7 +520,7 @@ int main(int argc, char** argv) {
       av.push_back(nullptr);
       std::cout.flush();
       execv(tool.c_str(), av.data());
-      KVT_THROW("IO_ERROR", "cannot run " << tool << ": " << std::strerror(errno));
+      KVT_THROW(IO_ERROR, "cannot run " << tool << ": " << std::strerror(errno));
     }
     if (*store) {
       json j;
@@ -546,14 +549,14 @@ int main(int argc, char** argv) {
       if (!lo.store_dir.empty()) {
         check_store_key(lo.store_key, false);
       } else {
-        KVT_CHECK(lo.store_key.model.empty() && lo.store_key.kind.empty() && lo.store_key.prefix_hash.empty(), "USAGE",
+        KVT_CHECK(lo.store_key.model.empty() && lo.store_key.kind.empty() && lo.store_key.prefix_hash.empty(), USAGE,
                   "store key options need --store");
       }
       if (ld_device != "cpu") {
 #ifdef KVTOOL_WITH_CUDA
         lo.pool.device = cuda::make_backend();
 #endif
-        KVT_CHECK(lo.pool.device || ld_device == "auto", "DEVICE_UNAVAILABLE",
+        KVT_CHECK(lo.pool.device || ld_device == "auto", DEVICE_UNAVAILABLE,
                   "--device cuda: no usable CUDA device" KVTOOL_CUDA_NOTE);
       }
       json j = load_artifacts(lo);

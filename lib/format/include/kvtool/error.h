@@ -1,0 +1,75 @@
+// Error model of libkvtool: every failure carries a stable reason code (kvtool/reasons.def, one
+// table for the enum, `kvtool reasons`, the man page and the C API) and the exit code the
+// command-line tools map it to. Reason names are stable across versions and are what JSON carries.
+#pragma once
+#include <exception>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvtool {
+
+enum class ExitCode : int { ok = 0, invalid = 1, usage = 2, io = 3, internal = 4 };
+
+enum class Reason : int {
+#define KVT_REASON(NAME, EXIT, MEANING) NAME,
+#include "kvtool/reasons.def"
+#undef KVT_REASON
+};
+
+struct ReasonInfo {
+  Reason reason;
+  const char* code;
+  ExitCode exit;
+  const char* meaning;
+};
+
+// Every reason in table order (`kvtool reasons` prints it).
+const std::vector<ReasonInfo>& all_reasons();
+const ReasonInfo& reason_info(Reason r);
+inline const char* reason_name(Reason r) { return reason_info(r).code; }
+inline ExitCode exit_code_for(Reason r) { return reason_info(r).exit; }
+std::optional<Reason> reason_from_name(std::string_view name);
+
+class Error : public std::runtime_error {
+ public:
+  Error(Reason reason, const std::string& message) : std::runtime_error(message), reason_(reason) {}
+  Reason reason() const { return reason_; }
+  const char* reason_name() const { return kvtool::reason_name(reason_); }
+  ExitCode exit_code() const { return exit_code_for(reason_); }
+
+ private:
+  Reason reason_;
+};
+
+// Each reason as a constant, so that KVT_CHECK/KVT_THROW take a bare name (or an expression of
+// names, e.g. `n == 0 ? TRUNCATED : BAD_MAGIC`) and a misspelt name does not compile.
+namespace reason_names {
+#define KVT_REASON(NAME, EXIT, MEANING) inline constexpr Reason NAME = Reason::NAME;
+#include "kvtool/reasons.def"
+#undef KVT_REASON
+}  // namespace reason_names
+
+// The one mapping of any exception to an Error (tools and the C API alike): an Error as it is,
+// std::bad_alloc as OUT_OF_MEMORY, anything else as INTERNAL.
+Error error_from_exception(std::exception_ptr e);
+
+}  // namespace kvtool
+
+// Throwing check macros in the FAISS style: the reason is a Reason enumerator name (a typo does
+// not compile) and the message is built with a stream expression.
+#define KVT_THROW(REASON, MSG)                         \
+  do {                                                 \
+    using namespace ::kvtool::reason_names;            \
+    std::ostringstream kvt_os_;                        \
+    kvt_os_ << MSG;                                    \
+    throw ::kvtool::Error((REASON), kvt_os_.str());    \
+  } while (0)
+
+#define KVT_CHECK(COND, REASON, MSG)     \
+  do {                                   \
+    if (!(COND)) KVT_THROW(REASON, MSG); \
+  } while (0)

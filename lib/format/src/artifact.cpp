@@ -1,0 +1,469 @@
+#include "kvtool/artifact.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "kvtool/error.h"
+
+namespace kvtool {
+
+namespace {
+
+void put_u16(uint8_t* p, uint16_t v) { p[0] = v & 0xff; p[1] = v >> 8; }
+void put_u32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i)); }
+void put_u64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i)); }
+uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+uint64_t align_up(uint64_t x) { return (x + kKviAlign - 1) / kKviAlign * kKviAlign; }
+
+void make_header(uint8_t* h, uint64_t file_size) {
+  std::memset(h, 0, kKviHeaderSize);
+  std::memcpy(h, "KVI1", 4);
+  put_u16(h + 4, kKviMajor);
+  put_u16(h + 6, kKviMinor);
+  put_u32(h + 8, 0);  // flags
+  put_u32(h + 12, static_cast<uint32_t>(kKviHeaderSize));
+  put_u64(h + 16, file_size);
+}
+
+void make_footer(uint8_t* f, uint64_t moff, uint64_t msize, uint64_t soff, uint64_t ssize, const Digest& md) {
+  std::memset(f, 0, kKviFooterSize);
+  put_u64(f + 0, moff);
+  put_u64(f + 8, msize);
+  put_u64(f + 16, soff);
+  put_u64(f + 24, ssize);
+  std::memcpy(f + 32, md.data(), 32);
+  put_u32(f + 64, static_cast<uint32_t>(kKviFooterSize));
+  put_u16(f + 68, kKviMajor);
+  put_u16(f + 70, kKviMinor);
+  std::memcpy(f + 76, "KVI1", 4);
+}
+
+void make_signature_block(uint8_t* b, const PublicKeyRaw& pub, const SignatureRaw& sig) {
+  std::memcpy(b, "KVIS", 4);
+  put_u32(b + 4, 1);
+  std::memcpy(b + 8, pub.data(), 32);
+  std::memcpy(b + 40, sig.data(), 64);
+}
+
+bool checked_mul(uint64_t a, uint64_t b, uint64_t& out) {
+  if (a != 0 && b > UINT64_MAX / a) return false;
+  out = a * b;
+  return true;
+}
+
+std::string req_str(const json& j, const char* k, const std::string& where) {
+  KVT_CHECK(j.contains(k) && j[k].is_string(), BAD_MANIFEST, where << " field '" << k << "' is missing or not a string");
+  return j[k].get<std::string>();
+}
+uint64_t req_u64(const json& j, const char* k, const std::string& where) {
+  KVT_CHECK(j.contains(k) && j[k].is_number_unsigned(), BAD_MANIFEST,
+            where << " field '" << k << "' is missing or not a non-negative integer");
+  return j[k].get<uint64_t>();
+}
+int64_t req_i64(const json& j, const char* k, const std::string& where) {
+  KVT_CHECK(j.contains(k) && j[k].is_number_integer(), BAD_MANIFEST, where << " field '" << k << "' is missing or not an integer");
+  return j[k].get<int64_t>();
+}
+
+}  // namespace
+
+size_t section_dtype_size(const std::string& t) {
+  if (t == "u8") return 1;
+  if (t == "u16" || t == "f16") return 2;
+  if (t == "u32" || t == "i32" || t == "f32") return 4;
+  if (t == "u64" || t == "i64") return 8;
+  return 0;
+}
+
+json SectionEntry::to_json() const {
+  return json{{"name", name},       {"dtype", dtype},     {"shape", shape},         {"codec", codec},
+              {"offset", offset},   {"stored_size", stored_size}, {"raw_size", raw_size},
+              {"sha256", sha256},   {"layer", layer},     {"kv_head", kv_head}};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ArtifactWriter::ArtifactWriter(const std::string& path, int zstd_level, bool overwrite)
+    : out_(std::make_unique<AtomicOutput>(path, overwrite)), level_(zstd_level) {
+  KVT_CHECK(zstd_level >= 0 && zstd_level <= 19, USAGE, "zstd level must be in 0..19, got " << zstd_level);
+  uint8_t h[kKviHeaderSize];
+  make_header(h, 0);  // file size patched in finish()
+  write_all(out_->fd(), h, sizeof h, out_->temp_path());
+  pos_ = kKviHeaderSize;
+}
+
+ArtifactWriter::~ArtifactWriter() = default;
+
+void ArtifactWriter::pad_to_alignment() {
+  static const uint8_t zeros[kKviAlign] = {};
+  uint64_t target = align_up(pos_);
+  if (target > pos_) write_all(out_->fd(), zeros, target - pos_, out_->temp_path());
+  pos_ = target;
+}
+
+void ArtifactWriter::add_section(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
+                                 const void* data, size_t bytes, int64_t layer, int64_t kv_head) {
+  KVT_CHECK(!finished_, INTERNAL, "section added after finish");
+  size_t es = section_dtype_size(dtype);
+  KVT_CHECK(es > 0, INTERNAL, "unknown section dtype " << dtype);
+  uint64_t n = 1;
+  for (auto s : shape) {
+    KVT_CHECK(s >= 0 && checked_mul(n, static_cast<uint64_t>(s), n), INTERNAL, "bad section shape");
+  }
+  KVT_CHECK(n * es == bytes, INTERNAL, "section " << name << ": shape says " << n * es << " bytes, got " << bytes);
+  SectionEntry e;
+  e.name = name;
+  e.dtype = dtype;
+  e.shape = shape;
+  e.raw_size = bytes;
+  e.layer = layer;
+  e.kv_head = kv_head;
+  e.sha256 = to_hex(sha256(data, bytes));
+  pad_to_alignment();
+  e.offset = pos_;
+  std::vector<uint8_t> comp;
+  if (level_ > 0 && bytes > 0) {
+    comp.resize(ZSTD_compressBound(bytes));
+    size_t r = ZSTD_compress(comp.data(), comp.size(), data, bytes, level_);
+    KVT_CHECK(!ZSTD_isError(r), INTERNAL, "zstd compression failed: " << ZSTD_getErrorName(r));
+    comp.resize(r);
+  }
+  if (!comp.empty() && comp.size() < bytes) {
+    e.codec = "zstd";
+    e.stored_size = comp.size();
+    write_all(out_->fd(), comp.data(), comp.size(), out_->temp_path());
+  } else {
+    e.codec = "none";
+    e.stored_size = bytes;
+    write_all(out_->fd(), data, bytes, out_->temp_path());
+  }
+  pos_ += e.stored_size;
+  sections_.push_back(std::move(e));
+}
+
+void ArtifactWriter::add_stored_section(const SectionEntry& entry, const uint8_t* stored) {
+  KVT_CHECK(!finished_, INTERNAL, "section added after finish");
+  SectionEntry e = entry;
+  pad_to_alignment();
+  e.offset = pos_;
+  write_all(out_->fd(), stored, e.stored_size, out_->temp_path());
+  pos_ += e.stored_size;
+  sections_.push_back(std::move(e));
+}
+
+Digest ArtifactWriter::finish(const ManifestCore& core, const SigningKey* key) {
+  KVT_CHECK(!finished_, INTERNAL, "artifact finished twice");
+  json m;
+  m["schema_version"] = 1;
+  m["format"] = "kvi";
+  m["format_version"] = {kKviMajor, kKviMinor};
+  m["kind"] = core.kind;
+  m["params"] = core.params;
+  m["params_digest"] = to_hex(sha256(canonical_json(core.params)));
+  m["builder"] = {{"name", "kvtool"}, {"version", kBuilderVersion}};
+  m["source"] = core.source.to_json();
+  m["coverage"] = {0, core.source.coverage_end};
+  m["index_generation"] = core.index_generation;
+  m["selector_generation"] = core.selector_generation;
+  m["semantics"] = "candidate_ids_only";
+  m["kind_data"] = core.kind_data;
+  json secs = json::array();
+  for (const auto& s : sections_) secs.push_back(s.to_json());
+  m["sections"] = secs;
+  std::string text = canonical_json(m);
+  KVT_CHECK(text.size() <= kKviMaxManifest, INTERNAL, "manifest too large");
+  Digest md = sha256(text);
+
+  pad_to_alignment();
+  uint64_t moff = pos_;
+  write_all(out_->fd(), text.data(), text.size(), out_->temp_path());
+  pos_ += text.size();
+  uint64_t soff = 0, ssize = 0;
+  if (key) {
+    pad_to_alignment();
+    soff = pos_;
+    ssize = kKviSignatureSize;
+    uint8_t blk[kKviSignatureSize];
+    make_signature_block(blk, key->public_key(), key->sign(dsse_pae(md)));
+    write_all(out_->fd(), blk, sizeof blk, out_->temp_path());
+    pos_ += ssize;
+  }
+  uint8_t f[kKviFooterSize];
+  make_footer(f, moff, text.size(), soff, ssize, md);
+  write_all(out_->fd(), f, sizeof f, out_->temp_path());
+  pos_ += kKviFooterSize;
+  uint8_t h[kKviHeaderSize];
+  make_header(h, pos_);
+  KVT_CHECK(pwrite(out_->fd(), h, sizeof h, 0) == static_cast<ssize_t>(sizeof h), IO_ERROR,
+            "cannot write the artifact header: " << std::strerror(errno));
+  out_->commit();
+  finished_ = true;
+  return md;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+bool looks_like_artifact(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char m[4] = {};
+  f.read(m, 4);
+  return f.gcount() == 4 && std::memcmp(m, "KVI1", 4) == 0;
+}
+
+ArtifactReader::ArtifactReader(const std::string& path) : path_(path) {
+  fd_ = open(path.c_str(), O_RDONLY);
+  KVT_CHECK(fd_ >= 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
+  struct stat st {};
+  KVT_CHECK(fstat(fd_, &st) == 0 && S_ISREG(st.st_mode), IO_ERROR, "'" << path << "' is not a regular file");
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    KVT_CHECK(p != MAP_FAILED, IO_ERROR, "cannot map '" << path << "': " << std::strerror(errno));
+    data_ = static_cast<const uint8_t*>(p);
+  }
+  try {
+    parse();
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+ArtifactReader::ArtifactReader(const uint8_t* data, uint64_t size, std::string name) : path_(std::move(name)) {
+  data_ = data;
+  size_ = size;
+  parse();
+}
+
+void ArtifactReader::parse() {
+  const std::string& path = path_;
+  // Header.
+  if (size_ < 4) {
+    KVT_CHECK(size_ == 0 ? false : std::memcmp(data_, "KVI1", size_) != 0, TRUNCATED,
+              "'" << path << "' is truncated (" << size_ << " bytes)");
+    KVT_THROW(size_ == 0 ? TRUNCATED : BAD_MAGIC, "'" << path << "' is not a kvi artifact");
+  }
+  KVT_CHECK(std::memcmp(data_, "KVI1", 4) == 0, BAD_MAGIC, "'" << path << "' does not start with the kvi magic 'KVI1'");
+  KVT_CHECK(size_ >= kKviHeaderSize, TRUNCATED, "'" << path << "' is truncated inside the header");
+  uint16_t major = get_u16(data_ + 4);
+  minor_ = get_u16(data_ + 6);
+  KVT_CHECK(major == kKviMajor, UNSUPPORTED_VERSION,
+            "'" << path << "' is kvi format version " << major << "." << minor_ << "; this kvtool reads major version "
+                << kKviMajor);
+  KVT_CHECK(get_u32(data_ + 12) == kKviHeaderSize, BAD_LAYOUT, "header size field is not " << kKviHeaderSize);
+  uint64_t recorded = get_u64(data_ + 16);
+  KVT_CHECK(size_ >= recorded, TRUNCATED,
+            "'" << path << "' is truncated: " << size_ << " bytes of " << recorded << " recorded in the header");
+  KVT_CHECK(size_ == recorded, BAD_LAYOUT,
+            "'" << path << "' has " << size_ - recorded << " bytes beyond the size recorded in its header");
+  KVT_CHECK(size_ >= kKviHeaderSize + kKviFooterSize, TRUNCATED, "'" << path << "' is too short for a footer");
+  // Footer.
+  const uint8_t* f = data_ + size_ - kKviFooterSize;
+  KVT_CHECK(std::memcmp(f + 76, "KVI1", 4) == 0, BAD_MAGIC, "the footer of '" << path << "' does not end with 'KVI1'");
+  KVT_CHECK(get_u32(f + 64) == kKviFooterSize, BAD_LAYOUT, "footer size field is not " << kKviFooterSize);
+  KVT_CHECK(get_u16(f + 68) == major, UNSUPPORTED_VERSION, "footer and header disagree on the format version");
+  manifest_off_ = get_u64(f);
+  manifest_size_ = get_u64(f + 8);
+  uint64_t soff = get_u64(f + 16), ssize = get_u64(f + 24);
+  uint64_t footer_start = size_ - kKviFooterSize;
+  KVT_CHECK(manifest_off_ >= kKviHeaderSize && manifest_off_ % kKviAlign == 0 && manifest_size_ > 0 &&
+                manifest_size_ <= kKviMaxManifest && manifest_off_ <= footer_start &&
+                manifest_size_ <= footer_start - manifest_off_,
+            BAD_LAYOUT, "manifest offset " << manifest_off_ << " / size " << manifest_size_ << " is out of bounds");
+  if (ssize != 0 || soff != 0) {
+    KVT_CHECK(ssize == kKviSignatureSize && soff % kKviAlign == 0 && soff >= manifest_off_ + manifest_size_ &&
+                  soff <= footer_start && ssize <= footer_start - soff,
+              BAD_LAYOUT, "signature offset " << soff << " / size " << ssize << " is out of bounds");
+  }
+  std::memcpy(manifest_digest_.data(), f + 32, 32);
+  manifest_text_.assign(reinterpret_cast<const char*>(data_ + manifest_off_), manifest_size_);
+  KVT_CHECK(sha256(manifest_text_) == manifest_digest_, MANIFEST_DIGEST,
+            "the manifest of '" << path << "' does not match its SHA-256 in the footer (modified or damaged)");
+  if (ssize) {
+    const uint8_t* b = data_ + soff;
+    KVT_CHECK(std::memcmp(b, "KVIS", 4) == 0 && get_u32(b + 4) == 1, BAD_SIGNATURE,
+              "the signature block is malformed");
+    PublicKeyRaw pub;
+    std::memcpy(pub.data(), b + 8, 32);
+    std::memcpy(signature_.data(), b + 40, 64);
+    signer_ = pub;
+  }
+
+  // Manifest schema.
+  try {
+    manifest_ = json::parse(manifest_text_);
+  } catch (const json::exception& e) {
+    KVT_THROW(BAD_MANIFEST, "the manifest is not valid JSON: " << e.what());
+  }
+  KVT_CHECK(manifest_.is_object(), BAD_MANIFEST, "the manifest is not a JSON object");
+  KVT_CHECK(canonical_json(manifest_) == manifest_text_, BAD_MANIFEST, "the manifest is not in canonical JSON form");
+  const std::string where = "manifest";
+  KVT_CHECK(req_u64(manifest_, "schema_version", where) == 1, UNSUPPORTED_VERSION, "manifest schema_version is not 1");
+  KVT_CHECK(req_str(manifest_, "format", where) == "kvi", BAD_MANIFEST, "manifest format is not 'kvi'");
+  kind_ = req_str(manifest_, "kind", where);
+  KVT_CHECK(manifest_.contains("params") && manifest_["params"].is_object(), BAD_MANIFEST, "manifest params missing");
+  KVT_CHECK(req_str(manifest_, "params_digest", where) == to_hex(sha256(canonical_json(manifest_["params"]))),
+            PARAMS_DIGEST, "the params digest does not match the manifest's params");
+  KVT_CHECK(manifest_.contains("source"), BAD_MANIFEST, "manifest has no source binding");
+  source_ = SourceBinding::from_json(manifest_["source"]);
+  KVT_CHECK(manifest_.contains("coverage") && manifest_["coverage"] == json({0, source_.coverage_end}),
+            BAD_MANIFEST, "manifest coverage does not match the source binding's coverage_end");
+  KVT_CHECK(req_i64(manifest_, "index_generation", where) >= 1 && req_i64(manifest_, "selector_generation", where) >= 1,
+            BAD_MANIFEST, "generations must be >= 1");
+  KVT_CHECK(req_str(manifest_, "semantics", where) == "candidate_ids_only", BAD_MANIFEST,
+            "manifest semantics must be 'candidate_ids_only'");
+  KVT_CHECK(manifest_.contains("sections") && manifest_["sections"].is_array(), BAD_MANIFEST, "manifest sections missing");
+  uint64_t prev_end = kKviHeaderSize;
+  for (const auto& js : manifest_["sections"]) {
+    KVT_CHECK(js.is_object(), BAD_MANIFEST, "section entry is not an object");
+    SectionEntry s;
+    s.name = req_str(js, "name", "section");
+    const std::string w = "section '" + s.name + "'";
+    s.dtype = req_str(js, "dtype", w);
+    s.codec = req_str(js, "codec", w);
+    s.offset = req_u64(js, "offset", w);
+    s.stored_size = req_u64(js, "stored_size", w);
+    s.raw_size = req_u64(js, "raw_size", w);
+    s.sha256 = req_str(js, "sha256", w);
+    s.layer = req_i64(js, "layer", w);
+    s.kv_head = req_i64(js, "kv_head", w);
+    KVT_CHECK(js.contains("shape") && js["shape"].is_array(), BAD_MANIFEST, w << " has no shape");
+    uint64_t n = 1;
+    for (const auto& d : js["shape"]) {
+      KVT_CHECK(d.is_number_unsigned(), BAD_MANIFEST, w << " shape entries must be non-negative integers");
+      KVT_CHECK(checked_mul(n, d.get<uint64_t>(), n), SHAPE_MISMATCH, w << " shape overflows");
+      s.shape.push_back(d.get<int64_t>());
+    }
+    size_t es = section_dtype_size(s.dtype);
+    KVT_CHECK(es > 0, BAD_MANIFEST, w << " has unknown dtype '" << s.dtype << "'");
+    uint64_t expect;
+    KVT_CHECK(checked_mul(n, es, expect) && expect == s.raw_size, SHAPE_MISMATCH,
+              w << " raw size " << s.raw_size << " does not match its shape and dtype");
+    KVT_CHECK(s.codec == "none" || s.codec == "zstd", BAD_MANIFEST, w << " has unknown codec '" << s.codec << "'");
+    KVT_CHECK(s.codec != "none" || s.stored_size == s.raw_size, BAD_LAYOUT, w << " is uncompressed but sizes differ");
+    Digest tmp;
+    KVT_CHECK(from_hex(s.sha256, tmp), BAD_MANIFEST, w << " sha256 is not 64 hex digits");
+    KVT_CHECK(s.offset % kKviAlign == 0 && s.offset >= prev_end && s.offset <= manifest_off_ &&
+                  s.stored_size <= manifest_off_ - s.offset,
+              BAD_LAYOUT, w << " at offset " << s.offset << " (" << s.stored_size << " bytes) is out of bounds, unaligned or overlapping");
+    prev_end = s.offset + s.stored_size;
+    sections_.push_back(std::move(s));
+  }
+}
+
+void ArtifactReader::release() {
+  if (fd_ >= 0) {  // only a file-backed reader owns its mapping
+    if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+    close(fd_);
+  }
+  fd_ = -1;
+  data_ = nullptr;
+}
+
+ArtifactReader::~ArtifactReader() { release(); }
+
+const SectionEntry* ArtifactReader::find(const std::string& name, int64_t layer, int64_t kv_head) const {
+  for (const auto& s : sections_)
+    if (s.name == name && s.layer == layer && s.kv_head == kv_head) return &s;
+  return nullptr;
+}
+
+std::vector<uint8_t> ArtifactReader::read_section(const SectionEntry& s) const {
+  // Bounds were checked in the constructor; the raw size is bounded by the shape and the codec.
+  KVT_CHECK(s.raw_size <= (1ull << 40), BAD_LAYOUT, "section '" << s.name << "' claims " << s.raw_size << " raw bytes");
+  std::vector<uint8_t> out(s.raw_size);
+  const uint8_t* src = data_ + s.offset;
+  if (s.codec == "none") {
+    if (s.raw_size) std::memcpy(out.data(), src, s.raw_size);
+  } else {
+    unsigned long long fcs = ZSTD_getFrameContentSize(src, s.stored_size);
+    KVT_CHECK(fcs == s.raw_size, DECOMPRESS_FAILED,
+              "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head << ") is not a zstd frame of "
+                          << s.raw_size << " bytes");
+    size_t r = ZSTD_decompress(out.data(), out.size(), src, s.stored_size);
+    KVT_CHECK(!ZSTD_isError(r) && r == s.raw_size, DECOMPRESS_FAILED,
+              "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head
+                          << ") does not decompress: " << (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size"));
+  }
+  if (!verified_) check_digest(s, out.data());
+  return out;
+}
+
+void ArtifactReader::check_digest(const SectionEntry& s, const uint8_t* raw) const {
+  KVT_CHECK(to_hex(sha256(raw, s.raw_size)) == s.sha256, SECTION_DIGEST,
+            "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head
+                        << ") does not match its recorded SHA-256 (modified or damaged)");
+}
+
+void ArtifactReader::verify_sections() const {
+  for (const auto& s : sections_) {
+    if (s.codec == "none")
+      check_digest(s, data_ + s.offset);  // in place: no copy of uncompressed sections
+    else
+      read_section(s);
+  }
+  // Bytes in memory this reader does not own cannot change behind it (the pool's private copy), so
+  // later reads need not hash again; a file mapping can, so file-backed readers always re-check.
+  if (fd_ < 0) verified_ = true;
+}
+
+void ArtifactReader::verify_signature(const std::vector<PublicKeyRaw>& trusted, bool require) const {
+  if (!signer_) {
+    KVT_CHECK(!require, SIGNATURE_REQUIRED, "'" << path_ << "' is not signed and a signature is required");
+    KVT_CHECK(trusted.empty(), SIGNATURE_REQUIRED,
+              "'" << path_ << "' is not signed but trusted keys were given");
+    return;
+  }
+  KVT_CHECK(kvtool::verify_signature(*signer_, dsse_pae(manifest_digest_), signature_), BAD_SIGNATURE,
+            "the signature of '" << path_ << "' does not verify (key id " << key_id(*signer_) << ")");
+  if (!trusted.empty()) {
+    bool ok = false;
+    for (const auto& k : trusted) ok = ok || k == *signer_;
+    KVT_CHECK(ok, UNTRUSTED_KEY, "'" << path_ << "' is signed by key " << key_id(*signer_) << ", which is not trusted");
+  }
+}
+
+void sign_artifact(const std::string& path, const SigningKey& key) {
+  ArtifactReader r(path);
+  AtomicOutput out(path, true);
+  uint64_t mend = r.manifest_end();
+  write_all(out.fd(), r.data(), mend, out.temp_path());
+  uint64_t pos = mend;
+  uint64_t soff = align_up(pos);
+  static const uint8_t zeros[kKviAlign] = {};
+  write_all(out.fd(), zeros, soff - pos, out.temp_path());
+  uint8_t blk[kKviSignatureSize];
+  make_signature_block(blk, key.public_key(), key.sign(dsse_pae(r.manifest_digest())));
+  write_all(out.fd(), blk, sizeof blk, out.temp_path());
+  pos = soff + kKviSignatureSize;
+  uint8_t f[kKviFooterSize];
+  const uint8_t* oldf = r.data() + r.file_size() - kKviFooterSize;
+  make_footer(f, get_u64(oldf), get_u64(oldf + 8), soff, kKviSignatureSize, r.manifest_digest());
+  write_all(out.fd(), f, sizeof f, out.temp_path());
+  pos += kKviFooterSize;
+  uint8_t h[kKviHeaderSize];
+  std::memcpy(h, r.data(), kKviHeaderSize);
+  put_u64(h + 16, pos);
+  KVT_CHECK(pwrite(out.fd(), h, sizeof h, 0) == static_cast<ssize_t>(sizeof h), IO_ERROR, "cannot write header");
+  out.commit();
+}
+
+}  // namespace kvtool

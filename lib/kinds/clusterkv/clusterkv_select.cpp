@@ -1,0 +1,141 @@
+// kind "clusterkv", runtime half: structural validation, the part selector (raw q·centroid
+// ranking, whole clusters to the budget) and its device path, and the kind's registration
+// (formats/kinds-v1.md, "clusterkv").
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "common/cluster_set.h"
+#include "kvtool/artifact.h"
+#include "kvtool/device.h"
+#include "kvtool/error.h"
+#include "kvtool/kinds.h"
+#include "kvtool/scoring.h"
+
+namespace kvtool {
+
+namespace {
+
+class ClusterKvSelector : public PartSelector {
+ public:
+  ClusterKvSelector(const ArtifactReader& r, int64_t layer, int64_t head) : rows_(IndexedRows::of(r)) {
+    const json& pm = part_meta(r, layer, head);
+    dense_ = pm.value("dense", false);
+    n_ = pm["indexed_rows"];
+    if (!dense_) set_ = ClusterSet::load(r, layer, head, r.source().geo.head_dim);
+  }
+  int64_t indexed_rows() const override { return n_; }
+  void select(const SelectRequest& req, Selection& out) const override {
+    if (dense_) {
+      for (int64_t i = 0; i < n_; ++i) {
+        out.ids.push_back(rows_.begin() + i);
+        out.scores.push_back(0.f);
+      }
+      return;
+    }
+    std::vector<float> score(static_cast<size_t>(set_.clusters()));
+    scoring::dot_scores(req.q, set_.centroids.data(), set_.clusters(), set_.d, score.data());
+    take(score, req.budget, out);
+  }
+  bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
+    const DeviceSection* c = dp.find("ckv_centroids");
+    if (dense_ || !c) return false;
+    std::vector<float> score(static_cast<size_t>(set_.clusters()));
+    dp.dev->dot_scores(static_cast<const float*>(c->ptr), set_.clusters(), set_.d, req.q, score.data());
+    take(score, req.budget, out);
+    return true;
+  }
+  // Whole clusters best first (the last one cut) until the budget is spent.
+  void take(const std::vector<float>& score, int64_t budget, Selection& out) const {
+    // Full ranking of every cluster (the reference's 256-slot kernel breaks beyond 256 clusters).
+    const std::vector<int64_t> order = scoring::rank_all(score.data(), set_.clusters());
+    int64_t taken = 0;
+    for (int64_t c : order) {
+      if (taken >= budget) break;
+      int64_t take = std::min<int64_t>(set_.sizes[c], budget - taken);  // the last cluster is cut
+      const uint32_t* m = set_.members.data() + (set_.prefix[c] - set_.sizes[c]);
+      for (int64_t i = 0; i < take; ++i) {
+        out.ids.push_back(m[i]);
+        out.scores.push_back(score[c]);
+      }
+      taken += take;
+    }
+  }
+  json describe() const override { return {{"dense", dense_}, {"clusters", set_.clusters()}}; }
+  int64_t resident_bytes() const override { return set_.resident_bytes(); }
+
+ private:
+  IndexedRows rows_;
+  bool dense_ = false;
+  int64_t n_ = 0;
+  ClusterSet set_;
+};
+
+void validate_clusterkv(const ArtifactReader& r) {
+  validate_part_list(r);
+  IndexedRows rows = IndexedRows::of(r);
+  const int64_t d = r.source().geo.head_dim;
+  size_t sections = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    int64_t layer = pm["layer"], head = pm["kv_head"];
+    KVT_CHECK(pm.contains("dense") && pm["dense"].is_boolean() && pm.contains("indexed_rows") &&
+                  pm["indexed_rows"].is_number_unsigned() && pm.contains("generations") && pm["generations"].is_array(),
+              PART_INVALID, "clusterkv part (" << layer << ", " << head << ") lacks dense/indexed_rows/generations");
+    KVT_CHECK(pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
+              "clusterkv part (" << layer << ", " << head << ") indexes " << pm["indexed_rows"] << " rows, the coverage has " << rows.count());
+    if (pm["dense"].get<bool>()) {
+      for (const char* n : {"ckv_centroids", "ckv_sizes", "ckv_prefix_sums", "ckv_members"})
+        KVT_CHECK(!r.find(n, layer, head), PART_INVALID, "dense clusterkv part (" << layer << ", " << head << ") has clusters");
+      continue;
+    }
+    sections += 4;
+    ClusterSet s = ClusterSet::load(r, layer, head, d);
+    const int64_t C = s.clusters();
+    uint64_t run = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      run += s.sizes[c];
+      KVT_CHECK(s.prefix[c] == run, PREFIX_SUM_MISMATCH,
+                "cluster " << c << " of part (" << layer << ", " << head << "): prefix sum " << s.prefix[c] << ", sizes add up to " << run);
+    }
+    KVT_CHECK(static_cast<int64_t>(s.members.size()) == rows.count() && run == s.members.size(), MEMBERS_NOT_PARTITION,
+              "part (" << layer << ", " << head << ") has " << s.members.size() << " members for " << rows.count() << " indexed rows");
+    for (float x : s.centroids)
+      KVT_CHECK(std::isfinite(x), NON_FINITE, "a centroid of part (" << layer << ", " << head << ") is not finite");
+    std::vector<char> seen(static_cast<size_t>(rows.count()), 0);
+    // Generations: contiguous row windows and cluster ranges; members stay in their generation.
+    int64_t next_row = rows.begin(), next_cluster = 0;
+    for (const auto& g : pm["generations"]) {
+      int64_t r0 = g["rows"][0], r1 = g["rows"][1], c0 = g["clusters"][0], c1 = g["clusters"][1];
+      KVT_CHECK(r0 == next_row && r1 >= r0 && c0 == next_cluster && c1 >= c0 && c1 <= C, GENERATIONS_NOT_CONTIGUOUS,
+                "generations of part (" << layer << ", " << head << ") do not tile the rows and clusters");
+      for (int64_t c = c0; c < c1; ++c) {
+        const uint32_t* m = s.members.data() + (s.prefix[c] - s.sizes[c]);
+        for (uint32_t i = 0; i < s.sizes[c]; ++i) {
+          KVT_CHECK(m[i] >= r0 && m[i] < r1, MEMBERS_NOT_PARTITION,
+                    "cluster " << c << " of part (" << layer << ", " << head << ") holds row " << m[i]
+                               << " outside its generation's rows [" << r0 << ", " << r1 << ")");
+          KVT_CHECK(i == 0 || m[i] > m[i - 1], MEMBERS_NOT_PARTITION, "members of cluster " << c << " are not in row order");
+          KVT_CHECK(!seen[m[i] - rows.begin()], MEMBERS_NOT_PARTITION, "row " << m[i] << " is a member twice");
+          seen[m[i] - rows.begin()] = 1;
+        }
+      }
+      next_row = r1;
+      next_cluster = c1;
+    }
+    KVT_CHECK(next_row == rows.end() && next_cluster == C, GENERATIONS_NOT_CONTIGUOUS,
+              "generations of part (" << layer << ", " << head << ") end at row " << next_row << " / cluster " << next_cluster);
+  }
+  KVT_CHECK(sections == r.sections().size(), PART_INVALID, "the artifact has sections that belong to no clusterkv part");
+}
+
+}  // namespace
+
+KindInfo kinds::clusterkv_kind() {
+  return {"clusterkv", "ClusterKV cosine clusters of keys", validate_clusterkv,
+          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+            return std::make_unique<ClusterKvSelector>(r, layer, head);
+          }};
+}
+
+}  // namespace kvtool

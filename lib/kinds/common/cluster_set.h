@@ -1,0 +1,57 @@
+// Clusters of one part as stored (shared by clusterkv and squeeze; formats/kinds-v1.md): centroids,
+// sizes, inclusive prefix sums, members grouped by cluster in ascending row order. Runtime layer:
+// loading only; building them is common/cluster_build.h.
+#pragma once
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kvtool/artifact.h"
+#include "kvtool/error.h"
+#include "kvtool/kinds.h"
+
+namespace kvtool {
+
+// Clusters of one part, all generations concatenated: cluster c has sizes[c] members stored at
+// members[prefix[c] - sizes[c], prefix[c]) in ascending row order.
+struct ClusterSet {
+  int64_t d = 0;
+  std::vector<float> centroids;
+  std::vector<uint32_t> sizes, prefix, members;
+  int64_t clusters() const { return static_cast<int64_t>(sizes.size()); }
+  int64_t resident_bytes() const {
+    return vector_bytes(centroids) + vector_bytes(sizes) + vector_bytes(prefix) + vector_bytes(members);
+  }
+
+  static ClusterSet load(const ArtifactReader& r, int64_t layer, int64_t head, int64_t d, const std::string& pre = "ckv") {
+    ClusterSet s;
+    s.d = d;
+    auto get = [&](const char* suffix, const char* dtype) {
+      std::string name = pre + suffix;
+      const SectionEntry* e = r.find(name, layer, head);
+      KVT_CHECK(e && e->dtype == dtype, PART_INVALID,
+                "part (" << layer << ", " << head << ") lacks section " << name << " (" << dtype << ")");
+      return std::make_pair(e, r.read_section(*e));
+    };
+    auto [ce, cb] = get("_centroids", "f32");
+    auto [se, sb] = get("_sizes", "u32");
+    auto [pe, pb] = get("_prefix_sums", "u32");
+    auto [me, mb] = get("_members", "u32");
+    int64_t C = se->shape.empty() ? 0 : se->shape[0];
+    KVT_CHECK(ce->shape == std::vector<int64_t>({C, d}) && pe->shape == std::vector<int64_t>({C}) && me->shape.size() == 1,
+              SHAPE_MISMATCH, "cluster sections of part (" << layer << ", " << head << ") have inconsistent shapes");
+    s.centroids.resize(static_cast<size_t>(C * d));
+    s.sizes.resize(static_cast<size_t>(C));
+    s.prefix.resize(static_cast<size_t>(C));
+    s.members.resize(static_cast<size_t>(me->shape[0]));
+    std::memcpy(s.centroids.data(), cb.data(), cb.size());
+    std::memcpy(s.sizes.data(), sb.data(), sb.size());
+    std::memcpy(s.prefix.data(), pb.data(), pb.size());
+    std::memcpy(s.members.data(), mb.data(), mb.size());
+    return s;
+  }
+};
+
+
+}  // namespace kvtool

@@ -1,0 +1,45 @@
+// MagicPIG SimHash tables (DESIGN.md §7, REFERENCE.md "MagicPIG"): keys centered by their mean,
+// K-bit SimHash codes in L tables from seeded Gaussian projections, CSR buckets per table; a query
+// samples the rows that collide with it in at least c tables, with inclusion probability
+// u = P(Binomial(L, p^K) >= c), for the self-normalized importance-sampling estimator.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kvtool/builder.h"
+#include "lsh/lsh_internal.h"
+
+namespace kvtool {
+
+struct LshParams {
+  int64_t bits = 10;     // K, 1..16
+  int64_t tables = 150;  // L
+};
+
+class LshBuilder : public KindBuilder {
+ public:
+  explicit LshBuilder(LshParams p) : p_(p) {}
+  std::string kind() const override { return "lsh"; }
+  int64_t default_sink() const override { return 4; }
+  int64_t default_local() const override { return 64; }
+  json params() const override;
+  void check(int64_t head_dim) const override;
+  PartOutput build_part(const PartInput& in) const override;
+
+ private:
+  LshParams p_;
+};
+
+// (max, sum-exp, weighted value sum) state of a partial softmax; merge() combines two partial
+// states into the state of the union (the MagicPIG estimator merges its sampled part with the
+// exact sink/local part this way).
+struct SoftmaxState {
+  double max = -1e300, sum = 0;
+  std::vector<double> acc;  // sum of exp(logit - max) * v
+  explicit SoftmaxState(size_t d = 0) : acc(d, 0.0) {}
+  void add(double logit, const float* v);
+  void merge(const SoftmaxState& o);
+  std::vector<double> output() const;  // acc / sum
+};
+
+}  // namespace kvtool

@@ -1,0 +1,135 @@
+// kind "lsh", offline half: mean-centred SimHash codes by BLAS, CSR bucket tables, and the
+// softmax state of the MagicPIG estimator that eval uses (formats/kinds-v1.md, "lsh").
+#include "lsh/lsh.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kvtool/error.h"
+#include "lsh/lsh_internal.h"
+
+extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+                      const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+                      const int* ldc);
+
+namespace kvtool {
+
+namespace {
+
+using lsh::id_dtype;
+
+// SimHash codes of rows [n, d] for every table: codes[i * L + t]. float32 products through BLAS.
+void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, int64_t bits, int64_t tables,
+             std::vector<uint32_t>& codes) {
+  const int64_t cols = bits * tables;
+  codes.assign(static_cast<size_t>(n * tables), 0);
+  const int64_t block = 2048;
+  std::vector<float> prod(static_cast<size_t>(block * cols));
+  for (int64_t i0 = 0; i0 < n; i0 += block) {
+    int m = static_cast<int>(cols), nn = static_cast<int>(std::min(block, n - i0)), k = static_cast<int>(d);
+    float one = 1.f, zero = 0.f;
+    int lda = m, ldb = k, ldc = m;
+    // Column-major: prod^T [cols, nn] = W^T [cols, d] * X^T [d, nn]  (W, X row-major).
+    sgemm_("N", "N", &m, &nn, &k, &one, w.data(), &lda, x + i0 * d, &ldb, &zero, prod.data(), &ldc);
+    for (int64_t i = 0; i < nn; ++i)
+      for (int64_t t = 0; t < tables; ++t) {
+        uint32_t c = 0;
+        const float* p = prod.data() + i * cols + t * bits;
+        for (int64_t b = 0; b < bits; ++b) c |= static_cast<uint32_t>(p[b] > 0.f) << b;
+        codes[(i0 + i) * tables + t] = c;
+      }
+  }
+}
+
+}  // namespace
+
+void SoftmaxState::add(double logit, const float* v) {
+  if (logit > max) {
+    double scale = std::exp(max - logit);
+    sum *= scale;
+    for (auto& a : acc) a *= scale;
+    max = logit;
+  }
+  double e = std::exp(logit - max);
+  sum += e;
+  for (size_t j = 0; j < acc.size(); ++j) acc[j] += e * v[j];
+}
+
+void SoftmaxState::merge(const SoftmaxState& o) {
+  if (o.sum == 0) return;
+  if (sum == 0) {
+    *this = o;
+    return;
+  }
+  double m = std::max(max, o.max), a = std::exp(max - m), b = std::exp(o.max - m);
+  for (size_t j = 0; j < acc.size(); ++j) acc[j] = acc[j] * a + o.acc[j] * b;
+  sum = sum * a + o.sum * b;
+  max = m;
+}
+
+std::vector<double> SoftmaxState::output() const {
+  std::vector<double> o(acc.size(), 0.0);
+  if (sum > 0)
+    for (size_t j = 0; j < acc.size(); ++j) o[j] = acc[j] / sum;
+  return o;
+}
+
+json LshBuilder::params() const { return {{"bits", p_.bits}, {"tables", p_.tables}, {"centering", "mean-of-indexed-keys"}}; }
+
+void LshBuilder::check(int64_t) const {
+  KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, USAGE, "--bits must be in 1..16 (got " << p_.bits << ")");
+  KVT_CHECK(p_.tables >= 1 && p_.tables <= 4096, USAGE, "--tables must be in 1..4096 (got " << p_.tables << ")");
+}
+
+PartOutput LshBuilder::build_part(const PartInput& in) const {
+  const int64_t d = in.head_dim, rb = in.row_begin(), n = in.row_end() - rb, K = p_.bits, L = p_.tables;
+  const int64_t buckets = int64_t{1} << K;
+  PartOutput out;
+  out.meta = {{"indexed_rows", n}};
+  if (n == 0) return out;
+  // Center the keys by their mean over the indexed rows (attention is unchanged by it).
+  std::vector<double> mu(static_cast<size_t>(d), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) mu[j] += in.keys[(rb + i) * d + j];
+  std::vector<float> muf(static_cast<size_t>(d)), x(static_cast<size_t>(n * d));
+  for (int64_t j = 0; j < d; ++j) muf[j] = static_cast<float>(mu[j] / static_cast<double>(n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) x[i * d + j] = in.keys[(rb + i) * d + j] - muf[j];
+  std::vector<float> w = lsh_projections(in.base_seed, in.layer, in.kv_head, d, K, L);
+  std::vector<uint32_t> codes;
+  simhash(x.data(), n, d, w, K, L, codes);
+  // CSR per table: counting sort by code; ids ascend inside a bucket.
+  std::vector<uint32_t> offsets(static_cast<size_t>(L * (buckets + 1)), 0), ids(static_cast<size_t>(L * n));
+  int64_t empty = 0, max_bucket = 0;
+  for (int64_t t = 0; t < L; ++t) {
+    uint32_t* off = offsets.data() + t * (buckets + 1);
+    for (int64_t i = 0; i < n; ++i) ++off[codes[i * L + t] + 1];
+    for (int64_t b = 0; b < buckets; ++b) {
+      empty += off[b + 1] == 0;
+      max_bucket = std::max<int64_t>(max_bucket, off[b + 1]);
+      off[b + 1] += off[b];
+    }
+    std::vector<uint32_t> pos(off, off + buckets);
+    for (int64_t i = 0; i < n; ++i) ids[t * n + pos[codes[i * L + t]]++] = static_cast<uint32_t>(rb + i);
+  }
+  auto bytes = [](const void* p, size_t nb) {
+    std::vector<uint8_t> b(nb);
+    std::memcpy(b.data(), p, nb);
+    return b;
+  };
+  out.sections.push_back({"lsh_mu", "f32", {d}, bytes(muf.data(), muf.size() * 4)});
+  out.sections.push_back({"lsh_projections", "f32", {d, K * L}, bytes(w.data(), w.size() * 4)});
+  out.sections.push_back({"lsh_offsets", "u32", {L, buckets + 1}, bytes(offsets.data(), offsets.size() * 4)});
+  if (id_dtype(in.coverage_end) == "u16") {
+    std::vector<uint16_t> s(ids.begin(), ids.end());
+    out.sections.push_back({"lsh_ids", "u16", {L, n}, bytes(s.data(), s.size() * 2)});
+  } else {
+    out.sections.push_back({"lsh_ids", "u32", {L, n}, bytes(ids.data(), ids.size() * 4)});
+  }
+  out.meta["bucket_empty_fraction"] = static_cast<double>(empty) / static_cast<double>(L * buckets);
+  out.meta["bucket_max"] = max_bucket;
+  return out;
+}
+
+}  // namespace kvtool

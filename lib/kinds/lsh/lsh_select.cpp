@@ -1,0 +1,226 @@
+// kind "lsh", runtime half: structural validation, the SimHash collision selector with inclusion
+// probabilities and its device path, the projections every part is checked against, and the kind's
+// registration (formats/kinds-v1.md, "lsh").
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kvtool/artifact.h"
+#include "kvtool/device.h"
+#include "kvtool/error.h"
+#include "kvtool/kinds.h"
+#include "kvtool/prng.h"
+#include "kvtool/scoring.h"
+#include "lsh/lsh_internal.h"
+
+namespace kvtool {
+
+namespace {
+
+using lsh::id_dtype;
+using lsh::kProjectionStream;
+using lsh::LshLayout;
+
+template <typename T>
+std::vector<T> as(const std::vector<uint8_t>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+struct LshTables {
+  std::vector<float> mu, w;
+  std::vector<uint32_t> offsets, ids;  // offsets [L, 2^K + 1], ids [L, n] (widened to u32)
+  static LshTables load(const ArtifactReader& r, int64_t layer, int64_t head, const LshLayout& lay, int64_t n) {
+    auto get = [&](const char* name) {
+      const SectionEntry* e = r.find(name, layer, head);
+      KVT_CHECK(e, PART_INVALID, "lsh part (" << layer << ", " << head << ") lacks section " << name);
+      return std::make_pair(e, r.read_section(*e));
+    };
+    LshTables t;
+    auto [me, mb] = get("lsh_mu");
+    auto [we, wb] = get("lsh_projections");
+    auto [oe, ob] = get("lsh_offsets");
+    auto [ie, ib] = get("lsh_ids");
+    KVT_CHECK(me->dtype == "f32" && me->shape == std::vector<int64_t>({lay.d}) && we->dtype == "f32" &&
+                  we->shape == std::vector<int64_t>({lay.d, lay.bits * lay.tables}) && oe->dtype == "u32" &&
+                  oe->shape == std::vector<int64_t>({lay.tables, lay.buckets + 1}) &&
+                  (ie->dtype == "u16" || ie->dtype == "u32") && ie->shape == std::vector<int64_t>({lay.tables, n}),
+              SHAPE_MISMATCH, "lsh sections of part (" << layer << ", " << head << ") have wrong dtypes or shapes");
+    t.mu = as<float>(mb);
+    t.w = as<float>(wb);
+    t.offsets = as<uint32_t>(ob);
+    if (ie->dtype == "u16") {
+      auto v = as<uint16_t>(ib);
+      t.ids.assign(v.begin(), v.end());
+    } else {
+      t.ids = as<uint32_t>(ib);
+    }
+    return t;
+  }
+};
+
+class LshSelector : public PartSelector {
+ public:
+  LshSelector(const ArtifactReader& r, int64_t layer, int64_t head) : lay_(LshLayout::of(r)), rows_(IndexedRows::of(r)) {
+    const json& pm = part_meta(r, layer, head);
+    n_ = pm["indexed_rows"];
+    if (n_ > 0) t_ = LshTables::load(r, layer, head, lay_, n_);
+  }
+  int64_t indexed_rows() const override { return n_; }
+  bool uses_budget() const override { return false; }
+  bool needs_keys() const override { return true; }
+  void select(const SelectRequest& req, Selection& out) const override {
+    check(req);
+    if (n_ == 0) return;
+    std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
+    std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
+    scoring::simhash_codes(req.q, lay_.d, t_.w.data(), lay_.bits, lay_.tables, qcodes.data());
+    scoring::collision_counts(qcodes.data(), t_.offsets.data(), t_.ids.data(), lay_.tables, lay_.buckets, n_, rows_.begin(),
+                              count.data());
+    emit(req, count, out);
+  }
+  bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
+    const DeviceSection* w = dp.find("lsh_projections");
+    const DeviceSection* off = dp.find("lsh_offsets");
+    const DeviceSection* ids = dp.find("lsh_ids");
+    if (n_ == 0 || !w || !off || !ids) return false;
+    check(req);
+    std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
+    std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
+    dp.dev->simhash_collisions(static_cast<const float*>(w->ptr), static_cast<const uint32_t*>(off->ptr), ids->ptr,
+                               ids->dtype == "u16" ? 2 : 4, lay_.d, lay_.bits, lay_.tables, n_, rows_.begin(), req.q,
+                               qcodes.data(), count.data());
+    emit(req, count, out);
+    return true;
+  }
+  void check(const SelectRequest& req) const {
+    KVT_CHECK(req.min_collisions >= 1 && req.min_collisions <= lay_.tables, USAGE,
+              "--min-collisions must be in 1.." << lay_.tables);
+  }
+  // Every row with >= c collisions, with its inclusion probability when the full keys are given.
+  void emit(const SelectRequest& req, const std::vector<uint16_t>& count, Selection& out) const {
+    const int64_t rb = rows_.begin();
+    double qn = 0;
+    for (int64_t j = 0; j < lay_.d; ++j) qn += static_cast<double>(req.q[j]) * req.q[j];
+    qn = std::sqrt(qn);
+    for (int64_t i = 0; i < n_; ++i) {
+      if (count[i] < req.min_collisions) continue;
+      out.ids.push_back(rb + i);
+      out.scores.push_back(static_cast<float>(count[i]));
+      if (!req.keys) continue;  // a runtime without the key rows gets candidates only
+      // Inclusion probability from the full (centered) key.
+      const float* k = req.keys->row(rb + i);
+      double dot = 0, kn = 0;
+      for (int64_t j = 0; j < lay_.d; ++j) {
+        double kc = static_cast<double>(k[j]) - t_.mu[j];
+        dot += req.q[j] * kc;
+        kn += kc * kc;
+      }
+      double cosv = qn > 0 && kn > 0 ? dot / (qn * std::sqrt(kn)) : 0.0;
+      out.inclusion.push_back(lsh_inclusion_probability(cosv, lay_.bits, lay_.tables, req.min_collisions));
+    }
+  }
+  json describe() const override { return {{"bits", lay_.bits}, {"tables", lay_.tables}}; }
+  int64_t resident_bytes() const override {
+    return vector_bytes(t_.mu) + vector_bytes(t_.w) + vector_bytes(t_.offsets) + vector_bytes(t_.ids);
+  }
+
+ private:
+  LshLayout lay_;
+  IndexedRows rows_;
+  int64_t n_ = 0;
+  LshTables t_;
+};
+
+void validate_lsh(const ArtifactReader& r) {
+  validate_part_list(r);
+  LshLayout lay = LshLayout::of(r);
+  IndexedRows rows = IndexedRows::of(r);
+  const uint64_t seed = r.manifest()["params"]["seed"];
+  size_t sections = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    int64_t layer = pm["layer"], head = pm["kv_head"];
+    KVT_CHECK(pm.contains("indexed_rows") && pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
+              "lsh part (" << layer << ", " << head << ") does not index the " << rows.count() << " rows of its coverage");
+    const int64_t n = rows.count();
+    if (n == 0) continue;
+    sections += 4;
+    LshTables t = LshTables::load(r, layer, head, lay, n);
+    KVT_CHECK(r.find("lsh_ids", layer, head)->dtype == id_dtype(rows.coverage_end), SHAPE_MISMATCH,
+              "lsh ids of part (" << layer << ", " << head << ") should be " << id_dtype(rows.coverage_end));
+    for (float x : t.mu) KVT_CHECK(std::isfinite(x), NON_FINITE, "the key mean of part (" << layer << ", " << head << ") is not finite");
+    KVT_CHECK(t.w == lsh_projections(seed, layer, head, lay.d, lay.bits, lay.tables), PROJECTION_MISMATCH,
+              "the projections of part (" << layer << ", " << head << ") are not the ones the seed " << seed << " generates");
+    std::vector<int64_t> seen(static_cast<size_t>(n), -1);
+    for (int64_t tb = 0; tb < lay.tables; ++tb) {
+      const uint32_t* off = t.offsets.data() + tb * (lay.buckets + 1);
+      KVT_CHECK(off[0] == 0 && off[lay.buckets] == n, BUCKET_TABLE_INVALID,
+                "table " << tb << " of part (" << layer << ", " << head << "): offsets run from " << off[0] << " to "
+                         << off[lay.buckets] << ", not 0 to " << n);
+      for (int64_t b = 0; b < lay.buckets; ++b) {
+        KVT_CHECK(off[b] <= off[b + 1], BUCKET_TABLE_INVALID, "table " << tb << " offsets are not monotone at bucket " << b);
+        for (uint32_t i = off[b]; i < off[b + 1]; ++i) {
+          int64_t id = t.ids[tb * n + i];
+          KVT_CHECK(id >= rows.begin() && id < rows.end(), BUCKET_TABLE_INVALID,
+                    "table " << tb << " holds row " << id << " outside the indexed rows");
+          KVT_CHECK(seen[id - rows.begin()] != tb, BUCKET_TABLE_INVALID, "table " << tb << " holds row " << id << " twice");
+          KVT_CHECK(i == off[b] || t.ids[tb * n + i] > t.ids[tb * n + i - 1], BUCKET_TABLE_INVALID,
+                    "bucket " << b << " of table " << tb << " is not sorted by id");
+          seen[id - rows.begin()] = tb;
+        }
+      }
+    }
+  }
+  KVT_CHECK(sections == r.sections().size(), PART_INVALID, "the artifact has sections that belong to no lsh part");
+}
+
+json summarize_lsh(const ArtifactReader& r) {
+  uint64_t raw = 0, stored = 0;
+  for (const auto& s : r.sections())
+    if (s.name == "lsh_offsets" || s.name == "lsh_ids") raw += s.raw_size, stored += s.stored_size;
+  double empty = 0;
+  int64_t max_bucket = 0, parts = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    if (!pm.contains("bucket_empty_fraction")) continue;
+    empty += pm["bucket_empty_fraction"].get<double>();
+    max_bucket = std::max<int64_t>(max_bucket, pm["bucket_max"]);
+    ++parts;
+  }
+  return {{"table_bytes_raw", raw}, {"table_bytes_stored", stored},
+          {"bucket_empty_fraction_mean", parts ? empty / parts : 0.0}, {"bucket_max", max_bucket}};
+}
+
+}  // namespace
+
+std::vector<float> lsh_projections(uint64_t seed, int64_t layer, int64_t kv_head, int64_t d, int64_t bits, int64_t tables) {
+  SplitMix64 g(part_seed(seed, static_cast<uint64_t>(layer), static_cast<uint64_t>(kv_head), kProjectionStream));
+  std::vector<float> w(static_cast<size_t>(d * bits * tables));
+  for (auto& x : w) x = static_cast<float>(g.normal());
+  return w;
+}
+
+double lsh_inclusion_probability(double cosine, int64_t bits, int64_t tables, int64_t c) {
+  double cs = std::max(-1.0, std::min(1.0, cosine));
+  double p = 1.0 - std::acos(cs) / M_PI;
+  double P = std::pow(p, static_cast<double>(bits));
+  const double L = static_cast<double>(tables);
+  if (P <= 0) return 0.0;
+  if (P >= 1) return 1.0;
+  if (c == 2) return 1.0 - std::pow(1.0 - P, L - 1) * (1.0 + (L - 1) * P);
+  // 1 - sum_{j < c} C(L, j) P^j (1-P)^(L-j), each term in log space.
+  double below = 0, lp = std::log(P), lq = std::log1p(-P);
+  for (int64_t j = 0; j < c; ++j)
+    below += std::exp(std::lgamma(L + 1) - std::lgamma(j + 1.0) - std::lgamma(L - j + 1) + j * lp + (L - j) * lq);
+  return std::max(0.0, 1.0 - below);
+}
+
+KindInfo kinds::lsh_kind() {
+  return {"lsh", "MagicPIG SimHash tables", validate_lsh,
+          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+            return std::make_unique<LshSelector>(r, layer, head);
+          },
+          summarize_lsh};
+}
+
+}  // namespace kvtool

@@ -1,0 +1,133 @@
+// kind "pq", runtime half: structural validation, the part selector (LUT scoring, top-k) and its
+// device path, and the kind's registration (formats/kinds-v1.md, "pq").
+#include <cmath>
+#include <cstring>
+
+#include "kvtool/artifact.h"
+#include "kvtool/device.h"
+#include "kvtool/error.h"
+#include "kvtool/kinds.h"
+#include "kvtool/scoring.h"
+#include "pq/pq_internal.h"
+
+namespace kvtool {
+
+namespace {
+
+using pq::code_dtype;
+using pq::PqLayout;
+
+class PqSelector : public PartSelector {
+ public:
+  PqSelector(const ArtifactReader& r, int64_t layer, int64_t head) : lay_(PqLayout::of(r)), rows_(IndexedRows::of(r)) {
+    const json& pm = part_meta(r, layer, head);
+    dense_ = pm.value("dense", false);
+    n_ = pm["indexed_rows"];
+    if (dense_) return;
+    auto c = r.read_section(*r.find("pq_centroids", layer, head));
+    centroids_.resize(c.size() / 4);
+    std::memcpy(centroids_.data(), c.data(), c.size());
+    auto codes = r.read_section(*r.find("pq_codes", layer, head));
+    codes_.resize(static_cast<size_t>(n_ * lay_.m));
+    if (lay_.bits <= 8)
+      for (size_t i = 0; i < codes_.size(); ++i) codes_[i] = codes[i];
+    else
+      std::memcpy(codes_.data(), codes.data(), codes.size());
+  }
+  int64_t indexed_rows() const override { return n_; }
+  void select(const SelectRequest& req, Selection& out) const override {
+    const float* q = req.q;
+    const int64_t budget = req.budget;
+    std::vector<int64_t>& ids = out.ids;
+    std::vector<float>& scores = out.scores;
+    const int64_t base = rows_.begin();
+    if (dense_) {
+      for (int64_t i = 0; i < n_; ++i) {
+        ids.push_back(base + i);
+        scores.push_back(0.f);
+      }
+      return;
+    }
+    // Lookup table [m, 2^b] of q_sub · centroid (inner product, as the reference scores).
+    std::vector<float> lut(static_cast<size_t>(lay_.m * lay_.k));
+    scoring::pq_lut(q, centroids_.data(), lay_.m, lay_.k, lay_.dsub, lut.data());
+    std::vector<float> score(static_cast<size_t>(n_));
+    scoring::pq_scores_u16(lut.data(), codes_.data(), n_, lay_.m, lay_.k, score.data());
+    for (int64_t i : scoring::top_k(score.data(), n_, budget)) {
+      ids.push_back(base + i);
+      scores.push_back(score[i]);
+    }
+  }
+  bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
+    const DeviceSection* c = dp.find("pq_centroids");
+    const DeviceSection* k = dp.find("pq_codes");
+    if (dense_ || !c || !k) return false;
+    PqDevicePart p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
+    std::vector<int64_t> ids;
+    dp.dev->pq_top_k(p, req.q, req.budget, ids, out.scores);
+    for (int64_t i : ids) out.ids.push_back(rows_.begin() + i);
+    return true;
+  }
+  json describe() const override { return {{"dense", dense_}}; }
+  int64_t resident_bytes() const override { return vector_bytes(centroids_) + vector_bytes(codes_); }
+
+ private:
+  PqLayout lay_;
+  IndexedRows rows_;
+  bool dense_ = false;
+  int64_t n_ = 0;
+  std::vector<float> centroids_;
+  std::vector<uint16_t> codes_;
+};
+
+void validate_pq(const ArtifactReader& r) {
+  validate_part_list(r);
+  PqLayout lay = PqLayout::of(r);
+  IndexedRows rows = IndexedRows::of(r);
+  size_t sections_seen = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    int64_t layer = pm["layer"], head = pm["kv_head"];
+    KVT_CHECK(pm.contains("dense") && pm["dense"].is_boolean() && pm.contains("indexed_rows") && pm["indexed_rows"].is_number_unsigned(),
+              PART_INVALID, "pq part (" << layer << ", " << head << ") lacks dense/indexed_rows");
+    int64_t n = pm["indexed_rows"];
+    KVT_CHECK(n == rows.count(), PART_INVALID,
+              "pq part (" << layer << ", " << head << ") indexes " << n << " rows but the coverage has " << rows.count());
+    const SectionEntry* c = r.find("pq_centroids", layer, head);
+    const SectionEntry* k = r.find("pq_codes", layer, head);
+    if (pm["dense"].get<bool>()) {
+      KVT_CHECK(!c && !k, PART_INVALID, "dense pq part (" << layer << ", " << head << ") must have no codebook");
+      continue;
+    }
+    KVT_CHECK(c && k, PART_INVALID, "pq part (" << layer << ", " << head << ") lacks its centroids or codes");
+    sections_seen += 2;
+    KVT_CHECK(c->dtype == "f32" && c->shape == std::vector<int64_t>({lay.m, lay.k, lay.dsub}), SHAPE_MISMATCH,
+              "pq_centroids of (" << layer << ", " << head << ") must be f32 [" << lay.m << ", " << lay.k << ", " << lay.dsub << "]");
+    KVT_CHECK(k->dtype == code_dtype(lay.bits) && k->shape == std::vector<int64_t>({n, lay.m}), SHAPE_MISMATCH,
+              "pq_codes of (" << layer << ", " << head << ") must be " << code_dtype(lay.bits) << " [" << n << ", " << lay.m << "]");
+    auto cb = r.read_section(*c);
+    for (size_t i = 0; i < cb.size(); i += 4) {
+      float x;
+      std::memcpy(&x, cb.data() + i, 4);
+      KVT_CHECK(std::isfinite(x), NON_FINITE, "pq_centroids of (" << layer << ", " << head << ") hold NaN/Inf");
+    }
+    auto kb = r.read_section(*k);
+    for (int64_t i = 0; i < n * lay.m; ++i) {
+      int64_t code = lay.bits <= 8 ? kb[i] : (kb[2 * i] | (kb[2 * i + 1] << 8));
+      KVT_CHECK(code < lay.k, CODE_OUT_OF_RANGE,
+                "pq code " << code << " of row " << rows.begin() + i / lay.m << " in part (" << layer << ", " << head
+                           << ") is not below 2^" << lay.bits);
+    }
+  }
+  KVT_CHECK(sections_seen == r.sections().size(), PART_INVALID, "the artifact has sections that belong to no pq part");
+}
+
+}  // namespace
+
+KindInfo kinds::pq_kind() {
+  return {"pq", "PQCache product quantization of keys", validate_pq,
+          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+            return std::make_unique<PqSelector>(r, layer, head);
+          }};
+}
+
+}  // namespace kvtool

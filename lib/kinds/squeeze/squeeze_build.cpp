@@ -1,0 +1,179 @@
+// kind "squeeze", offline half: the fine level (cosine k-means), the coarse level (L2 k-means of the
+// fine centroids, FAISS) and the observation-window calibration (formats/kinds-v1.md, "squeeze").
+#include "squeeze/squeeze.h"
+
+#include <faiss/Clustering.h>
+#include <faiss/IndexFlat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/cluster_build.h"
+#include "kvtool/artifact.h"
+#include "kvtool/dump.h"
+#include "kvtool/error.h"
+#include "kvtool/sha256.h"
+#include "squeeze/squeeze_internal.h"
+
+namespace kvtool {
+
+using squeeze::cluster_scores;
+
+std::vector<double> parse_quantiles(const std::string& s) {
+  std::vector<double> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t pos = 0;
+      double v = std::stod(item, &pos);
+      KVT_CHECK(pos == item.size() && v > 0 && v < 1, USAGE, "bad quantile");
+      out.push_back(v);
+    } catch (...) {
+      KVT_THROW(USAGE, "--quantiles '" << s << "' must be comma-separated numbers in (0, 1)");
+    }
+  }
+  KVT_CHECK(!out.empty(), USAGE, "--quantiles is empty");
+  return out;
+}
+
+SqueezeBuilder::SqueezeBuilder(SqueezeParams p) : p_(std::move(p)) {
+  if (p_.calibration_path.empty()) return;
+  std::ifstream f(p_.calibration_path, std::ios::binary);
+  KVT_CHECK(f.good(), IO_ERROR, "cannot open calibration queries '" << p_.calibration_path << "'");
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  KVT_CHECK(!data.empty() && data.size() % 4 == 0, SHAPE_MISMATCH,
+            "'" << p_.calibration_path << "' is not a float32 array (" << data.size() << " bytes)");
+  calibration_.resize(data.size() / 4);
+  std::memcpy(calibration_.data(), data.data(), data.size());
+  for (float x : calibration_)
+    KVT_CHECK(std::isfinite(x), NON_FINITE, "the calibration queries hold NaN/Inf");
+  calibration_sha256_ = to_hex(sha256(data));
+}
+
+json SqueezeBuilder::params() const {
+  return {{"percent_clusters", p_.percent_clusters}, {"coarse_percent", p_.coarse_percent},
+          {"observation_window", p_.observation_window}, {"quantiles", p_.quantiles}, {"iters", p_.iters},
+          {"coarse_factor", p_.coarse_factor}, {"assignment", "cosine"}, {"centroid", "raw-mean"},
+          {"calibration", calibration_.empty() ? "dump /kv/q in the observation window" : "file"},
+          {"calibration_sha256", calibration_sha256_}};
+}
+
+void SqueezeBuilder::check(int64_t) const {
+  KVT_CHECK(p_.percent_clusters > 0 && p_.percent_clusters <= 100, USAGE, "--percent-clusters must be in (0, 100]");
+  KVT_CHECK(p_.coarse_percent > 0 && p_.coarse_percent <= 100, USAGE, "--coarse-percent must be in (0, 100]");
+  KVT_CHECK(p_.observation_window >= 1, USAGE, "--observation-window must be >= 1");
+  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "--iters must be in 1..10000");
+  KVT_CHECK(p_.coarse_factor >= 0 && p_.coarse_factor <= 1, USAGE, "--coarse-factor must be in [0, 1]");
+  KVT_CHECK(!p_.quantiles.empty(), USAGE, "no quantiles");
+}
+
+PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
+  const int64_t d = in.head_dim, rb = in.row_begin(), n = in.row_end() - rb;
+  PartOutput out;
+  out.meta = {{"indexed_rows", n}};
+  if (n == 0) return out;
+  // Fine level: cosine k-means, stored centroid = mean of the raw keys of each final cluster.
+  const int64_t kf = std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::floor(p_.percent_clusters / 100.0 * n))));
+  ClusterSet fine;
+  fine.d = d;
+  add_clusters(fine, in.keys + rb * d, rb, n, kf, p_.iters, in.seed, CentroidRule::raw_mean);
+  std::vector<uint32_t> labels(static_cast<size_t>(n));
+  for (int64_t c = 0; c < fine.clusters(); ++c)
+    for (uint32_t i = fine.prefix[c] - fine.sizes[c]; i < fine.prefix[c]; ++i) labels[fine.members[i] - rb] = static_cast<uint32_t>(c);
+  // Coarse level: L2 k-means of the fine centroids (unweighted); every fine centroid gets a parent.
+  const int64_t kc = std::max<int64_t>(1, std::min<int64_t>(kf, std::llround(p_.coarse_percent / 100.0 * kf)));
+  std::vector<float> coarse(static_cast<size_t>(kc * d));
+  std::vector<uint32_t> parent(static_cast<size_t>(kf), 0);
+  {
+    faiss::ClusteringParameters cp;
+    cp.niter = static_cast<int>(p_.iters);
+    cp.seed = static_cast<int>((in.seed ^ 0x5bd1e995u) & 0x7fffffff);
+    cp.max_points_per_centroid = 1 << 30;
+    cp.min_points_per_centroid = 1;
+    cp.verbose = false;
+    faiss::Clustering clus(static_cast<int>(d), static_cast<int>(kc), cp);
+    faiss::IndexFlatL2 index(d);
+    clus.train(kf, fine.centroids.data(), index);
+    faiss::IndexFlatL2 assign(d);
+    assign.add(kc, clus.centroids.data());
+    std::vector<float> dist(static_cast<size_t>(kf));
+    std::vector<faiss::Index::idx_t> lab(static_cast<size_t>(kf));
+    assign.search(kf, fine.centroids.data(), 1, dist.data(), lab.data());
+    // Stored coarse centroid = mean of its fine centroids (a group that ends empty keeps FAISS').
+    std::vector<double> sum(static_cast<size_t>(kc * d), 0.0);
+    std::vector<int64_t> cnt(static_cast<size_t>(kc), 0);
+    for (int64_t j = 0; j < kf; ++j) {
+      parent[j] = static_cast<uint32_t>(lab[j]);
+      ++cnt[lab[j]];
+      for (int64_t t = 0; t < d; ++t) sum[lab[j] * d + t] += fine.centroids[j * d + t];
+    }
+    for (int64_t g = 0; g < kc; ++g)
+      for (int64_t t = 0; t < d; ++t)
+        coarse[g * d + t] = cnt[g] ? static_cast<float>(sum[g * d + t] / cnt[g]) : clus.centroids[g * d + t];
+  }
+  // Calibration: queries of the observation window [E - window, E) of every query head mapped to
+  // this kv head; per fine cluster the mean over queries of exp(z_c) / sum_j N_j exp(z_j).
+  const DumpReader& dump = *in.dump;
+  const auto& info = dump.info();
+  std::vector<double> mean(static_cast<size_t>(kf), 0.0), sc;
+  int64_t nq = 0;
+  Sha256 cal_digest;  // digest of the calibration set this part used (float32 queries, in order)
+  auto calibrate = [&](const float* q) {
+    cal_digest.update(q, static_cast<size_t>(d) * sizeof(float));
+    cluster_scores(q, fine.centroids, fine.sizes, d, sc);
+    for (int64_t c = 0; c < kf; ++c) mean[c] += sc[c];
+    ++nq;
+  };
+  if (!calibration_.empty()) {
+    const int64_t per = info.geo.layers * info.geo.q_heads * d;
+    KVT_CHECK(static_cast<int64_t>(calibration_.size()) % per == 0, SHAPE_MISMATCH,
+              "--calibration-queries holds " << calibration_.size() << " floats, not a multiple of L x H_q x d = " << per);
+    const int64_t N = static_cast<int64_t>(calibration_.size()) / per;
+    for (int64_t h = 0; h < info.geo.q_heads; ++h)
+      if (info.id.q_to_kv_head[static_cast<size_t>(h)] == in.kv_head)
+        for (int64_t j = 0; j < N; ++j) calibrate(calibration_.data() + ((in.layer * info.geo.q_heads + h) * N + j) * d);
+  } else {
+    // Queries of the observation window [E - window, E) of every query head mapped to this kv head.
+    KVT_CHECK(info.has_q, NO_QUERIES, "squeeze calibration needs /kv/q queries (dump with --queries) or --calibration-queries");
+    std::vector<int64_t> qpos = dump.q_positions();
+    const int64_t w0 = std::max<int64_t>(0, in.coverage_end - p_.observation_window);
+    std::vector<size_t> qsel;
+    for (size_t j = 0; j < qpos.size(); ++j)
+      if (qpos[j] >= w0 && qpos[j] < in.coverage_end) qsel.push_back(j);
+    KVT_CHECK(!qsel.empty(), NO_QUERIES,
+              "the dump has no queries in the observation window [" << w0 << ", " << in.coverage_end << ")");
+    std::vector<float> Q(static_cast<size_t>(info.geo.q_tokens * d));
+    for (int64_t h = 0; h < info.geo.q_heads; ++h) {
+      if (info.id.q_to_kv_head[static_cast<size_t>(h)] != in.kv_head) continue;
+      dump.read_q(in.layer, h, Q.data());
+      for (size_t j : qsel) calibrate(Q.data() + static_cast<int64_t>(j) * d);
+    }
+  }
+  out.meta["calibration_sha256"] = to_hex(cal_digest.finish());
+  json scores = json::array(), weights = json::array();
+  for (int64_t c = 0; c < kf; ++c) {
+    scores.push_back(static_cast<double>(static_cast<float>(mean[c] / static_cast<double>(nq))));
+    weights.push_back(fine.sizes[c]);
+  }
+  out.meta["fine_clusters"] = kf;
+  out.meta["coarse_groups"] = kc;
+  out.meta["calibration_queries"] = nq;
+  out.meta["calibration_scores"] = scores;
+  out.meta["calibration_weights"] = weights;
+  cluster_sections(fine, out.sections, "sq_fine");
+  auto bytes = [](const void* p, size_t nb) {
+    std::vector<uint8_t> b(nb);
+    if (nb) std::memcpy(b.data(), p, nb);
+    return b;
+  };
+  out.sections.push_back({"sq_labels", "u32", {n}, bytes(labels.data(), labels.size() * 4)});
+  out.sections.push_back({"sq_coarse_centroids", "f32", {kc, d}, bytes(coarse.data(), coarse.size() * 4)});
+  out.sections.push_back({"sq_parent", "u32", {kf}, bytes(parent.data(), parent.size() * 4)});
+  return out;
+}
+
+}  // namespace kvtool

@@ -1,0 +1,156 @@
+// Small HDF5 C-API helpers shared by the dump reader/writer and the artifact exporter.
+#pragma once
+#include <hdf5.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+#include <cstring>
+
+#include "kvtool/error.h"
+
+namespace kvtool::h5 {
+
+// The HDF5 library build in Debian is not thread-safe; every call goes through this lock.
+inline std::recursive_mutex& h5_mutex() {
+  static std::recursive_mutex mu;
+  return mu;
+}
+
+struct H5Silence {
+  H5Silence() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+inline void silence_h5() { static H5Silence s; }
+
+// RAII for hid_t handles.
+struct Hid {
+  hid_t id = -1;
+  herr_t (*closer)(hid_t) = nullptr;
+  Hid() = default;
+  Hid(hid_t i, herr_t (*c)(hid_t)) : id(i), closer(c) {}
+  Hid(Hid&& o) noexcept : id(o.id), closer(o.closer) { o.id = -1; }
+  Hid& operator=(Hid&& o) noexcept {
+    reset();
+    id = o.id;
+    closer = o.closer;
+    o.id = -1;
+    return *this;
+  }
+  ~Hid() { reset(); }
+  void reset() {
+    if (id >= 0 && closer) closer(id);
+    id = -1;
+  }
+  operator hid_t() const { return id; }
+  bool ok() const { return id >= 0; }
+};
+
+inline hid_t f16_type() {
+  static hid_t t = [] {
+    hid_t x = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(x, 15, 10, 5, 0, 10);
+    H5Tset_size(x, 2);
+    H5Tset_ebias(x, 15);
+    H5Tset_precision(x, 16);
+    return x;
+  }();
+  return t;
+}
+
+inline bool has_attr(hid_t loc, const char* name) { return H5Aexists(loc, name) > 0; }
+
+inline std::string read_str_attr(hid_t loc, const char* name, bool required, const std::string& where) {
+  if (!has_attr(loc, name)) {
+    KVT_CHECK(!required, MISSING_ATTRIBUTE, where << " has no attribute '" << name << "'");
+    return {};
+  }
+  Hid a(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
+  KVT_CHECK(a.ok(), HDF5_ERROR, "cannot open attribute '" << name << "'");
+  Hid ft(H5Aget_type(a), H5Tclose);
+  KVT_CHECK(H5Tget_class(ft) == H5T_STRING, MISSING_ATTRIBUTE,
+            "attribute '" << name << "' of " << where << " must be a string");
+  Hid sp(H5Aget_space(a), H5Sclose);
+  KVT_CHECK(H5Sget_simple_extent_npoints(sp) == 1, BAD_ATTRIBUTE,
+            "attribute '" << name << "' must be a single string");
+  if (H5Tis_variable_str(ft) > 0) {
+    Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5Tget_cset(ft));
+    char* s = nullptr;
+    KVT_CHECK(H5Aread(a, mt, &s) >= 0, HDF5_ERROR, "cannot read attribute '" << name << "'");
+    std::string out = s ? s : "";
+    if (s) H5free_memory(s);
+    return out;
+  }
+  size_t n = H5Tget_size(ft);
+  KVT_CHECK(n < (1u << 24), BAD_ATTRIBUTE, "attribute '" << name << "' is implausibly large");
+  std::string buf(n + 1, '\0');
+  Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(mt, n + 1);
+  KVT_CHECK(H5Aread(a, mt, buf.data()) >= 0, HDF5_ERROR, "cannot read attribute '" << name << "'");
+  buf.resize(std::strlen(buf.c_str()));
+  return buf;
+}
+
+inline std::vector<int64_t> read_int_attr(hid_t loc, const char* name, bool required, const std::string& where) {
+  if (!has_attr(loc, name)) {
+    KVT_CHECK(!required, MISSING_ATTRIBUTE, where << " has no attribute '" << name << "'");
+    return {};
+  }
+  Hid a(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
+  KVT_CHECK(a.ok(), HDF5_ERROR, "cannot open attribute '" << name << "'");
+  Hid ft(H5Aget_type(a), H5Tclose);
+  KVT_CHECK(H5Tget_class(ft) == H5T_INTEGER, MISSING_ATTRIBUTE,
+            "attribute '" << name << "' of " << where << " must be an integer");
+  Hid sp(H5Aget_space(a), H5Sclose);
+  hssize_t n = H5Sget_simple_extent_npoints(sp);
+  KVT_CHECK(n >= 0 && n < (1 << 20), BAD_ATTRIBUTE, "attribute '" << name << "' has a bad size");
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  if (n > 0)
+    KVT_CHECK(H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0, HDF5_ERROR,
+              "cannot read attribute '" << name << "'");
+  return v;
+}
+
+inline int64_t read_int_scalar(hid_t loc, const char* name, bool required, int64_t dflt) {
+  auto v = read_int_attr(loc, name, required, "the dump root");
+  if (v.empty()) return dflt;
+  KVT_CHECK(v.size() == 1, BAD_ATTRIBUTE, "attribute '" << name << "' must be a single integer");
+  return v[0];
+}
+
+inline void write_str_attr(hid_t loc, const char* name, const std::string& value) {
+  Hid t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  Hid sp(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid a(H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const char* p = value.c_str();
+  KVT_CHECK(a.ok() && H5Awrite(a, t, &p) >= 0, IO_ERROR, "cannot write attribute '" << name << "'");
+}
+
+inline void write_i64_attr(hid_t loc, const char* name, int64_t v) {
+  Hid sp(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid a(H5Acreate2(loc, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  KVT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0, IO_ERROR,
+            "cannot write attribute '" << name << "'");
+}
+
+inline void write_i32_array_attr(hid_t loc, const char* name, const std::vector<int32_t>& v) {
+  hsize_t n = v.size();
+  Hid sp(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Hid a(H5Acreate2(loc, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  KVT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_INT32, v.data()) >= 0, IO_ERROR,
+            "cannot write attribute '" << name << "'");
+}
+
+inline std::vector<hsize_t> dims_of(hid_t ds) {
+  Hid sp(H5Dget_space(ds), H5Sclose);
+  int r = H5Sget_simple_extent_ndims(sp);
+  std::vector<hsize_t> d(r > 0 ? r : 0);
+  if (r > 0) H5Sget_simple_extent_dims(sp, d.data(), nullptr);
+  return d;
+}
+
+
+}  // namespace kvtool::h5

@@ -1,0 +1,130 @@
+#include "kvtool/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "impl/stats.h"
+#include "kvtool/artifact.h"
+#include "kvtool/dump.h"
+#include "kvtool/error.h"
+#include "kvtool/kinds.h"
+#include "kvtool/source_binding.h"
+
+namespace kvtool {
+
+int64_t parse_bytes(const std::string& s) {
+  size_t pos = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+  }
+  std::string unit = s.substr(std::min(pos, s.size()));
+  for (const char* tail : {"iB", "B"})
+    if (unit.size() >= std::char_traits<char>::length(tail) && unit.ends_with(tail)) {
+      unit.resize(unit.size() - std::char_traits<char>::length(tail));
+      break;
+    }
+  static const std::map<std::string, double> mult{{"", 1}, {"K", 1024.0}, {"M", 1024.0 * 1024}, {"G", 1024.0 * 1024 * 1024},
+                                                  {"T", 1024.0 * 1024 * 1024 * 1024}};
+  auto it = mult.find(unit);
+  KVT_CHECK(pos > 0 && v >= 0 && std::isfinite(v) && it != mult.end() && v * it->second < 9.2e18, USAGE,
+            "'" << s << "' is not a byte size (examples: 4096, 512M, 8G)");
+  return static_cast<int64_t>(v * it->second);
+}
+
+using Clock = std::chrono::steady_clock;
+
+json load_artifacts(const LoadOptions& opt) {
+  std::vector<std::pair<std::string, std::string>> items;  // (pool key, path)
+  for (const auto& a : opt.artifacts) items.emplace_back(a, a);
+  if (!opt.store_dir.empty()) {
+    json got = Store(opt.store_dir).get(opt.store_key);
+    items.emplace_back("store:" + opt.store_key.tenant + "/" + opt.store_key.kind + "/" + opt.store_key.prefix_hash,
+                       got["path"].get<std::string>());
+  }
+  KVT_CHECK(!items.empty(), USAGE, "give at least one artifact or --store with a key");
+  std::unique_ptr<DumpReader> dump;
+  if (!opt.source.empty()) dump = std::make_unique<DumpReader>(opt.source);
+
+  Pool pool(opt.pool);
+  json receipts = json::array();
+  int64_t file_bytes = 0;
+  double publish_s = 0;
+  for (const auto& [key, path] : items) {
+    PublishRequest req;
+    req.key = key;
+    req.artifact = path;
+    req.trust = opt.trust;
+    req.device = pool.device_available();
+    req.tenant = opt.tenant;
+    if (dump) {
+      ArtifactReader r(path);
+      check_source(r.source(), *dump, false);  // this dump is the artifact's source (STALE_SOURCE, ...)
+      req.expected_content_digest = r.source().content_digest;
+      if (req.tenant.empty()) req.tenant = dump->info().id.tenant_namespace;
+    }
+    auto t0 = Clock::now();
+    PublishReceipt rc = pool.publish(req);
+    publish_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    file_bytes += static_cast<int64_t>(pool.acquire(key).artifact().file_size());
+    json j = rc.to_json();
+    j["artifact"] = path;
+    receipts.push_back(j);
+  }
+
+  json queries = {{"count", 0}, {"mismatches", 0}, {"host", 0}, {"device", 0}};
+  std::vector<double> lat;
+  if (dump && dump->info().has_q) {
+    const auto& geo = dump->info().geo;
+    const std::vector<int64_t> qpos = dump->q_positions();
+    std::vector<float> qs(static_cast<size_t>(geo.q_tokens * geo.head_dim)), keys;
+    int64_t count = 0, mismatches = 0, host = 0, device = 0;
+    for (const auto& [key, path] : items) {
+      Lease lease = pool.acquire(key);
+      ArtifactReader file(path);
+      const KindInfo* kind = find_kind(file.kind());
+      if (!kind || !kind->load) continue;  // published as bytes only (container-test): nothing to ask
+      SelectorSet direct(file);
+      const int64_t cov = file.source().coverage_end;
+      for (int64_t l = 0; l < geo.layers; ++l)
+        for (int64_t h = 0; h < geo.q_heads; ++h) {
+          dump->read_q(l, h, qs.data());
+          KeyRows kr;
+          if (direct.needs_keys()) {
+            keys.resize(static_cast<size_t>(cov * geo.head_dim));
+            dump->read_k(l, file.source().id.q_to_kv_head[static_cast<size_t>(h)], 0, cov, keys.data());
+            kr = KeyRows{keys.data(), cov, geo.head_dim};
+          }
+          const KeyRows* kp = direct.needs_keys() ? &kr : nullptr;
+          for (int64_t i = 0; i < geo.q_tokens; ++i) {
+            const int64_t pos = qpos[static_cast<size_t>(i)];
+            if (pos < cov - 1) continue;
+            const float* q = qs.data() + i * geo.head_dim;
+            auto t0 = Clock::now();
+            CandidateReceipt p = lease.query(l, h, q, pos, opt.budget, opt.min_collisions, kp);
+            lat.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+            CandidateReceipt f = direct.query(l, h, q, pos, opt.budget, opt.min_collisions, kp);
+            ++count;
+            (p.tier == "device" ? device : host)++;
+            if (p.candidates != f.candidates) ++mismatches;
+          }
+        }
+    }
+    KVT_CHECK(mismatches == 0, INTERNAL,
+              mismatches << " of " << count << " pool answers differ from the artifact file's; please report this");
+    queries = {{"count", count}, {"mismatches", mismatches}, {"host", host}, {"device", device},
+               {"latency_us", {{"p50", nearest_rank(lat, 0.5) * 1e6}, {"p99", nearest_rank(lat, 0.99) * 1e6}}}};
+  }
+  PoolStats s = pool.stats();
+  return {{"schema_version", kJsonSchemaVersion},
+          {"device", opt.pool.device ? json(opt.pool.device->name()) : json(nullptr)},
+          {"receipts", receipts},
+          {"tiers", s.to_json()},
+          {"publish", {{"bytes", file_bytes}, {"seconds", publish_s}, {"mb_per_s", publish_s > 0 ? file_bytes / publish_s / 1e6 : 0.0}}},
+          {"queries", queries}};
+}
+
+}  // namespace kvtool

@@ -1,0 +1,253 @@
+#include "kvtool/producers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <thread>
+
+#include "kvtool/error.h"
+#include "kvtool/json.h"
+#include "kvtool/progress.h"
+#include "kvtool/prng.h"
+#include "kvtool/sha256.h"
+
+namespace kvtool {
+
+namespace {
+
+DumpIdentity base_identity(const IdentityOptions& o) {
+  DumpIdentity id;
+  id.tenant_namespace = o.tenant_namespace;
+  id.checkpoint_generation = o.checkpoint_generation;
+  id.namespace_generation = o.namespace_generation;
+  id.request_generation = o.request_generation;
+  id.cache_generation = o.cache_generation;
+  id.publication_generation = o.publication_generation;
+  id.adapter_set_sha256 = empty_adapter_set_digest();
+  id.position_contract = "post-rope-absolute-v1";
+  return id;
+}
+
+std::string representation_for(DType t) {
+  return std::string("full-kv-") + (t == DType::f32 ? "fp32" : t == DType::f16 ? "fp16" : "bf16") + "-post-rope-v1";
+}
+
+void check_frontier(const IdentityOptions& o, int64_t T) {
+  KVT_CHECK(o.frontier >= -1 && o.frontier <= T, USAGE, "--frontier " << o.frontier << " is outside [0, " << T << "]");
+}
+
+// Interleaved-pair RoPE at one position over a [d] vector (same convention as llama2.c).
+void apply_rope(float* v, int64_t d, int64_t pos, double theta) {
+  for (int64_t i = 0; i < d; i += 2) {
+    double freq = 1.0 / std::pow(theta, static_cast<double>(i) / static_cast<double>(d));
+    double a = static_cast<double>(pos) * freq;
+    double c = std::cos(a), s = std::sin(a);
+    double x = v[i], y = v[i + 1];
+    v[i] = static_cast<float>(x * c - y * s);
+    v[i + 1] = static_cast<float>(x * s + y * c);
+  }
+}
+
+}  // namespace
+
+std::string llama_rope_config(int64_t head_dim, double theta) {
+  return canonical_json(json{{"theta", theta}, {"scaling", "none"}, {"pairing", "interleaved"}, {"head_dim", head_dim}});
+}
+
+ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const IdentityOptions& ident,
+                             const std::string& out_path, bool overwrite) {
+  Llama2cModel model(opt.model_path);
+  const auto& c = model.config();
+  KVT_CHECK(opt.tokens >= 1, USAGE, "--tokens must be at least 1");
+  KVT_CHECK(opt.tokens <= c.seq_len, USAGE,
+            "--tokens " << opt.tokens << " exceeds the model's context length " << c.seq_len);
+  check_frontier(ident, opt.tokens);
+  std::unique_ptr<Llama2cTokenizer> tok;
+  if (!opt.tokenizer_path.empty()) tok = std::make_unique<Llama2cTokenizer>(opt.tokenizer_path, c.vocab_size);
+  KVT_CHECK(opt.prompt.empty() || tok, USAGE, "--prompt needs --tokenizer");
+  std::vector<int32_t> forced = tok ? tok->encode(opt.prompt, true) : std::vector<int32_t>{1};
+  const int64_t T = opt.tokens, L = c.n_layers, H = c.n_kv_heads, Hq = c.n_heads, d = c.head_dim();
+  if (static_cast<int64_t>(forced.size()) > T) forced.resize(static_cast<size_t>(T));  // a longer prompt is cut
+
+  // Per (layer, head) slices, [T, d] each.
+  std::vector<float> K(static_cast<size_t>(L * H * T * d)), V(K.size());
+  std::vector<float> Q(opt.queries ? static_cast<size_t>(L * Hq * T * d) : 0);
+  ModelDumpResult res;
+  std::vector<float> q, k, v, logits;
+  int32_t token = forced[0];
+  for (int64_t pos = 0; pos < T; ++pos) {
+    res.tokens.push_back(token);
+    model.forward(token, static_cast<int32_t>(pos), q, k, v, logits);
+    for (int64_t l = 0; l < L; ++l) {
+      for (int64_t h = 0; h < H; ++h) {
+        size_t dst = static_cast<size_t>(((l * H + h) * T + pos) * d);
+        size_t src = static_cast<size_t>(l * H * d + h * d);
+        std::copy_n(k.begin() + src, d, K.begin() + dst);
+        std::copy_n(v.begin() + src, d, V.begin() + dst);
+      }
+      if (opt.queries)
+        for (int64_t h = 0; h < Hq; ++h)
+          std::copy_n(q.begin() + l * Hq * d + h * d, d, Q.begin() + ((l * Hq + h) * T + pos) * d);
+    }
+    int32_t next;
+    if (pos + 1 < static_cast<int64_t>(forced.size())) {
+      next = forced[pos + 1];
+    } else {
+      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    if (tok && pos > 0) res.text += tok->decode(res.tokens[pos - 1], token);
+    token = next;
+  }
+
+  DumpSpec spec;
+  spec.id = base_identity(ident);
+  spec.id.model_artifact_sha256 = model.sha256_hex();
+  spec.id.rope_config = llama_rope_config(d);
+  spec.id.representation = representation_for(dtype);
+  for (int64_t h = 0; h < Hq; ++h) spec.id.q_to_kv_head.push_back(static_cast<int32_t>(h / (Hq / H)));
+  spec.geo.layers = L;
+  spec.geo.kv_heads = H;
+  spec.geo.tokens = T;
+  spec.geo.head_dim = d;
+  spec.geo.q_heads = Hq;
+  spec.geo.q_tokens = opt.queries ? T : 0;
+  spec.geo.dtype = dtype;
+  spec.committed_frontier = ident.frontier;
+  spec.generator = "kvtool dump --llama2c (forward pass, greedy)";
+  DumpWriter w(out_path, spec, overwrite);
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t h = 0; h < H; ++h) {
+      size_t off = static_cast<size_t>((l * H + h) * T * d);
+      w.write_kv(l, h, K.data() + off, V.data() + off);
+    }
+  if (opt.queries) {
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t h = 0; h < Hq; ++h) w.write_q(l, h, Q.data() + static_cast<size_t>((l * Hq + h) * T * d));
+    std::vector<int64_t> qp(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) qp[i] = i;
+    w.write_q_positions(qp);
+  }
+  w.write_tokens(res.tokens);
+  w.commit();
+  return res;
+}
+
+void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::string& out_path, bool overwrite,
+                bool quiet) {
+  KVT_CHECK(o.layers >= 1 && o.kv_heads >= 1 && o.q_heads >= 1 && o.tokens >= 1 && o.head_dim >= 2,
+            USAGE, "synth geometry must be positive (head dim >= 2)");
+  KVT_CHECK(o.head_dim % 2 == 0, USAGE, "--head-dim must be even (RoPE rotates pairs)");
+  KVT_CHECK(o.q_heads % o.kv_heads == 0, USAGE, "--q-heads must be a multiple of --kv-heads");
+  KVT_CHECK(o.query_count >= 0, USAGE, "--query-count must be >= 0");
+  check_frontier(ident, o.tokens);
+  const int64_t L = o.layers, H = o.kv_heads, Hq = o.q_heads, d = o.head_dim, T = o.tokens;
+  const int64_t Tq = std::min(T, o.query_count);
+  const int64_t rank = std::min<int64_t>(8, d);
+  const double theta = 10000.0;
+
+  DumpSpec spec;
+  spec.id = base_identity(ident);
+  spec.id.model_artifact_sha256 = to_hex(sha256("kvtool.synth.v1:seed=" + std::to_string(o.seed)));
+  spec.id.rope_config = llama_rope_config(d, theta);
+  spec.id.representation = representation_for(o.dtype);
+  for (int64_t h = 0; h < Hq; ++h) spec.id.q_to_kv_head.push_back(static_cast<int32_t>(h / (Hq / H)));
+  spec.geo = {L, H, T, d, Hq, Tq, o.dtype};
+  spec.committed_frontier = ident.frontier;
+  spec.generator = "kvtool synth v1 seed=" + std::to_string(o.seed);
+  spec.synthetic = true;
+  DumpWriter w(out_path, spec, overwrite);
+
+  // Slices are independent (seeded per (layer, head)), so they are generated in parallel batches
+  // and written in order; the bytes do not depend on the thread count.
+  struct Slice {
+    std::vector<float> k, v, q;  // q: [group, Tq, d]
+  };
+  const int64_t group = Hq / H;
+  auto generate = [&](int64_t l, int64_t h, Slice& s) {
+    s.k.assign(static_cast<size_t>(T * d), 0.f);
+    s.v.assign(s.k.size(), 0.f);
+    s.q.assign(static_cast<size_t>(group * Tq * d), 0.f);
+    std::vector<float> basis(static_cast<size_t>(rank * d));
+    // Keys: a low-rank "semantic" part with slowly drifting topics, isotropic noise, two
+    // high-magnitude outlier channels in the slow (low-frequency) RoPE pairs, and a sink row.
+    SplitMix64 g(part_seed(o.seed, l, h, 1));
+    for (auto& x : basis) x = static_cast<float>(g.normal());
+    int64_t outlier = d - 2 - 2 * static_cast<int64_t>(g.below(static_cast<uint64_t>(std::max<int64_t>(1, d / 8))));
+    std::vector<double> topic(rank);
+    for (auto& t : topic) t = g.normal();
+    const double scale = 0.6 / std::sqrt(static_cast<double>(rank));
+    for (int64_t t = 0; t < T; ++t) {
+      for (auto& z : topic) z = 0.95 * z + 0.31 * g.normal();
+      float* row = s.k.data() + t * d;
+      for (int64_t i = 0; i < d; ++i) {
+        double acc = 0;
+        for (int64_t r = 0; r < rank; ++r) acc += topic[r] * basis[r * d + i];
+        row[i] = static_cast<float>(scale * acc + 0.5 * g.normal());
+      }
+      row[outlier] += static_cast<float>(6.0 + 0.5 * g.normal());
+      row[outlier + 1] += static_cast<float>(-4.0 + 0.5 * g.normal());
+      if (t == 0)
+        for (int64_t i = 0; i < d; ++i) row[i] *= 4.0f;
+      apply_rope(row, d, t, theta);
+      for (int64_t i = 0; i < d; ++i) s.v[t * d + i] = static_cast<float>(g.normal());
+    }
+    // Queries of the heads mapped to this kv head: aligned with the key basis plus noise.
+    for (int64_t j = 0; j < group; ++j) {
+      int64_t qh = h * group + j;
+      SplitMix64 gq(part_seed(o.seed, l, static_cast<uint64_t>(qh), 2));
+      std::vector<double> coef(rank);
+      for (int64_t r = 0; r < Tq; ++r) {
+        int64_t pos = T - Tq + r;
+        float* row = s.q.data() + (j * Tq + r) * d;
+        for (auto& cf : coef) cf = gq.normal();
+        for (int64_t i = 0; i < d; ++i) {
+          double acc = 0;
+          for (int64_t c = 0; c < rank; ++c) acc += coef[c] * basis[c * d + i];
+          row[i] = static_cast<float>(acc / std::sqrt(static_cast<double>(rank)) + 0.3 * gq.normal());
+        }
+        row[outlier] += 1.0f;
+        apply_rope(row, d, pos, theta);
+      }
+    }
+  };
+  const int64_t parts = L * H;
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(parts, std::thread::hardware_concurrency()));
+  std::vector<Slice> batch(static_cast<size_t>(workers));
+  Progress progress("kvtool synth", parts, quiet);
+  for (int64_t base = 0; base < parts; base += workers) {
+    int64_t n = std::min(workers, parts - base);
+    std::vector<std::thread> ts;
+    std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      ts.emplace_back([&, i] {
+        try {
+          generate((base + i) / H, (base + i) % H, batch[i]);
+        } catch (...) {
+          errs[i] = std::current_exception();
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (auto& e : errs)
+      if (e) std::rethrow_exception(e);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t l = (base + i) / H, h = (base + i) % H;
+      w.write_kv(l, h, batch[i].k.data(), batch[i].v.data());
+      for (int64_t j = 0; j < group && Tq > 0; ++j)
+        w.write_q(l, h * group + j, batch[i].q.data() + j * Tq * d);
+      progress.advance();
+    }
+  }
+  if (Tq > 0) {
+    std::vector<int64_t> qp(static_cast<size_t>(Tq));
+    for (int64_t j = 0; j < Tq; ++j) qp[j] = T - Tq + j;
+    w.write_q_positions(qp);
+  }
+  std::vector<int64_t> toks(static_cast<size_t>(T));
+  SplitMix64 gt(part_seed(o.seed, 0, 0, 3));
+  for (auto& t : toks) t = static_cast<int64_t>(gt.below(32000));
+  toks[0] = 1;
+  w.write_tokens(toks);
+  w.commit();
+}
+
+}  // namespace kvtool

@@ -1,0 +1,96 @@
+// The device tier behind the runtime pool: memory, asynchronous host-to-device copies with a
+// completion, and the device mirrors of the query arithmetic (lib/include/kvtool/scoring.h). The
+// CUDA implementation lives in cuda/ (kvtool::cuda::make_backend); tests use an emulated backend
+// whose completions they deliver by hand to inject races deterministically.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvtool {
+
+// One asynchronous copy. ready() polls, wait() blocks until the copy landed (or failed: it throws
+// Error INTERNAL after the copy's resources are safe to free).
+class Transfer {
+ public:
+  virtual ~Transfer() = default;
+  virtual bool ready() = 0;
+  virtual void wait() = 0;
+};
+
+// A PQ part resident in device memory (section images as stored, raw).
+struct PqDevicePart {
+  const void* centroids = nullptr;  // f32 [m, k, dsub]
+  const void* codes = nullptr;      // u8 or u16 [n, m]
+  int64_t m = 0, k = 0, dsub = 0, n = 0;
+  int code_bytes = 1;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual std::string name() const = 0;
+  // Page-locked host memory when the device wants it for async copies (else aligned memory).
+  virtual void* host_alloc(size_t bytes) = 0;
+  virtual void host_free(void* p) = 0;
+  // nullptr when the device cannot supply the bytes (the pool's budget is checked before).
+  virtual void* device_alloc(size_t bytes) = 0;
+  virtual void device_free(void* p) = 0;
+  virtual std::unique_ptr<Transfer> copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;  // synchronous
+  // PQ lookup-table scoring and top-k of one query on the device: the same ids and scores as
+  // scoring::pq_lut + pq_scores + top_k on the host.
+  virtual void pq_top_k(const PqDevicePart& part, const float* q, int64_t k, std::vector<int64_t>& ids,
+                        std::vector<float>& scores) = 0;
+  // scoring::dot_scores over `count` device-resident centroids [count, d] (clusterkv ranking).
+  virtual void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) = 0;
+  // scoring::dot_scores_f64 over device-resident centroids; `rows` (host array or nullptr) picks
+  // which (squeeze's coarse pass, then the fine pass over surviving children).
+  virtual void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                              const float* q, double* out) = 0;
+  // scoring::simhash_codes + collision_counts on device-resident projections [d, bits*tables],
+  // offsets [tables, 2^bits + 1] and ids [tables, n] (u16 or u32: id_bytes).
+  virtual void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
+                                  int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
+                                  uint16_t* count) = 0;
+};
+
+// Host-memory stand-in for a device, used by tests and by the pool's own checks of the device-tier
+// logic on machines without a GPU: "device" memory is ordinary memory, copies complete when
+// `deliver()` says so (or immediately with auto_complete), scoring runs lib/scoring.
+class EmulatedDevice : public DeviceBackend {
+ public:
+  explicit EmulatedDevice(bool auto_complete = true);
+  ~EmulatedDevice() override;
+  std::string name() const override { return "emulated"; }
+  void* host_alloc(size_t bytes) override;
+  void host_free(void* p) override;
+  void* device_alloc(size_t bytes) override;
+  void device_free(void* p) override;
+  std::unique_ptr<Transfer> copy_to_device(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void pq_top_k(const PqDevicePart& part, const float* q, int64_t k, std::vector<int64_t>& ids,
+                std::vector<float>& scores) override;
+  void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) override;
+  void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale, const float* q,
+                      double* out) override;
+  void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d, int64_t bits,
+                          int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes, uint16_t* count) override;
+  int64_t scoring_calls() const;  // device scoring calls so far (tests: the device path was taken)
+
+  // Test controls. Copies started while auto_complete is off wait for deliver(i) (i = start order).
+  size_t started() const;
+  void deliver(size_t i);
+  void deliver_all();
+  int64_t device_bytes_live() const;  // bytes allocated and not yet freed
+  int64_t host_bytes_live() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> st_;
+};
+
+}  // namespace kvtool

@@ -1,0 +1,151 @@
+// Runtime pool (DESIGN.md §9): signed artifacts published into host and device memory under
+// generations, leased by readers, queried per (layer, query head), retired and evicted.
+//
+// A publication is a transaction: reserve (budgets, LRU eviction of unleased generations) → copy
+// (artifact image into the host tier; raw section image into the device tier with an async copy) →
+// validate (the copied bytes: container, section digests, signature per trust policy, tenant,
+// content digest, generation; device bytes read back and compared) → publish (atomic swap of the
+// key's visible generation) → the previous generation is retired once its leases drain.
+//
+// Every copy is fenced by (slot, allocation generation, owner, transfer generation): a completion
+// that no longer matches its slot (cancelled publish, slot reused by another publish) is cleaned
+// up when it lands and never becomes visible. Thread-safe: any number of threads may publish,
+// acquire, query and retire concurrently.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtool/device.h"
+#include "kvtool/json.h"
+#include "kvtool/query.h"
+#include "kvtool/signing.h"
+#include "kvtool/store.h"
+
+namespace kvtool {
+
+struct TrustPolicy {
+  std::vector<PublicKeyRaw> trusted;  // empty: any valid signature (or none) is accepted
+  bool require_signature = false;
+};
+
+enum class Tier { host, device };
+
+struct PublishRequest {
+  std::string key;                      // pool key the generation is published under
+  std::string artifact;                 // path of a .kvi file (or empty: see store_dir)
+  std::string expected_content_digest;  // the dump range the runtime serves (empty: not checked)
+  std::string tenant;                   // must equal the artifact's source tenant (empty: not checked)
+  TrustPolicy trust;
+  bool device = false;                  // also publish into the device tier (queries are scored there)
+  std::string store_dir;                // with an empty artifact: publish what the prefix store
+  StoreKey store_key;                   // holds for store_key (tenant defaults to the key's)
+};
+
+struct PublishReceipt {
+  std::string key, kind, content_digest, manifest_sha256;
+  int64_t generation = 0;        // pool generation (increases on every publish of the pool)
+  int64_t index_generation = 0;  // the artifact's own index generation
+  int64_t host_bytes = 0, device_bytes = 0;
+  double read_s = 0, decompress_s = 0, copy_s = 0, validate_s = 0, publish_s = 0;
+  std::vector<std::string> evicted;  // keys evicted to make room
+  int64_t replaced_generation = 0;   // the generation this one replaced (0: none)
+  json to_json() const;
+};
+
+struct PoolOptions {
+  int64_t host_budget = int64_t{4} << 30;
+  int64_t device_budget = 0;
+  std::shared_ptr<DeviceBackend> device;  // nullptr: host tier only
+};
+
+struct PoolStats {
+  int64_t host_used = 0, host_budget = 0, device_used = 0, device_budget = 0;
+  int64_t published = 0, retiring = 0, in_flight = 0, orphaned_transfers = 0;
+  json to_json() const;
+};
+
+class Pool;
+struct Generation;
+
+// A reader's pin on one published generation: while any lease exists the generation is neither
+// freed nor evicted. Queries through a lease all answer from that generation.
+class Lease {
+ public:
+  Lease() = default;
+  int64_t generation() const;
+  const std::string& key() const;
+  const ArtifactReader& artifact() const;
+  bool on_device() const;
+  // The same receipt as SelectorSet::query, from this generation (scored on the device when the
+  // generation is device resident); receipt.index_generation is the artifact's, the pool
+  // generation is generation() (also receipt.pool_generation), receipt.tier says where it ran.
+  CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
+                         int64_t min_collisions = 2, const KeyRows* keys = nullptr, double quantile = -1,
+                         bool flat = false) const;
+  explicit operator bool() const { return g_ != nullptr; }
+
+ private:
+  friend class Pool;
+  std::shared_ptr<Generation> g_;
+};
+
+// Deterministic race injection for tests: called after the copy has landed, before validation,
+// with the host image and the device image (nullptr without a device copy).
+struct PoolHooks {
+  std::function<void(uint8_t* image, size_t bytes)> after_host_copy;   // before the host image is validated
+  std::function<void(void* device, size_t bytes)> after_device_copy;  // after the device copy landed, before read-back
+};
+
+// A publication between begin() and commit()/cancel().
+class PublishTicket {
+ public:
+  PublishTicket() = default;
+  PublishTicket(PublishTicket&&) noexcept = default;
+  PublishTicket& operator=(PublishTicket&& o) noexcept;  // cancels the publication it held
+  ~PublishTicket();  // an abandoned ticket is cancelled
+  uint64_t id() const { return id_; }
+  struct Work;
+
+ private:
+  friend class Pool;
+  std::shared_ptr<Work> w_;
+  uint64_t id_ = 0;
+};
+
+class Pool {
+ public:
+  explicit Pool(PoolOptions opt);
+  ~Pool();  // waits for in-flight copies; outstanding leases keep their generations alive
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  bool device_available() const;
+  PublishReceipt publish(const PublishRequest& req);  // begin + commit
+  PublishTicket begin(const PublishRequest& req);     // reserve, read, start the copy
+  PublishReceipt commit(PublishTicket& t);            // wait for the copy, validate, swap
+  void cancel(PublishTicket& t);                      // its buffers return when its copy lands
+  bool ready(const PublishTicket& t);                 // its copy has landed
+
+  Lease acquire(const std::string& key);  // NOT_PUBLISHED when the key has no visible generation
+  // One query under a lease held for its duration (Lease::query; the receipt names the generation).
+  CandidateReceipt query(const std::string& key, int64_t layer, int64_t q_head, const float* q, int64_t position,
+                         const Budget& b, int64_t min_collisions = 2, const KeyRows* keys = nullptr);
+  // Hides the key's generation; with wait, blocks until its leases drained and its memory returned
+  // (so a thread must not wait while it holds a lease on that generation itself).
+  bool retire(const std::string& key, bool wait = true);
+  size_t reap();  // cleans up landed copies of cancelled or superseded publications
+  PoolStats stats();
+  std::vector<std::string> keys();
+  void set_hooks(PoolHooks h);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> st_;
+};
+
+}  // namespace kvtool

@@ -1,0 +1,157 @@
+#include "kvtool/device.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "kvtool/error.h"
+#include "kvtool/scoring.h"
+
+namespace kvtool {
+
+struct EmulatedDevice::State {
+  struct Copy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    bool done = false;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  bool auto_complete;
+  std::vector<std::shared_ptr<Copy>> copies;
+  int64_t device_live = 0, host_live = 0;
+  std::atomic<int64_t> scoring_calls{0};
+  std::vector<std::pair<void*, size_t>> sizes;  // live allocations (device and host)
+  void land(Copy& c) {  // caller holds mu
+    if (c.done) return;
+    if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
+    c.done = true;
+    cv.notify_all();
+  }
+  void* alloc(size_t bytes, int64_t& live) {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    if (!p) return nullptr;
+    std::lock_guard<std::mutex> l(mu);
+    live += static_cast<int64_t>(bytes);
+    sizes.emplace_back(p, bytes);
+    return p;
+  }
+  void release(void* p, int64_t& live) {
+    if (!p) return;
+    std::lock_guard<std::mutex> l(mu);
+    for (auto it = sizes.begin(); it != sizes.end(); ++it)
+      if (it->first == p) {
+        live -= static_cast<int64_t>(it->second);
+        sizes.erase(it);
+        break;
+      }
+    std::free(p);
+  }
+};
+
+namespace {
+class EmulatedTransfer : public Transfer {
+ public:
+  EmulatedTransfer(std::shared_ptr<EmulatedDevice::State> st, std::shared_ptr<EmulatedDevice::State::Copy> c)
+      : st_(std::move(st)), c_(std::move(c)) {}
+  bool ready() override {
+    std::lock_guard<std::mutex> l(st_->mu);
+    return c_->done;
+  }
+  void wait() override {
+    std::unique_lock<std::mutex> l(st_->mu);
+    st_->cv.wait(l, [&] { return c_->done; });
+  }
+
+ private:
+  std::shared_ptr<EmulatedDevice::State> st_;
+  std::shared_ptr<EmulatedDevice::State::Copy> c_;
+};
+}  // namespace
+
+EmulatedDevice::EmulatedDevice(bool auto_complete) : st_(std::make_shared<State>()) { st_->auto_complete = auto_complete; }
+EmulatedDevice::~EmulatedDevice() { deliver_all(); }
+
+void* EmulatedDevice::host_alloc(size_t bytes) { return st_->alloc(bytes, st_->host_live); }
+void EmulatedDevice::host_free(void* p) { st_->release(p, st_->host_live); }
+void* EmulatedDevice::device_alloc(size_t bytes) { return st_->alloc(bytes, st_->device_live); }
+void EmulatedDevice::device_free(void* p) { st_->release(p, st_->device_live); }
+
+std::unique_ptr<Transfer> EmulatedDevice::copy_to_device(void* dst, const void* src, size_t bytes) {
+  auto c = std::make_shared<State::Copy>(State::Copy{dst, src, bytes});
+  std::lock_guard<std::mutex> l(st_->mu);
+  st_->copies.push_back(c);
+  if (st_->auto_complete) st_->land(*c);
+  return std::make_unique<EmulatedTransfer>(st_, c);
+}
+
+void EmulatedDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void EmulatedDevice::pq_top_k(const PqDevicePart& p, const float* q, int64_t k, std::vector<int64_t>& ids,
+                              std::vector<float>& scores) {
+  ++st_->scoring_calls;
+  std::vector<float> lut(static_cast<size_t>(p.m * p.k)), score(static_cast<size_t>(p.n));
+  scoring::pq_lut(q, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, lut.data());
+  if (p.code_bytes == 1)
+    scoring::pq_scores_u8(lut.data(), static_cast<const uint8_t*>(p.codes), p.n, p.m, p.k, score.data());
+  else
+    scoring::pq_scores_u16(lut.data(), static_cast<const uint16_t*>(p.codes), p.n, p.m, p.k, score.data());
+  ids = scoring::top_k(score.data(), p.n, k);
+  scores.clear();
+  for (int64_t i : ids) scores.push_back(score[static_cast<size_t>(i)]);
+}
+
+void EmulatedDevice::dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) {
+  ++st_->scoring_calls;
+  scoring::dot_scores(q, centroids, count, d, out);
+}
+
+void EmulatedDevice::dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                                    const float* q, double* out) {
+  ++st_->scoring_calls;
+  scoring::dot_scores_f64(q, centroids, rows, count, d, scale, out);
+}
+
+void EmulatedDevice::simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
+                                        int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
+                                        uint16_t* count) {
+  ++st_->scoring_calls;
+  std::vector<uint32_t> wide(static_cast<size_t>(tables * n));
+  for (size_t i = 0; i < wide.size(); ++i)
+    wide[i] = id_bytes == 2 ? static_cast<const uint16_t*>(ids)[i] : static_cast<const uint32_t*>(ids)[i];
+  scoring::simhash_codes(q, d, w, bits, tables, codes);
+  std::fill(count, count + n, uint16_t{0});
+  scoring::collision_counts(codes, offsets, wide.data(), tables, int64_t{1} << bits, n, base, count);
+}
+
+int64_t EmulatedDevice::scoring_calls() const { return st_->scoring_calls.load(); }
+
+size_t EmulatedDevice::started() const {
+  std::lock_guard<std::mutex> l(st_->mu);
+  return st_->copies.size();
+}
+void EmulatedDevice::deliver(size_t i) {
+  std::lock_guard<std::mutex> l(st_->mu);
+  KVT_CHECK(i < st_->copies.size(), INTERNAL, "no emulated copy #" << i);
+  st_->land(*st_->copies[i]);
+}
+void EmulatedDevice::deliver_all() {
+  std::lock_guard<std::mutex> l(st_->mu);
+  for (auto& c : st_->copies) st_->land(*c);
+}
+int64_t EmulatedDevice::device_bytes_live() const {
+  std::lock_guard<std::mutex> l(st_->mu);
+  return st_->device_live;
+}
+int64_t EmulatedDevice::host_bytes_live() const {
+  std::lock_guard<std::mutex> l(st_->mu);
+  return st_->host_live;
+}
+
+}  // namespace kvtool

@@ -1,0 +1,662 @@
+#include "kvtool/pool.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "kvtool/artifact.h"
+#include "kvtool/error.h"
+#include "kvtool/sha256.h"
+
+namespace kvtool {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+constexpr uint64_t kDeviceAlign = 256;
+
+struct Fence {
+  size_t slot = 0;
+  uint64_t alloc_gen = 0, owner = 0, transfer_gen = 0;
+};
+}  // namespace
+
+struct Pool::State {
+  struct Slot {
+    uint64_t alloc_gen = 0, owner = 0, transfer_gen = 0;
+  };
+  PoolOptions opt;
+  PoolHooks hooks;
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t host_used = 0, device_used = 0;
+  std::vector<Slot> slots;
+  std::map<std::string, std::shared_ptr<Generation>> visible;
+  std::vector<std::weak_ptr<Generation>> retiring;
+  std::vector<std::shared_ptr<PublishTicket::Work>> orphans;  // cancelled, copy still in flight
+  std::set<uint64_t> in_flight;
+  uint64_t next_ticket = 1;
+  int64_t next_generation = 1;
+  std::atomic<uint64_t> tick{0};
+
+  bool matches(const Fence& f) const {
+    if (f.slot >= slots.size()) return false;
+    const Slot& s = slots[f.slot];
+    return s.alloc_gen == f.alloc_gen && s.owner == f.owner && s.transfer_gen == f.transfer_gen;
+  }
+  void free_slot(const Fence& f) {  // caller holds mu; only the owner frees its slot
+    if (!matches(f)) return;
+    slots[f.slot].owner = 0;
+    ++slots[f.slot].transfer_gen;
+    in_flight.erase(f.owner);
+  }
+};
+
+namespace {
+
+// Bytes charged to the tiers; returned, and waiters woken, on destruction.
+class Charge {
+ public:
+  Charge(std::shared_ptr<Pool::State> st, int64_t host, int64_t device) : st_(std::move(st)), host_(host), device_(device) {}
+  ~Charge() {
+    std::lock_guard<std::mutex> l(st_->mu);
+    st_->host_used -= host_;
+    st_->device_used -= device_;
+    st_->cv.notify_all();
+  }
+  int64_t host() const { return host_; }
+  // Returns the host bytes beyond `host` (a reservation made at an upper bound, once measured).
+  void shrink_host(int64_t host) {
+    std::lock_guard<std::mutex> l(st_->mu);
+    if (host >= host_) return;
+    st_->host_used -= host_ - host;
+    host_ = host;
+    st_->cv.notify_all();
+  }
+  int64_t device() const { return device_; }
+
+ private:
+  std::shared_ptr<Pool::State> st_;
+  int64_t host_, device_;
+};
+
+// Host memory (page-locked through the device backend when there is one) or device memory.
+struct Buffer {
+  std::shared_ptr<DeviceBackend> dev;
+  bool on_device = false;
+  uint8_t* p = nullptr;
+  size_t n = 0;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void allocate(std::shared_ptr<DeviceBackend> d, bool device, size_t bytes) {
+    dev = std::move(d);
+    on_device = device;
+    n = bytes;
+    size_t alloc = std::max<size_t>(bytes, 1);
+    if (device)
+      p = static_cast<uint8_t*>(dev->device_alloc(alloc));
+    else if (dev)
+      p = static_cast<uint8_t*>(dev->host_alloc(alloc));
+    else
+      p = static_cast<uint8_t*>(std::aligned_alloc(64, (alloc + 63) / 64 * 64));
+    KVT_CHECK(p, device ? DEVICE_BUDGET_EXCEEDED : HOST_BUDGET_EXCEEDED,
+              "the " << (device ? "device" : "host") << " could not allocate " << bytes << " bytes within the budget");
+  }
+  void reset() {
+    if (p) {
+      if (on_device)
+        dev->device_free(p);
+      else if (dev)
+        dev->host_free(p);
+      else
+        std::free(p);
+    }
+    p = nullptr;
+    n = 0;
+  }
+  ~Buffer() { reset(); }
+};
+
+}  // namespace
+
+struct Generation {
+  std::shared_ptr<Pool::State> st;
+  std::string key;
+  int64_t generation = 0, index_generation = 0;
+  std::vector<std::unique_ptr<Charge>> charges;
+  Buffer image, dev;
+  std::unique_ptr<ArtifactReader> reader;
+  std::unique_ptr<SelectorSet> sel;
+  std::map<std::pair<int64_t, int64_t>, DevicePart> dev_parts;
+  std::atomic<uint64_t> last_used{0};
+  std::shared_ptr<bool> freed = std::make_shared<bool>(false);
+
+  ~Generation() {
+    sel.reset();
+    reader.reset();
+    dev.reset();
+    image.reset();
+    charges.clear();
+    std::lock_guard<std::mutex> l(st->mu);
+    *freed = true;
+    st->cv.notify_all();
+  }
+};
+
+struct PublishTicket::Work {
+  std::weak_ptr<Pool::State> st;
+  PublishRequest req;
+  Fence fence;
+  std::shared_ptr<Generation> gen;
+  Buffer staging;  // the raw section image: source of the device copy, then its read-back
+  std::unique_ptr<Charge> staging_charge;
+  std::unique_ptr<Transfer> transfer;
+  Digest staged{};
+  Clock::time_point copy_start;
+  PublishReceipt rc;
+  bool done = false;
+  ~Work() {
+    // A copy may still be reading the staging buffer and writing the device buffer: neither is
+    // freed before it landed.
+    if (transfer) {
+      try {
+        transfer->wait();
+      } catch (...) {
+      }
+    }
+    gen.reset();  // release the generation under construction before the staging charge
+  }
+};
+
+namespace {
+
+int64_t sum_raw(const ArtifactReader& r) {
+  int64_t n = 0;
+  for (const auto& s : r.sections()) n += static_cast<int64_t>(s.raw_size);
+  return n;
+}
+
+// Charges host/device bytes, evicting unleased published generations least recently used first.
+std::unique_ptr<Charge> reserve(const std::shared_ptr<Pool::State>& st, int64_t host, int64_t device,
+                                std::vector<std::string>& evicted) {
+  const auto& o = st->opt;
+  KVT_CHECK(host <= o.host_budget, HOST_BUDGET_EXCEEDED,
+            "the host tier budget is " << o.host_budget << " bytes; this publication needs " << host);
+  KVT_CHECK(device <= o.device_budget, DEVICE_BUDGET_EXCEEDED,
+            "the device tier budget is " << o.device_budget << " bytes; this publication needs " << device);
+  std::unique_lock<std::mutex> l(st->mu);
+  for (;;) {
+    bool host_ok = st->host_used + host <= o.host_budget, dev_ok = st->device_used + device <= o.device_budget;
+    if (host_ok && dev_ok) {
+      st->host_used += host;
+      st->device_used += device;
+      return std::make_unique<Charge>(st, host, device);
+    }
+    std::string victim;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [k, g] : st->visible) {
+      if (g.use_count() != 1) continue;  // leased: never evicted
+      int64_t gh = 0, gd = 0;
+      for (const auto& c : g->charges) gh += c->host(), gd += c->device();
+      if (!((!host_ok && gh > 0) || (!dev_ok && gd > 0))) continue;
+      uint64_t lu = g->last_used.load();
+      if (lu < oldest) oldest = lu, victim = k;
+    }
+    if (victim.empty()) {
+      int64_t used = host_ok ? st->device_used : st->host_used, budget = host_ok ? o.device_budget : o.host_budget;
+      KVT_THROW(host_ok ? DEVICE_BUDGET_EXCEEDED : HOST_BUDGET_EXCEEDED,
+                "the " << (host_ok ? "device" : "host") << " tier has " << budget - used << " of " << budget
+                       << " bytes free and every generation holding the rest is leased or retiring; this publication needs "
+                       << (host_ok ? device : host));
+    }
+    std::shared_ptr<Generation> g = std::move(st->visible[victim]);
+    st->visible.erase(victim);
+    evicted.push_back(victim);
+    l.unlock();
+    g.reset();  // frees outside the lock (its charge takes the lock)
+    l.lock();
+  }
+}
+
+void read_file_into(const std::string& path, uint8_t* dst, size_t n) {
+  int fd = open(path.c_str(), O_RDONLY);
+  KVT_CHECK(fd >= 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, dst + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      int e = errno;
+      close(fd);
+      KVT_THROW(IO_ERROR, "reading '" << path << "' failed after " << got << " of " << n << " bytes"
+                                         << (r < 0 ? std::string(": ") + std::strerror(e) : std::string(" (file shrank)")));
+    }
+    got += static_cast<size_t>(r);
+  }
+  close(fd);
+}
+
+void cancel_work(const std::shared_ptr<Pool::State>& st, std::shared_ptr<PublishTicket::Work> w) {
+  if (!w || w->done) return;
+  std::unique_lock<std::mutex> l(st->mu);
+  w->done = true;
+  st->free_slot(w->fence);
+  if (w->transfer && !w->transfer->ready()) {
+    st->orphans.push_back(std::move(w));  // buffers return when the copy lands (reap)
+    return;
+  }
+  l.unlock();
+  w.reset();
+}
+
+}  // namespace
+
+json PublishReceipt::to_json() const {
+  return {{"key", key},
+          {"kind", kind},
+          {"generation", generation},
+          {"index_generation", index_generation},
+          {"replaced_generation", replaced_generation},
+          {"content_digest", content_digest},
+          {"manifest_sha256", manifest_sha256},
+          {"bytes", {{"host", host_bytes}, {"device", device_bytes}}},
+          {"seconds", {{"read", read_s}, {"validate", validate_s}, {"decompress", decompress_s}, {"copy", copy_s}, {"publish", publish_s}}},
+          {"evicted", evicted}};
+}
+
+json PoolStats::to_json() const {
+  return {{"host", {{"used", host_used}, {"budget", host_budget}}},
+          {"device", {{"used", device_used}, {"budget", device_budget}}},
+          {"published", published},
+          {"retiring", retiring},
+          {"in_flight", in_flight},
+          {"orphaned_transfers", orphaned_transfers}};
+}
+
+PublishTicket::~PublishTicket() {
+  if (!w_) return;
+  if (auto st = w_->st.lock()) cancel_work(st, std::move(w_));
+}
+
+PublishTicket& PublishTicket::operator=(PublishTicket&& o) noexcept {
+  if (this != &o) {
+    if (w_)
+      if (auto st = w_->st.lock()) cancel_work(st, std::move(w_));
+    w_ = std::move(o.w_);
+    id_ = o.id_;
+  }
+  return *this;
+}
+
+Pool::Pool(PoolOptions opt) : st_(std::make_shared<State>()) {
+  KVT_CHECK(opt.host_budget >= 0 && opt.device_budget >= 0, USAGE, "pool budgets must be >= 0");
+  if (!opt.device) opt.device_budget = 0;
+  st_->opt = std::move(opt);
+}
+
+Pool::~Pool() {
+  std::vector<std::shared_ptr<PublishTicket::Work>> orphans;
+  std::map<std::string, std::shared_ptr<Generation>> visible;
+  {
+    std::lock_guard<std::mutex> l(st_->mu);
+    orphans.swap(st_->orphans);
+    visible.swap(st_->visible);
+  }
+  orphans.clear();  // each waits for its copy, then frees
+  visible.clear();  // leases still held keep their generations (and the pool state) alive
+}
+
+bool Pool::device_available() const { return st_->opt.device != nullptr; }
+
+void Pool::set_hooks(PoolHooks h) {
+  std::lock_guard<std::mutex> l(st_->mu);
+  st_->hooks = std::move(h);
+}
+
+PublishTicket Pool::begin(const PublishRequest& req) {
+  reap();
+  KVT_CHECK(!req.key.empty(), USAGE, "a pool key must not be empty");
+  KVT_CHECK(!req.device || st_->opt.device, DEVICE_UNAVAILABLE,
+            "the device tier was requested for '" << req.artifact << "' but this pool has no usable GPU");
+  auto w = std::make_shared<PublishTicket::Work>();
+  w->st = st_;
+  w->req = req;
+  if (req.artifact.empty()) {
+    KVT_CHECK(!req.store_dir.empty(), USAGE, "give an artifact path or a store directory and key");
+    w->req.artifact = Store(req.store_dir).get(req.store_key)["path"].get<std::string>();  // verified on get
+    if (w->req.tenant.empty()) w->req.tenant = req.store_key.tenant;
+  }
+  const PublishRequest& rq = w->req;
+  auto g = std::make_shared<Generation>();
+  g->st = st_;
+  g->key = rq.key;
+  PublishReceipt& rc = w->rc;
+  rc.key = rq.key;
+  PoolHooks hooks;
+  {
+    std::lock_guard<std::mutex> l(st_->mu);
+    hooks = st_->hooks;
+  }
+
+  // Reserve and copy the artifact image into the host tier.
+  auto t0 = Clock::now();
+  struct stat sb {};
+  KVT_CHECK(stat(rq.artifact.c_str(), &sb) == 0, IO_ERROR, "cannot open '" << rq.artifact << "': " << std::strerror(errno));
+  KVT_CHECK(S_ISREG(sb.st_mode), IO_ERROR, "'" << rq.artifact << "' is not a regular file");
+  const size_t size = static_cast<size_t>(sb.st_size);
+  g->charges.push_back(reserve(st_, static_cast<int64_t>(size), 0, rc.evicted));
+  g->image.allocate(st_->opt.device, false, size);
+  read_file_into(rq.artifact, g->image.p, size);
+  auto t1 = Clock::now();
+  rc.read_s = secs(t0, t1);
+
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> l(st_->mu);
+    id = st_->next_ticket++;
+    size_t slot = 0;
+    while (slot < st_->slots.size() && st_->slots[slot].owner != 0) ++slot;
+    if (slot == st_->slots.size()) st_->slots.emplace_back();
+    auto& s = st_->slots[slot];
+    ++s.alloc_gen;
+    s.owner = id;
+    ++s.transfer_gen;
+    w->fence = Fence{slot, s.alloc_gen, s.owner, s.transfer_gen};
+    st_->in_flight.insert(id);
+  }
+  try {
+    if (hooks.after_host_copy) hooks.after_host_copy(g->image.p, size);
+
+    // Validate the copy (not the file): container, sections, signature, tenant, content, kind.
+    g->reader = std::make_unique<ArtifactReader>(g->image.p, size, rq.artifact);
+    const ArtifactReader& r = *g->reader;
+    r.verify_sections();
+    r.verify_signature(rq.trust.trusted, rq.trust.require_signature);
+    const SourceBinding& src = r.source();
+    KVT_CHECK(rq.tenant.empty() || src.id.tenant_namespace == rq.tenant, TENANT_MISMATCH,
+              "'" << rq.artifact << "' belongs to tenant '" << src.id.tenant_namespace << "', not '" << rq.tenant << "'");
+    KVT_CHECK(rq.expected_content_digest.empty() || src.content_digest == rq.expected_content_digest, CONTENT_MISMATCH,
+              "'" << rq.artifact << "' is bound to content digest " << src.content_digest << ", not the expected "
+                  << rq.expected_content_digest);
+    const KindInfo* kind = &validate_kind(r);
+    g->index_generation = r.manifest()["index_generation"];
+    {
+      std::lock_guard<std::mutex> l(st_->mu);
+      auto it = st_->visible.find(rq.key);
+      KVT_CHECK(it == st_->visible.end() || it->second->index_generation <= g->index_generation, STALE_GENERATION,
+                "'" << rq.artifact << "' has index generation " << g->index_generation << " but '" << rq.key
+                    << "' already serves generation " << it->second->index_generation);
+    }
+    auto t2 = Clock::now();
+    rc.validate_s = secs(t1, t2);
+
+    // Decompress into the selectors (host queries). Their state is reserved at an upper bound
+    // before it is built (selectors widen u8/u16 codes and ids at most 2x; per-part bookkeeping),
+    // then the reservation shrinks to what they measure. Kinds without queries (container-test)
+    // are published as bytes only.
+    if (kind->load) {
+      const int64_t parts = static_cast<int64_t>(r.manifest()["kind_data"].value("parts", json::array()).size());
+      g->charges.push_back(reserve(st_, 2 * sum_raw(r) + 4096 * parts, 0, rc.evicted));
+      g->sel = std::make_unique<SelectorSet>(r);
+      g->sel->preload();
+      const int64_t used = g->sel->resident_bytes();
+      KVT_CHECK(used <= g->charges.back()->host(), INTERNAL,
+                "selector state of '" << rq.artifact << "' (" << used << " bytes) exceeds its reservation");
+      g->charges.back()->shrink_host(used);
+    }
+
+    if (rq.device) {
+      // Device image: every section raw, 256-byte aligned, staged in pinned memory.
+      std::vector<uint64_t> off;
+      uint64_t cur = 0;
+      for (const auto& s : r.sections()) {
+        cur = (cur + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
+        off.push_back(cur);
+        cur += s.raw_size;
+      }
+      g->charges.push_back(reserve(st_, 0, static_cast<int64_t>(cur), rc.evicted));
+      w->staging_charge = reserve(st_, static_cast<int64_t>(cur), 0, rc.evicted);
+      g->dev.allocate(st_->opt.device, true, cur);
+      w->staging.allocate(st_->opt.device, false, cur);
+      std::memset(w->staging.p, 0, cur);
+      for (size_t i = 0; i < r.sections().size(); ++i) {
+        const SectionEntry& s = r.sections()[i];
+        if (s.codec == "none") {
+          if (s.raw_size) std::memcpy(w->staging.p + off[i], r.data() + s.offset, s.raw_size);
+        } else {
+          auto b = r.read_section(s);
+          if (!b.empty()) std::memcpy(w->staging.p + off[i], b.data(), b.size());
+        }
+      }
+      w->staged = sha256(w->staging.p, cur);
+      // Each part's sections, at their device addresses, for the kinds' device paths.
+      if (g->sel)
+        for (size_t i = 0; i < r.sections().size(); ++i) {
+          const SectionEntry& s = r.sections()[i];
+          if (s.layer < 0) continue;
+          DevicePart& dp = g->dev_parts[{s.layer, s.kv_head}];
+          dp.dev = st_->opt.device.get();
+          dp.sections.emplace_back(s.name, DeviceSection{g->dev.p + off[i], s.dtype, s.shape});
+        }
+      rc.decompress_s = secs(t2, Clock::now());
+      w->copy_start = Clock::now();
+      w->transfer = st_->opt.device->copy_to_device(g->dev.p, w->staging.p, cur);
+    } else {
+      rc.decompress_s = secs(t2, Clock::now());
+    }
+    w->gen = std::move(g);
+  } catch (...) {
+    std::lock_guard<std::mutex> l(st_->mu);
+    st_->free_slot(w->fence);
+    w->done = true;
+    throw;
+  }
+  PublishTicket t;
+  t.w_ = std::move(w);
+  t.id_ = id;
+  return t;
+}
+
+bool Pool::ready(const PublishTicket& t) { return t.w_ && (!t.w_->transfer || t.w_->transfer->ready()); }
+
+PublishReceipt Pool::commit(PublishTicket& t) {
+  auto w = t.w_;
+  KVT_CHECK(w && !w->done, USAGE, "this publication was already committed or cancelled");
+  PublishReceipt rc = w->rc;
+  auto fail = [&](bool cancelled) {
+    std::unique_lock<std::mutex> l(st_->mu);
+    if (!cancelled) st_->free_slot(w->fence);
+    w->done = true;
+    l.unlock();
+    t.w_.reset();
+  };
+  if (w->transfer) {
+    w->transfer->wait();
+    rc.copy_s = secs(w->copy_start, Clock::now());
+  }
+  {
+    std::lock_guard<std::mutex> l(st_->mu);
+    if (!st_->matches(w->fence)) {
+      w->done = true;
+      KVT_THROW(PUBLISH_CANCELLED, "the publication of '" << w->req.artifact << "' as '" << w->req.key
+                                                             << "' was cancelled or its slot was reused; nothing was published");
+    }
+  }
+  std::shared_ptr<Generation> old;
+  try {
+    auto t0 = Clock::now();
+    Generation& g = *w->gen;
+    if (w->transfer) {
+      PoolHooks hooks;
+      {
+        std::lock_guard<std::mutex> l(st_->mu);
+        hooks = st_->hooks;
+      }
+      if (hooks.after_device_copy) hooks.after_device_copy(g.dev.p, g.dev.n);
+      st_->opt.device->copy_to_host(w->staging.p, g.dev.p, g.dev.n);
+      KVT_CHECK(sha256(w->staging.p, g.dev.n) == w->staged, DEVICE_COPY_MISMATCH,
+                "the " << g.dev.n << " bytes that landed in device memory for '" << w->req.key
+                       << "' differ from the validated host bytes; nothing was published");
+      w->transfer.reset();
+      w->staging.reset();
+      w->staging_charge.reset();
+    }
+    auto t1 = Clock::now();
+    rc.validate_s += secs(t0, t1);
+    std::lock_guard<std::mutex> l(st_->mu);
+    KVT_CHECK(st_->matches(w->fence), PUBLISH_CANCELLED,
+              "the publication of '" << w->req.artifact << "' was cancelled while it was being validated");
+    auto it = st_->visible.find(w->req.key);
+    KVT_CHECK(it == st_->visible.end() || it->second->index_generation <= g.index_generation, STALE_GENERATION,
+              "'" << w->req.artifact << "' has index generation " << g.index_generation << " but '" << w->req.key
+                  << "' already serves generation " << it->second->index_generation);
+    g.generation = st_->next_generation++;
+    g.last_used = ++st_->tick;
+    if (it != st_->visible.end()) {
+      old = std::move(it->second);
+      rc.replaced_generation = old->generation;
+      st_->retiring.push_back(old);
+    }
+    st_->visible[w->req.key] = w->gen;
+    st_->free_slot(w->fence);
+    w->done = true;
+    const ArtifactReader& r = *g.reader;
+    rc.kind = r.kind();
+    rc.content_digest = r.source().content_digest;
+    rc.manifest_sha256 = to_hex(r.manifest_digest());
+    rc.generation = g.generation;
+    rc.index_generation = g.index_generation;
+    for (const auto& c : g.charges) rc.host_bytes += c->host(), rc.device_bytes += c->device();
+    rc.publish_s = secs(t1, Clock::now());
+  } catch (...) {
+    fail(false);
+    throw;
+  }
+  t.w_.reset();
+  old.reset();  // retired: freed now unless leased, else when its last lease ends
+  return rc;
+}
+
+void Pool::cancel(PublishTicket& t) {
+  cancel_work(st_, std::move(t.w_));
+  t.w_.reset();
+}
+
+PublishReceipt Pool::publish(const PublishRequest& req) {
+  PublishTicket t = begin(req);
+  return commit(t);
+}
+
+Lease Pool::acquire(const std::string& key) {
+  std::lock_guard<std::mutex> l(st_->mu);
+  auto it = st_->visible.find(key);
+  KVT_CHECK(it != st_->visible.end(), NOT_PUBLISHED, "nothing is published under '" << key << "'");
+  it->second->last_used = ++st_->tick;
+  Lease lease;
+  lease.g_ = it->second;
+  return lease;
+}
+
+CandidateReceipt Pool::query(const std::string& key, int64_t layer, int64_t q_head, const float* q, int64_t position,
+                             const Budget& b, int64_t min_collisions, const KeyRows* keys) {
+  return acquire(key).query(layer, q_head, q, position, b, min_collisions, keys);
+}
+
+bool Pool::retire(const std::string& key, bool wait) {
+  std::shared_ptr<Generation> g;
+  std::shared_ptr<bool> freed;
+  {
+    std::lock_guard<std::mutex> l(st_->mu);
+    auto it = st_->visible.find(key);
+    if (it == st_->visible.end()) return false;
+    g = std::move(it->second);
+    st_->visible.erase(it);
+    st_->retiring.push_back(g);
+    freed = g->freed;
+  }
+  g.reset();
+  if (wait) {
+    std::unique_lock<std::mutex> l(st_->mu);
+    st_->cv.wait(l, [&] { return *freed; });
+  }
+  return true;
+}
+
+size_t Pool::reap() {
+  std::vector<std::shared_ptr<PublishTicket::Work>> landed;
+  {
+    std::lock_guard<std::mutex> l(st_->mu);
+    auto& o = st_->orphans;
+    for (auto it = o.begin(); it != o.end();) {
+      if ((*it)->transfer->ready()) {
+        landed.push_back(std::move(*it));
+        it = o.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto& r = st_->retiring;
+    r.erase(std::remove_if(r.begin(), r.end(), [](const std::weak_ptr<Generation>& g) { return g.expired(); }), r.end());
+  }
+  return landed.size();  // their buffers are freed here, outside the lock
+}
+
+PoolStats Pool::stats() {
+  reap();
+  std::lock_guard<std::mutex> l(st_->mu);
+  PoolStats s;
+  s.host_used = st_->host_used;
+  s.host_budget = st_->opt.host_budget;
+  s.device_used = st_->device_used;
+  s.device_budget = st_->opt.device_budget;
+  s.published = static_cast<int64_t>(st_->visible.size());
+  for (const auto& g : st_->retiring) s.retiring += !g.expired();
+  s.in_flight = static_cast<int64_t>(st_->in_flight.size());
+  s.orphaned_transfers = static_cast<int64_t>(st_->orphans.size());
+  return s;
+}
+
+std::vector<std::string> Pool::keys() {
+  std::lock_guard<std::mutex> l(st_->mu);
+  std::vector<std::string> k;
+  for (const auto& [key, g] : st_->visible) k.push_back(key);
+  return k;
+}
+
+int64_t Lease::generation() const { return g_->generation; }
+const std::string& Lease::key() const { return g_->key; }
+const ArtifactReader& Lease::artifact() const { return *g_->reader; }
+bool Lease::on_device() const { return g_->dev.p != nullptr; }
+
+CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
+                              int64_t min_collisions, const KeyRows* keys, double quantile, bool flat) const {
+  KVT_CHECK(g_, USAGE, "query through an empty lease");
+  KVT_CHECK(g_->sel, USAGE, "artifacts of kind '" << g_->reader->kind() << "' cannot be queried");
+  g_->last_used = ++g_->st->tick;
+  SelectHook hook = nullptr;
+  bool on_dev = false;
+  if (!g_->dev_parts.empty()) {
+    hook = [this, &on_dev](int64_t l, int64_t h, const PartSelector& host, const SelectRequest& req, Selection& out) {
+      auto it = g_->dev_parts.find({l, h});
+      on_dev = it != g_->dev_parts.end() && host.select_device(req, it->second, out);
+      return on_dev;
+    };
+  }
+  CandidateReceipt rc = g_->sel->query(layer, q_head, q, position, b, min_collisions, keys, quantile, flat, hook);
+  rc.pool_generation = g_->generation;
+  rc.tier = on_dev ? "device" : "host";
+  return rc;
+}
+
+}  // namespace kvtool
