@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "bench_common.h"
+#include "env.h"  // tools/common
+#include "parse.h"
 #include "kvtool/builder.h"
 #include "kvtool/dump.h"
 
@@ -20,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string dump, bin_dir = KVTOOL_BENCH_BIN_DIR, layers = "0-7";
-  int threads = default_threads();
+  int threads = cli::default_threads();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--dump" && i + 1 < argc) dump = argv[++i];
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
   DumpReader reader(dump);
   const auto& g = reader.info().geo;
   int64_t lf, ll;
-  parse_layers(layers, lf, ll);
+  cli::parse_layers(layers, lf, ll);
   const int64_t sink = 16, E = reader.info().committed_frontier, n = E - sink, iters = 20;
   const int64_t k = std::max<int64_t>(1, std::llround(n / 80.0));
   const int64_t parts = (ll - lf + 1) * g.kv_heads;

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "bench_common.h"
+#include "env.h"  // tools/common
 #include "kvtool/artifact.h"
 #include "kvtool/builder.h"
 #include "kvtool/dump.h"
@@ -18,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string dump, bin_dir = KVTOOL_BENCH_BIN_DIR, layers = "0-7";
-  int threads = default_threads();
+  int threads = cli::default_threads();
   int64_t nq = 2000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < nq; ++i) {
     std::vector<float> q(qs.begin() + (i % dg.q_tokens) * dim, qs.begin() + (i % dg.q_tokens + 1) * dim);
     q[i % dim] += 1e-3f * static_cast<float>(i);  // distinct queries
-    sampled += sel.query(0, 0, q.data(), E, Budget{}, 2, &kr).candidates.size();
+    sampled += sel.query(0, 0, q.data(), E, *sel.params(), &kr).candidates.size();
   }
   double t = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf("query (one part, %lld indexed rows, c=2): %.0f queries/s, %.1f rows sampled per query\n",

@@ -114,14 +114,14 @@ int main() {
   std::normal_distribution<float> nd;
   std::vector<float> q(128);
   std::vector<double> lp, ld;
-  const Budget budget = Budget::parse("2048");
+  const auto budget = direct.params({{"budget", "2048"}});
   for (int i = 0; i < 300; ++i) {
     for (auto& x : q) x = nd(rng);
     auto t0 = Clock::now();
-    CandidateReceipt a = lease.query(0, 0, q.data(), 32767, budget);
+    CandidateReceipt a = lease.query(0, 0, q.data(), 32767, *budget);
     lp.push_back(since(t0));
     t0 = Clock::now();
-    CandidateReceipt b = direct.query(0, 0, q.data(), 32767, budget);
+    CandidateReceipt b = direct.query(0, 0, q.data(), 32767, *budget);
     ld.push_back(since(t0));
     if (a.candidates != b.candidates) {
       std::printf("FAIL: pool and file answers differ\n");
@@ -130,7 +130,7 @@ int main() {
   }
   std::printf("PQ top-2048 of %lld rows (m=16, 8 bits, d=128): pool p50 %.0f us p99 %.0f us; file selector p50 %.0f us "
               "p99 %.0f us (%.0f Mrows/s at p50)\n",
-              static_cast<long long>(lease.query(0, 0, q.data(), 32767, budget).indexed_rows), pct(lp, 0.5) * 1e6,
+              static_cast<long long>(lease.query(0, 0, q.data(), 32767, *budget).indexed_rows), pct(lp, 0.5) * 1e6,
               pct(lp, 0.99) * 1e6, pct(ld, 0.5) * 1e6, pct(ld, 0.99) * 1e6, 32768 / pct(lp, 0.5) / 1e6);
   return ratio >= 0.8 ? 0 : 1;
 }

@@ -23,13 +23,14 @@
 #include "kvtool/dump.h"
 #include "kvtool/producers.h"
 #include "bench_common.h"
+#include "env.h"  // tools/common
 
 using namespace kvtool;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string dump, bin_dir = KVTOOL_BENCH_BIN_DIR;
-  int threads = default_threads();
+  int threads = cli::default_threads();
   bool keep = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

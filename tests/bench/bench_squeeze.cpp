@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "bench_common.h"
+#include "env.h"  // tools/common
 #include "kvtool/builder.h"
 #include "kvtool/dump.h"
 
@@ -19,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string dump, bin_dir = KVTOOL_BENCH_BIN_DIR;
-  int threads = default_threads();
+  int threads = cli::default_threads();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--dump" && i + 1 < argc) dump = argv[++i];

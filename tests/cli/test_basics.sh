@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Exit codes and common behaviour of the kvtool CLI (DESIGN.md §10).
+# Exit codes and common behaviour of the kvtool CLI (README.md, "Commands").
 . "$(dirname "$0")/lib.sh"
 
 expect_exit 0 "$KVTOOL" --version

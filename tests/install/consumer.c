@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   kvtool_lease* lease = NULL;
   if (kvtool_pool_acquire(pool, "doc", &lease) != KVTOOL_OK) return 6;
   int64_t ids[4096], n = 0;
-  rc = kvtool_lease_query(lease, 0, 0, q, pos, 0.1, ids, 4096, &n);
+  rc = kvtool_lease_query(lease, 0, 0, q, pos, "budget=0.1", ids, 4096, &n);
   if (rc != KVTOOL_OK) {
     fprintf(stderr, "query: %s: %s\n", kvtool_last_reason(), kvtool_last_error());
     return 7;

@@ -18,6 +18,7 @@
 #include "lsh/lsh.h"
 #include "kvtool/pool.h"
 #include "kvtool/query.h"
+#include "emulated_device.h"
 #include "test_util.h"
 
 using namespace kvtool;
@@ -41,8 +42,8 @@ int main(int argc, char** argv) {
   d.read_q(0, 3, qs.data());
   const float* q = qs.data() + (geo.q_tokens - 1) * geo.head_dim;
   const int64_t pos = d.q_positions().back();
-  const Budget budget = Budget::parse("0.2");
-  const std::vector<int64_t> expect = direct.query(0, 3, q, pos, budget).candidates;
+  const QuerySettings settings = {{"min_collisions", "2"}};  // an lsh artifact: its one option
+  const std::vector<int64_t> expect = direct.query(0, 3, q, pos, *direct.params(settings)).candidates;
 
   auto dev = std::make_shared<EmulatedDevice>();
   int64_t one = 0;
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
         while (!stop) {
           try {
             Lease l = pool.acquire(keys[rng() % keys.size()]);
-            CandidateReceipt rc = l.query(0, 3, q, pos, budget);
+            CandidateReceipt rc = l.query(0, 3, q, pos, *l.params(settings));
             if (rc.candidates != expect || rc.pool_generation != l.generation()) ++wrong;
             ++queries;
           } catch (const Error& e) {

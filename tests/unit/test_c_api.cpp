@@ -55,21 +55,23 @@ TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a p
 
   std::vector<float> q(16, 0.25f);
   int64_t ids[8], n = 0;
-  REQUIRE(kvtool_lease_query(lease, 1, 2, q.data(), 299, 0.1, ids, 8, &n) == KVTOOL_OK);
+  REQUIRE(kvtool_lease_query(lease, 1, 2, q.data(), 299, "budget=0.1", ids, 8, &n) == KVTOOL_OK);
   // Same as the C++ API; more candidates than capacity are counted, the first 8 written.
   Pool cpp(PoolOptions{});
   cpp.publish(PublishRequest{"doc", tmp.file("a.kvi"), "", "", {}, false});
-  Budget b;
-  b.value = 0.1;
-  CandidateReceipt rc = cpp.acquire("doc").query(1, 2, q.data(), 299, b);
+  Lease cl = cpp.acquire("doc");
+  CandidateReceipt rc = cl.query(1, 2, q.data(), 299, *cl.params({{"budget", "0.1"}}));
   CHECK(n == static_cast<int64_t>(rc.candidates.size()));
   REQUIRE(n > 8);
   CHECK(std::vector<int64_t>(ids, ids + 8) == std::vector<int64_t>(rc.candidates.begin(), rc.candidates.begin() + 8));
-  CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, 12, ids, 8, &n) == KVTOOL_OK);
+  CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, "budget=12", ids, 8, &n) == KVTOOL_OK);
   CHECK(n == 12);
-  CHECK(kvtool_lease_query(lease, 1, 2, nullptr, 299, 0.1, ids, 8, &n) == KVTOOL_ERR_USAGE);
-  CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, -1, ids, 8, &n) == KVTOOL_ERR_USAGE);
-  CHECK(kvtool_lease_query(lease, 9, 2, q.data(), 299, 0.1, ids, 8, &n) == KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query(lease, 1, 2, nullptr, 299, "budget=0.1", ids, 8, &n) == KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, "budget=-1", ids, 8, &n) == KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, "min_collisions=2", ids, 8, &n) == KVTOOL_ERR_USAGE);
+  CHECK(std::string(kvtool_last_error()).find("does not apply to pq") != std::string::npos);
+  CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, "budget", ids, 8, &n) == KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query(lease, 9, 2, q.data(), 299, "budget=0.1", ids, 8, &n) == KVTOOL_ERR_USAGE);
 
   int64_t host = 0, dev = -1;
   REQUIRE(kvtool_pool_usage(pool, &host, &dev) == KVTOOL_OK);

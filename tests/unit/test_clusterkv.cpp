@@ -75,7 +75,7 @@ TEST_CASE("clusterkv: more than 256 clusters rank correctly and queries cut the 
     if (sizes[c] > 0 && s > bs) bs = s, best = c;
   }
   SelectorSet sel(r);
-  CandidateReceipt rc = sel.query(0, 2, q.data(), 699, Budget::parse("7"));
+  CandidateReceipt rc = sel.query(0, 2, q.data(), 699, *sel.params({{"budget", "7"}}));
   REQUIRE(rc.candidates.size() == 7);
   CHECK(rc.candidates[0] == members[prefix[best] - sizes[best]]);
   for (size_t i = 1; i < rc.scores.size(); ++i) CHECK(rc.scores[i - 1] >= rc.scores[i]);
@@ -102,7 +102,7 @@ TEST_CASE("clusterkv: dense layers, raw-mean vs spherical centroids, bad paramet
   CHECK_NOTHROW(verify_artifact(tmp.file("s.kvi"), {}));
   SelectorSet sel(r);
   std::vector<float> q(16, 1.f);
-  CHECK(sel.query(0, 0, q.data(), 699, Budget::parse("5")).candidates.size() == 684);  // dense layer: every row
+  CHECK(sel.query(0, 0, q.data(), 699, *sel.params({{"budget", "5"}})).candidates.size() == 684);  // dense layer: every row
   CHECK(reason_of([] { parse_centroid_rule("median"); }) == "USAGE");
   CHECK(parse_layer_list("0-1,3") == std::vector<int64_t>({0, 1, 3}));
   ClusterKvParams bad;
@@ -137,7 +137,7 @@ TEST_CASE("clusterkv append: sealed windows become a new generation, a partial w
   CHECK_NOTHROW(verify_artifact(tmp.file("g2.kvi"), vo));
   SelectorSet sel(b);
   std::vector<float> q(16, 0.2f);
-  CandidateReceipt rc = sel.query(1, 2, q.data(), 690, Budget::parse("0.1"));
+  CandidateReceipt rc = sel.query(1, 2, q.data(), 690, *sel.params({{"budget", "0.1"}}));
   CHECK(rc.always_included.size() == 16 + 31);  // sink + the uncovered partial window up to the position
   CHECK(reason_of([&] { clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 400, 120, 4, "", true); }) == "USAGE");
   copy_dump(tmp.file("d.h5"), tmp.file("changed.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {

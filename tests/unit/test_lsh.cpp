@@ -6,6 +6,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "lsh/lsh.h"
+#include "impl/eval_parts.h"
 #include "kvtool/prng.h"
 #include "kvtool/eval.h"
 #include "kvtool/query.h"
@@ -54,7 +55,7 @@ TEST_CASE("merging two partial softmax states equals attention over the union") 
     std::vector<float> v(static_cast<size_t>(n * d));
     for (auto& x : z) x = 30 * g.normal();  // large logits: max-subtraction matters
     for (auto& x : v) x = static_cast<float>(g.normal());
-    SoftmaxState all(d), a(d), b(d);
+    eval::SoftmaxState all(d), a(d), b(d);
     for (int i = 0; i < n; ++i) {
       all.add(z[i], v.data() + i * d);
       (g.below(2) ? a : b).add(z[i], v.data() + i * d);
@@ -166,7 +167,7 @@ TEST_CASE("lsh queries emit exactly the rows with >= c collisions, with their in
   KeyRows keys{k.data(), 400, 16};
   SelectorSet sel(r);
   for (int64_t c : {1, 2, 5}) {
-    CandidateReceipt rc = sel.query(0, 3, q.data(), 399, Budget{}, c, &keys);
+    CandidateReceipt rc = sel.query(0, 3, q.data(), 399, *sel.params({{"min_collisions", std::to_string(c)}}), &keys);
     REQUIRE(rc.inclusion.size() == rc.candidates.size());
     std::vector<int64_t> expect;
     auto code = [&](const float* x, int64_t t, bool center) {
@@ -233,7 +234,7 @@ TEST_CASE("lsh eval reports the estimator next to plain renormalization") {
   ArtifactReader r(tmp.file("a.kvi"));
   DumpReader d(tmp.file("d.h5"));
   EvalOptions eo;
-  eo.min_collisions = {1, 2, 30};
+  eo.sweep["min_collisions"] = {"1", "2", "30"};
   json e = evaluate(r, d, eo);
   REQUIRE(e["budgets"].size() == 3);
   for (const auto& b : e["budgets"]) {

@@ -16,6 +16,7 @@
 #include "kvtool/query.h"
 #include "kvtool/signing.h"
 #include "squeeze/squeeze.h"
+#include "emulated_device.h"
 #include "test_util.h"
 
 using namespace kvtool;
@@ -65,9 +66,9 @@ void check_queries_equal(const Lease& lease, const std::string& art, const std::
         int64_t kvh = r.source().id.q_to_kv_head[static_cast<size_t>(h)];
         d.read_k(l, kvh, 0, geo.tokens, keys.data());
         KeyRows kr{keys.data(), geo.tokens, geo.head_dim};
-        Budget b = Budget::parse("0.1");
-        CandidateReceipt a = direct.query(l, h, q, pos, b, 2, &kr);
-        CandidateReceipt p = lease.query(l, h, q, pos, b, 2, &kr);
+        const QuerySettings qs = settings_for(direct.kind(), {{"budget", "0.1"}, {"min_collisions", "2"}});
+        CandidateReceipt a = direct.query(l, h, q, pos, *direct.params(qs), &kr);
+        CandidateReceipt p = lease.query(l, h, q, pos, *lease.params(qs), &kr);
         REQUIRE(a.candidates == p.candidates);
         REQUIRE(a.scores == p.scores);
         REQUIRE(a.inclusion == p.inclusion);
@@ -151,7 +152,7 @@ TEST_CASE("pool: the device tier (emulated) answers PQ queries like the host and
     check_queries_equal(l, f.pq, f.dump);
     std::vector<float> q;
     int64_t pos = first_query(f.dump, 1, 2, q);
-    CHECK(l.query(1, 2, q.data(), pos, Budget::parse("16")).tier == "device");
+    CHECK(l.query(1, 2, q.data(), pos, *l.params({{"budget", "16"}})).tier == "device");
   }
   CHECK(dev->device_bytes_live() == 0);
   CHECK(dev->host_bytes_live() == 0);
@@ -301,8 +302,8 @@ TEST_CASE("pool: leases pin a generation across publish and retire; receipts nam
   CHECK(pool.stats().host_used == r1.host_bytes + r2.host_bytes);
   std::vector<float> q;
   int64_t pos = first_query(f.dump, 0, 0, q);
-  CHECK(held.query(0, 0, q.data(), pos, Budget::parse("8")).pool_generation == r1.generation);
-  CHECK(pool.query("doc", 0, 0, q.data(), pos, Budget::parse("8")).pool_generation == r2.generation);
+  CHECK(held.query(0, 0, q.data(), pos, *held.params({{"budget", "8"}})).pool_generation == r1.generation);
+  CHECK(pool.query("doc", 0, 0, q.data(), pos, {{"budget", "8"}}).pool_generation == r2.generation);
   // retire waits for the leases of the generation it retires.
   Lease current = pool.acquire("doc");
   std::atomic<bool> retired{false};

@@ -100,7 +100,7 @@ TEST_CASE("parts with at most 2^b indexed rows stay dense; b > 8 uses uint16 cod
   CHECK_NOTHROW(verify_artifact(tmp.file("dense.kvi"), {}));
   SelectorSet sel(r);
   std::vector<float> q(16, 0.5f);
-  CandidateReceipt rc = sel.query(0, 0, q.data(), 45, Budget::parse("2"));
+  CandidateReceipt rc = sel.query(0, 0, q.data(), 45, *sel.params({{"budget", "2"}}));
   CHECK(rc.candidates.size() == 8);  // dense: every indexed row
   PqParams p = small_pq();
   p.bits = 9;
@@ -242,7 +242,7 @@ TEST_CASE("queries return budgeted candidates plus sink, local and the uncovered
   SelectorSet sel(r);
   std::vector<float> q(16);
   for (int i = 0; i < 16; ++i) q[i] = std::sin(static_cast<float>(i));
-  CandidateReceipt rc = sel.query(1, 3, q.data(), 270, Budget::parse("0.1"));
+  CandidateReceipt rc = sel.query(1, 3, q.data(), 270, *sel.params({{"budget", "0.1"}}));
   CHECK(rc.kv_head == 1);
   CHECK(rc.indexed_rows == 260 - 4 - 8);
   CHECK(rc.budget_rows == 25);
@@ -253,7 +253,7 @@ TEST_CASE("queries return budgeted candidates plus sink, local and the uncovered
   CHECK(rc.always_included.size() == 4 + 8 + 11);
   CHECK(rc.always_included.front() == 0);
   CHECK(rc.always_included.back() == 270);
-  CHECK(reason_of([&] { sel.query(1, 3, q.data(), 100, Budget::parse("0.1")); }) == "USAGE");
+  CHECK(reason_of([&] { sel.query(1, 3, q.data(), 100, *sel.params({{"budget", "0.1"}})); }) == "USAGE");
   CHECK(Budget::parse("10%").rows(248) == 25);
   CHECK(Budget::parse("64").rows(248) == 64);
   CHECK(reason_of([] { Budget::parse("-1"); }) == "USAGE");
@@ -261,7 +261,7 @@ TEST_CASE("queries return budgeted candidates plus sink, local and the uncovered
 
   DumpReader d(tmp.file("d.h5"));
   EvalOptions eo;
-  eo.budgets = {Budget::parse("1.0%"), Budget::parse(std::to_string(260 - 12))};
+  eo.sweep["budget"] = {"1.0%", std::to_string(260 - 12)};
   json e = evaluate(r, d, eo);
   REQUIRE(e["budgets"].size() == 2);
   const json& full = e["budgets"][1];

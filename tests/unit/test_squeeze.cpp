@@ -78,7 +78,7 @@ TEST_CASE("squeeze calibration survives keys scaled x100 (max-subtraction)") {
   CHECK_NOTHROW(verify_artifact(tmp.file("a.kvi"), {}));
   SelectorSet sel(r);
   std::vector<float> q(16, 3.f);
-  CandidateReceipt rc = sel.query(0, 1, q.data(), 450, Budget{}, 2, nullptr, 0.8, false);
+  CandidateReceipt rc = sel.query(0, 1, q.data(), 450, *sel.params({{"quantile", "0.8"}, {"flat", "false"}}));
   for (size_t i = 1; i < rc.candidates.size(); ++i) CHECK(rc.candidates[i] > rc.candidates[i - 1]);
 }
 
@@ -92,16 +92,16 @@ TEST_CASE("squeeze queries: hierarchical scores fewer centroids; flat scores all
   d.read_q(1, 2, Q.data());
   SelectorSet sel(r);
   const float* q = Q.data() + 150 * 16;  // position 450
-  CandidateReceipt flat = sel.query(1, 2, q, 450, Budget{}, 2, nullptr, 0.5, true);
-  CandidateReceipt hier = sel.query(1, 2, q, 450, Budget{}, 2, nullptr, 0.5, false);
-  CandidateReceipt strict = sel.query(1, 2, q, 450, Budget{}, 2, nullptr, 0.9, true);
+  CandidateReceipt flat = sel.query(1, 2, q, 450, *sel.params({{"quantile", "0.5"}, {"flat", "true"}}));
+  CandidateReceipt hier = sel.query(1, 2, q, 450, *sel.params({{"quantile", "0.5"}, {"flat", "false"}}));
+  CandidateReceipt strict = sel.query(1, 2, q, 450, *sel.params({{"quantile", "0.9"}, {"flat", "true"}}));
   CHECK(flat.centroids_scored == 36);
   CHECK(hier.centroids_scored <= 36 + 9);
   CHECK(strict.candidates.size() <= flat.candidates.size());
   CHECK(flat.selector["mode"] == "flat");
-  CHECK(reason_of([&] { sel.query(1, 2, q, 450, Budget{}, 2, nullptr, 0.6, false); }) == "USAGE");
+  CHECK(reason_of([&] { sel.query(1, 2, q, 450, *sel.params({{"quantile", "0.6"}, {"flat", "false"}})); }) == "USAGE");
   EvalOptions eo;
-  eo.quantiles = {0.5, 0.9};
+  eo.sweep["quantile"] = {"0.5", "0.9"};
   json e = evaluate(r, d, eo);
   REQUIRE(e["budgets"].size() == 4);
   CHECK(e["budgets"][0]["centroids_scored_mean"].get<double>() <= e["budgets"][1]["centroids_scored_mean"].get<double>() + 9);

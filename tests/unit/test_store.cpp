@@ -4,10 +4,12 @@
 
 #include "kvtool/error.h"
 #include "kvtool/store.h"
+#include "parse.h"  // tools/common: kvtool store gc --grace
 #include "test_util.h"
 
 using namespace kvtool;
 using namespace kvtool::test;
+using kvtool::cli::parse_duration;
 
 TEST_CASE("store keys never name paths: '/', '..', NUL and control characters are refused") {
   StoreKey k;

@@ -5,7 +5,9 @@
 #include <iostream>
 #include <new>
 
+#include "env.h"
 #include "kvtool/atomic_file.h"
+#include "parse.h"
 
 namespace kvtool::cli {
 
@@ -43,6 +45,12 @@ int run(const std::string& tool, CLI::App& app, int argc, char** argv, const boo
   }
 }
 
+int run_chosen(const std::vector<Command>& cmds) {
+  for (const auto& c : cmds)
+    if (*c.sub) return c.run();
+  return 2;
+}
+
 void print_json(const json& j) { std::cout << j.dump(2) << std::endl; }
 
 void add_identity_options(CLI::App* cmd, IdentityOptions& o) {
@@ -74,6 +82,7 @@ void finish_builder_options(BuilderCli& b) {
   if (!b.layers.empty()) parse_layers(b.layers, b.opt.layer_first, b.opt.layer_last);
   if (!b.shard.empty()) parse_shard(b.shard, b.opt.shard_index, b.opt.shard_count);
   KVT_CHECK(b.opt.prefix >= -1 && b.opt.sink >= -1 && b.opt.local >= -1, USAGE, "--prefix, --sink and --local must be >= 0");
+  if (b.opt.threads == 0) b.opt.threads = default_threads();
 }
 
 void print_build_summary(const json& j) {

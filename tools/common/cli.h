@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kvtool/error.h"
 #include "kvtool/json.h"
@@ -12,18 +13,27 @@
 
 namespace kvtool::cli {
 
-// Runs `body` (which parses and executes) and maps every failure to DESIGN.md §10 exit codes:
+// Runs `body` (which parses and executes) and maps every failure to an exit code (README.md, "Commands"):
 // CLI11 parse errors → 2 (help/version → 0), kvtool::Error → its reason's code, anything else → 4.
 // With *json_errors set, failures are also printed as {"ok":false,...} on stdout.
 int run(const std::string& tool, CLI::App& app, int argc, char** argv, const bool* json_errors,
         const std::function<int()>& body);
+
+// One subcommand: the CLI11 app that declares its options, and what runs when it was chosen.
+struct Command {
+  CLI::App* sub = nullptr;
+  std::function<int()> run;
+};
+// Runs the command the parsed command line chose (2 when none was).
+int run_chosen(const std::vector<Command>& cmds);
 
 void print_json(const json& j);
 // Identity attributes for produced dumps (--tenant, --*-generation, --frontier).
 void add_identity_options(CLI::App* cmd, IdentityOptions& o);
 
 // The options every builder shares (-o, --prefix, --sink, --local, --layers, --seed, --threads,
-// --shard, --sign-key, --zstd-level, --json, --quiet); finish_builder_options() parses the strings.
+// --shard, --sign-key, --zstd-level, --json, --quiet); finish_builder_options() parses the strings
+// and sets the thread count the library needs (--threads, or default_threads() from env.h).
 struct BuilderCli {
   BuildOptions opt;
   std::string layers, shard;

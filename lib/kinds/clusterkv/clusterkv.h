@@ -1,4 +1,4 @@
-// ClusterKV semantic clusters (DESIGN.md §7, REFERENCE.md "ClusterKV"): cosine k-means of the keys of
+// ClusterKV semantic clusters (formats/kinds-v1.md, "clusterkv"): cosine k-means of the keys of
 // each (layer, kv head), clusters ranked by raw q·centroid, whole clusters taken until the token
 // budget is met; decode windows appended as new generations of clusters.
 #pragma once

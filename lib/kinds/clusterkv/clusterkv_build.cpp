@@ -12,13 +12,11 @@
 #include <sstream>
 
 #include "common/cluster_build.h"
+#include "kvtool/append.h"
 #include "kvtool/artifact.h"
-#include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
 #include "kvtool/prng.h"
-#include "kvtool/progress.h"
-#include "kvtool/source_binding.h"
 
 namespace kvtool {
 
@@ -44,8 +42,20 @@ std::vector<int64_t> parse_layer_list(const std::string& s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    int64_t a, b;
-    parse_layers(item, a, b);
+    // "A" or "A-B" (inclusive); the same messages as the CLI's --layers.
+    auto layer = [](const std::string& t) -> int64_t {
+      size_t pos = std::string::npos;
+      long long v = 0;
+      try {
+        v = std::stoll(t, &pos);
+      } catch (...) {
+      }
+      KVT_CHECK(pos == t.size(), USAGE, "'" << t << "' is not an integer (--layers)");
+      return v;
+    };
+    const size_t dash = item.find('-');
+    const int64_t a = layer(item.substr(0, dash)), b = dash == std::string::npos ? a : layer(item.substr(dash + 1));
+    KVT_CHECK(a >= 0 && b >= a, USAGE, "--layers '" << item << "' is an empty or negative range");
     for (int64_t l = a; l <= b; ++l) out.push_back(l);
   }
   std::sort(out.begin(), out.end());
@@ -116,78 +126,78 @@ PartOutput ClusterKvBuilder::build_part(const PartInput& in) const {
   return out;
 }
 
+namespace {
+
+// Append for clusterkv: each sealed window of new rows past the old indexed end is clustered on
+// its own and its clusters are added to the part; a partial window stays uncovered until sealed.
+class ClusterKvAppender : public KindAppender {
+ public:
+  ClusterKvAppender(int64_t window, int64_t window_clusters) : window_(window), window_clusters_(window_clusters) {}
+  std::string kind() const override { return "clusterkv"; }
+
+  AppendPlan plan(const ArtifactReader& old, int64_t prefix) override {
+    P_ = prefix;
+    before_ = IndexedRows::of(old);
+    const int64_t avail = P_ - before_.local - before_.end();
+    windows_ = avail > 0 ? avail / window_ : 0;
+    KVT_CHECK(windows_ >= 1, USAGE,
+              "no sealed window: " << std::max<int64_t>(avail, 0) << " new rows past the indexed end " << before_.end()
+                                   << " (need --window " << window_ << ")");
+    new_end_ = before_.end() + windows_ * window_;
+    E_ = new_end_ + before_.local;  // the local window stays outside the index
+    const json& params = old.manifest()["params"];
+    rule_ = parse_centroid_rule(params["centroid"]);
+    iters_ = params["iters"];
+    seed_ = params["seed"];
+    return {E_, before_.end(), new_end_, new_end_ - before_.begin()};
+  }
+
+  void append_part(const AppendPartInput& in, PartOutput& out) override {
+    ClusterSet s = ClusterSet::load(in.old, in.layer, in.kv_head, in.head_dim);
+    const int64_t c0 = s.clusters();
+    const auto layer = static_cast<uint64_t>(in.layer), head = static_cast<uint64_t>(in.kv_head);
+    for (int64_t wi = 0; wi < windows_; ++wi) {
+      const int64_t r0 = before_.end() + wi * window_;
+      // Seeded per (layer, head, generation, window), so a window clusters the same in any run.
+      const uint64_t seed = part_seed(seed_, layer, head, static_cast<uint64_t>(in.index_generation * 1000003 + wi));
+      add_clusters(s, in.rows + (r0 - in.rows_begin) * in.head_dim, r0, window_, window_clusters_, iters_, seed, rule_);
+    }
+    out.meta["generations"].push_back(
+        {{"index_generation", in.index_generation}, {"rows", {before_.end(), new_end_}}, {"clusters", {c0, s.clusters()}}});
+    cluster_sections(s, out.sections);
+  }
+
+  json first_generation() const override {
+    return {{"index_generation", 1}, {"rows", {before_.begin(), before_.end()}}};
+  }
+  json generation(int64_t gen) const override {
+    json wins = json::array();
+    for (int64_t wi = 0; wi < windows_; ++wi) wins.push_back({before_.end() + wi * window_, before_.end() + (wi + 1) * window_});
+    return {{"index_generation", gen}, {"rows", {before_.end(), new_end_}}, {"windows", wins}, {"window", window_},
+            {"window_clusters", window_clusters_}};
+  }
+
+  void summarize(json& summary, int64_t) const override {
+    summary["windows"] = windows_;
+    summary["uncovered_rows"] = P_ - E_;
+  }
+
+ private:
+  const int64_t window_, window_clusters_;
+  int64_t P_ = 0, E_ = 0, windows_ = 0, new_end_ = 0, iters_ = 0;
+  uint64_t seed_ = 0;
+  CentroidRule rule_ = CentroidRule::raw_mean;
+  IndexedRows before_;
+};
+
+}  // namespace
+
 json clusterkv_append(const std::string& artifact, const std::string& dump_path, const std::string& output, int64_t prefix,
                       int64_t window, int64_t window_clusters, const std::string& sign_key, bool quiet) {
   KVT_CHECK(window >= 1 && window_clusters >= 1 && window_clusters <= window, USAGE,
             "--window must be >= 1 and --window-clusters in 1..window");
-  ArtifactReader old(artifact);
-  old.verify_sections();
-  KVT_CHECK(old.kind() == "clusterkv", USAGE, "'" << artifact << "' is a " << old.kind() << " artifact, not clusterkv");
-  find_kind("clusterkv")->validate(old);
-  DumpReader dump(dump_path);
-  check_source(old.source(), dump, false);  // rows below the old coverage must be unchanged
-  const int64_t P = prefix < 0 ? dump.info().committed_frontier : prefix;
-  KVT_CHECK(P <= dump.info().committed_frontier, USAGE, "--prefix " << P << " is beyond the committed frontier");
-  IndexedRows before = IndexedRows::of(old);
-  const int64_t avail = P - before.local - before.end();
-  const int64_t windows = avail > 0 ? avail / window : 0;
-  KVT_CHECK(windows >= 1, USAGE,
-            "no sealed window: " << std::max<int64_t>(avail, 0) << " new rows past the indexed end " << before.end()
-                                 << " (need --window " << window << ")");
-  const int64_t new_end = before.end() + windows * window;
-  const int64_t E = new_end + before.local;  // a partial window stays uncovered
-  SourceBinding binding = bind_source(dump, E);
-  const json& params = old.manifest()["params"];
-  CentroidRule rule = parse_centroid_rule(params["centroid"]);
-  const int64_t iters = params["iters"], d = old.source().geo.head_dim;
-  const uint64_t seed = params["seed"];
-  const int64_t gen = old.manifest()["index_generation"].get<int64_t>() + 1;
-  std::unique_ptr<SigningKey> key;
-  if (!sign_key.empty()) key = std::make_unique<SigningKey>(SigningKey::load(sign_key));
-  ArtifactWriter w(output, params.value("zstd_level", 3));
-  json parts = json::array();
-  const json& old_parts = old.manifest()["kind_data"]["parts"];
-  Progress progress("kvtool-clusterkv append", static_cast<int64_t>(old_parts.size()), quiet);
-  std::vector<float> keys(static_cast<size_t>(window * d));
-  for (const auto& pm : old_parts) {
-    int64_t layer = pm["layer"], head = pm["kv_head"];
-    json npm = pm;
-    npm["indexed_rows"] = new_end - before.begin();
-    if (!pm["dense"].get<bool>()) {
-      ClusterSet s = ClusterSet::load(old, layer, head, d);
-      int64_t c0 = s.clusters();
-      for (int64_t wi = 0; wi < windows; ++wi) {
-        int64_t r0 = before.end() + wi * window;
-        dump.read_k(layer, head, r0, r0 + window, keys.data());
-        add_clusters(s, keys.data(), r0, window, window_clusters, iters,
-              part_seed(seed, static_cast<uint64_t>(layer), static_cast<uint64_t>(head), static_cast<uint64_t>(gen * 1000003 + wi)), rule);
-      }
-      npm["generations"].push_back({{"index_generation", gen}, {"rows", {before.end(), new_end}}, {"clusters", {c0, s.clusters()}}});
-      std::vector<PartSection> secs;
-      cluster_sections(s, secs);
-      for (const auto& sec : secs) w.add_section(sec.name, sec.dtype, sec.shape, sec.bytes.data(), sec.bytes.size(), layer, head);
-    }
-    parts.push_back(npm);
-    progress.advance();
-  }
-  progress.finish();
-  ManifestCore core;
-  core.kind = "clusterkv";
-  core.params = params;
-  core.source = binding;
-  core.index_generation = gen;
-  core.selector_generation = old.manifest()["selector_generation"];
-  core.kind_data = old.manifest()["kind_data"];
-  core.kind_data["parts"] = parts;
-  json gens = core.kind_data.value("generations", json::array({{{"index_generation", 1}, {"rows", {before.begin(), before.end()}}}}));
-  json wins = json::array();
-  for (int64_t wi = 0; wi < windows; ++wi) wins.push_back({before.end() + wi * window, before.end() + (wi + 1) * window});
-  gens.push_back({{"index_generation", gen}, {"rows", {before.end(), new_end}}, {"windows", wins}, {"window", window},
-                  {"window_clusters", window_clusters}});
-  core.kind_data["generations"] = gens;
-  Digest md = w.finish(core, key.get());
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output}, {"index_generation", gen},
-          {"windows", windows}, {"coverage", {0, E}}, {"uncovered_rows", P - E}, {"manifest_sha256", to_hex(md)}};
+  ClusterKvAppender appender(window, window_clusters);
+  return append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender);
 }
 
 }  // namespace kvtool

@@ -27,6 +27,7 @@ class ClusterKvSelector : public PartSelector {
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
+    out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
     if (dense_) {
       for (int64_t i = 0; i < n_; ++i) {
         out.ids.push_back(rows_.begin() + i);
@@ -36,14 +37,15 @@ class ClusterKvSelector : public PartSelector {
     }
     std::vector<float> score(static_cast<size_t>(set_.clusters()));
     scoring::dot_scores(req.q, set_.centroids.data(), set_.clusters(), set_.d, score.data());
-    take(score, req.budget, out);
+    take(score, out.budget_rows, out);
   }
   bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
     const DeviceSection* c = dp.find("ckv_centroids");
     if (dense_ || !c) return false;
     std::vector<float> score(static_cast<size_t>(set_.clusters()));
+    out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
     dp.dev->dot_scores(static_cast<const float*>(c->ptr), set_.clusters(), set_.d, req.q, score.data());
-    take(score, req.budget, out);
+    take(score, out.budget_rows, out);
     return true;
   }
   // Whole clusters best first (the last one cut) until the budget is spent.
@@ -131,11 +133,20 @@ void validate_clusterkv(const ArtifactReader& r) {
 
 }  // namespace
 
-KindInfo kinds::clusterkv_kind() {
-  return {"clusterkv", "ClusterKV cosine clusters of keys", validate_clusterkv,
-          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
-            return std::make_unique<ClusterKvSelector>(r, layer, head);
-          }};
+KindSpec kinds::clusterkv_kind() {
+  KindSpec k;
+  k.name = "clusterkv";
+  k.summary = "ClusterKV cosine clusters of keys";
+  k.mode = SelectionMode::budget_top_k;
+  k.validate = validate_clusterkv;
+  k.load = [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+    return std::make_unique<ClusterKvSelector>(r, layer, head);
+  };
+  k.query_options = budget_query_options();
+  k.parse_query = [](const ArtifactReader&, const QuerySettings& s) {
+    return parse_budget_params(*find_kind("clusterkv"), s);
+  };
+  return k;
 }
 
 }  // namespace kvtool

@@ -1,4 +1,4 @@
-// MagicPIG SimHash tables (DESIGN.md §7, REFERENCE.md "MagicPIG"): keys centered by their mean,
+// MagicPIG SimHash tables (formats/kinds-v1.md, "lsh"): keys centered by their mean,
 // K-bit SimHash codes in L tables from seeded Gaussian projections, CSR buckets per table; a query
 // samples the rows that collide with it in at least c tables, with inclusion probability
 // u = P(Binomial(L, p^K) >= c), for the self-normalized importance-sampling estimator.
@@ -28,18 +28,6 @@ class LshBuilder : public KindBuilder {
 
  private:
   LshParams p_;
-};
-
-// (max, sum-exp, weighted value sum) state of a partial softmax; merge() combines two partial
-// states into the state of the union (the MagicPIG estimator merges its sampled part with the
-// exact sink/local part this way).
-struct SoftmaxState {
-  double max = -1e300, sum = 0;
-  std::vector<double> acc;  // sum of exp(logit - max) * v
-  explicit SoftmaxState(size_t d = 0) : acc(d, 0.0) {}
-  void add(double logit, const float* v);
-  void merge(const SoftmaxState& o);
-  std::vector<double> output() const;  // acc / sum
 };
 
 }  // namespace kvtool

@@ -1,5 +1,5 @@
-// kind "lsh", offline half: mean-centred SimHash codes by BLAS, CSR bucket tables, and the
-// softmax state of the MagicPIG estimator that eval uses (formats/kinds-v1.md, "lsh").
+// kind "lsh", offline half: mean-centred SimHash codes by BLAS, CSR bucket tables, (the MagicPIG
+// estimator eval applies to its samples is lib/offline/src/eval_estimator.cpp) (formats/kinds-v1.md, "lsh").
 #include "lsh/lsh.h"
 
 #include <algorithm>
@@ -43,37 +43,6 @@ void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, 
 }
 
 }  // namespace
-
-void SoftmaxState::add(double logit, const float* v) {
-  if (logit > max) {
-    double scale = std::exp(max - logit);
-    sum *= scale;
-    for (auto& a : acc) a *= scale;
-    max = logit;
-  }
-  double e = std::exp(logit - max);
-  sum += e;
-  for (size_t j = 0; j < acc.size(); ++j) acc[j] += e * v[j];
-}
-
-void SoftmaxState::merge(const SoftmaxState& o) {
-  if (o.sum == 0) return;
-  if (sum == 0) {
-    *this = o;
-    return;
-  }
-  double m = std::max(max, o.max), a = std::exp(max - m), b = std::exp(o.max - m);
-  for (size_t j = 0; j < acc.size(); ++j) acc[j] = acc[j] * a + o.acc[j] * b;
-  sum = sum * a + o.sum * b;
-  max = m;
-}
-
-std::vector<double> SoftmaxState::output() const {
-  std::vector<double> o(acc.size(), 0.0);
-  if (sum > 0)
-    for (size_t j = 0; j < acc.size(); ++j) o[j] = acc[j] / sum;
-  return o;
-}
 
 json LshBuilder::params() const { return {{"bits", p_.bits}, {"tables", p_.tables}, {"centering", "mean-of-indexed-keys"}}; }
 

@@ -60,6 +60,15 @@ struct LshTables {
   }
 };
 
+// lsh's one query option: the collision threshold c (rows colliding with the query in >= c
+// tables are sampled). bits/tables are recorded for eval summaries.
+struct LshParams : QueryParams {
+  int64_t min_collisions = 2, bits = 0, tables = 0;
+  json receipt(int64_t) const override { return {{"min_collisions", min_collisions}}; }
+  std::string label() const override { return "c=" + std::to_string(min_collisions); }
+  json setting() const override { return {{"bits", bits}, {"tables", tables}, {"min_collisions", min_collisions}}; }
+};
+
 class LshSelector : public PartSelector {
  public:
   LshSelector(const ArtifactReader& r, int64_t layer, int64_t head) : lay_(LshLayout::of(r)), rows_(IndexedRows::of(r)) {
@@ -68,8 +77,6 @@ class LshSelector : public PartSelector {
     if (n_ > 0) t_ = LshTables::load(r, layer, head, lay_, n_);
   }
   int64_t indexed_rows() const override { return n_; }
-  bool uses_budget() const override { return false; }
-  bool needs_keys() const override { return true; }
   void select(const SelectRequest& req, Selection& out) const override {
     check(req);
     if (n_ == 0) return;
@@ -95,17 +102,18 @@ class LshSelector : public PartSelector {
     return true;
   }
   void check(const SelectRequest& req) const {
-    KVT_CHECK(req.min_collisions >= 1 && req.min_collisions <= lay_.tables, USAGE,
+    const int64_t c = params_of<LshParams>(req).min_collisions;
+    KVT_CHECK(c >= 1 && c <= lay_.tables, USAGE,
               "--min-collisions must be in 1.." << lay_.tables);
   }
   // Every row with >= c collisions, with its inclusion probability when the full keys are given.
   void emit(const SelectRequest& req, const std::vector<uint16_t>& count, Selection& out) const {
-    const int64_t rb = rows_.begin();
+    const int64_t rb = rows_.begin(), c = params_of<LshParams>(req).min_collisions;
     double qn = 0;
     for (int64_t j = 0; j < lay_.d; ++j) qn += static_cast<double>(req.q[j]) * req.q[j];
     qn = std::sqrt(qn);
     for (int64_t i = 0; i < n_; ++i) {
-      if (count[i] < req.min_collisions) continue;
+      if (count[i] < c) continue;
       out.ids.push_back(rb + i);
       out.scores.push_back(static_cast<float>(count[i]));
       if (!req.keys) continue;  // a runtime without the key rows gets candidates only
@@ -118,7 +126,7 @@ class LshSelector : public PartSelector {
         kn += kc * kc;
       }
       double cosv = qn > 0 && kn > 0 ? dot / (qn * std::sqrt(kn)) : 0.0;
-      out.inclusion.push_back(lsh_inclusion_probability(cosv, lay_.bits, lay_.tables, req.min_collisions));
+      out.inclusion.push_back(lsh_inclusion_probability(cosv, lay_.bits, lay_.tables, c));
     }
   }
   json describe() const override { return {{"bits", lay_.bits}, {"tables", lay_.tables}}; }
@@ -215,12 +223,29 @@ double lsh_inclusion_probability(double cosine, int64_t bits, int64_t tables, in
   return std::max(0.0, 1.0 - below);
 }
 
-KindInfo kinds::lsh_kind() {
-  return {"lsh", "MagicPIG SimHash tables", validate_lsh,
-          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
-            return std::make_unique<LshSelector>(r, layer, head);
-          },
-          summarize_lsh};
+KindSpec kinds::lsh_kind() {
+  KindSpec k;
+  k.name = "lsh";
+  k.summary = "MagicPIG SimHash tables";
+  k.mode = SelectionMode::collision_sampling;
+  k.validate = validate_lsh;
+  k.load = [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+    return std::make_unique<LshSelector>(r, layer, head);
+  };
+  k.query_options = {{"min_collisions", "emit rows colliding with the query in at least c tables", "2"}};
+  k.parse_query = [](const ArtifactReader& r, const QuerySettings& s) -> std::unique_ptr<QueryParams> {
+    const KindSpec& self = *find_kind("lsh");
+    check_query_settings(self, s);
+    auto p = std::make_unique<LshParams>();
+    p->min_collisions = parse_int_option("min_collisions", setting_or_default(self, s, "min_collisions"));
+    const LshLayout lay = LshLayout::of(r);
+    p->bits = lay.bits;
+    p->tables = lay.tables;
+    return p;
+  };
+  k.needs_keys = true;
+  k.summarize = summarize_lsh;
+  return k;
 }
 
 }  // namespace kvtool

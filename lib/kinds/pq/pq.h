@@ -1,4 +1,4 @@
-// PQCache product quantization of keys (DESIGN.md §7, REFERENCE.md "PQCache"): per (layer, kv head,
+// PQCache product quantization of keys (formats/kinds-v1.md, "pq"): per (layer, kv head,
 // subspace) L2 k-means with 2^bits centroids (FAISS), codes of the actual key rows, LUT scoring.
 #pragma once
 #include <string>

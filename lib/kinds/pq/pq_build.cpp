@@ -8,12 +8,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kvtool/append.h"
 #include "kvtool/artifact.h"
-#include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
-#include "kvtool/progress.h"
-#include "kvtool/source_binding.h"
 #include "pq/pq_internal.h"
 
 namespace kvtool {
@@ -92,81 +90,70 @@ PartOutput PqBuilder::build_part(const PartInput& in) const {
   return out;
 }
 
+namespace {
+
+// Append for pq: rows that entered the index since the old coverage end are encoded with the
+// existing codebooks; the codebooks themselves never change.
+class PqAppender : public KindAppender {
+ public:
+  std::string kind() const override { return "pq"; }
+
+  AppendPlan plan(const ArtifactReader& old, int64_t prefix) override {
+    E0_ = old.source().coverage_end;
+    E_ = prefix;
+    KVT_CHECK(E_ >= E0_, USAGE, "--prefix " << E_ << " is below the artifact's coverage end " << E0_);
+    lay_ = PqLayout::of(old);
+    before_ = after_ = IndexedRows::of(old);
+    after_.coverage_end = E_;
+    // The new rows are [old end, new end) of the indexed range, the old local window included.
+    return {E_, before_.end(), after_.end(), after_.count()};
+  }
+
+  void append_part(const AppendPartInput& in, PartOutput& out) override {
+    const SectionEntry* ce = in.old.find("pq_centroids", in.layer, in.kv_head);
+    auto cb = in.old.read_section(*ce);
+    auto codes = in.old.read_section(*in.old.find("pq_codes", in.layer, in.kv_head));
+    const size_t cw = lay_.bits <= 8 ? 1 : 2;
+    codes.resize(static_cast<size_t>(after_.count() * lay_.m) * cw);
+    const int64_t n_new = in.rows_end - in.rows_begin;
+    if (n_new > 0) {
+      std::vector<uint8_t> fresh(static_cast<size_t>(n_new * lay_.m) * cw);
+      std::vector<float> x(static_cast<size_t>(n_new * lay_.dsub));
+      std::vector<int64_t> labels;
+      for (int64_t j = 0; j < lay_.m; ++j) {
+        for (int64_t i = 0; i < n_new; ++i)
+          std::memcpy(x.data() + i * lay_.dsub, in.rows + i * in.head_dim + j * lay_.dsub, lay_.dsub * sizeof(float));
+        encode_subspace(x.data(), n_new, lay_.dsub, reinterpret_cast<const float*>(cb.data()) + j * lay_.k * lay_.dsub,
+                        lay_.k, labels);
+        store_codes(labels, j, lay_.m, lay_.bits, fresh);
+      }
+      std::memcpy(codes.data() + before_.count() * lay_.m * cw, fresh.data(), fresh.size());
+      encoded_ += n_new;
+    }
+    out.sections.push_back({"pq_centroids", "f32", ce->shape, std::move(cb)});
+    out.sections.push_back({"pq_codes", code_dtype(lay_.bits), {after_.count(), lay_.m}, std::move(codes)});
+  }
+
+  json first_generation() const override { return {{"index_generation", 1}, {"coverage_end", E0_}}; }
+  json generation(int64_t gen) const override { return {{"index_generation", gen}, {"coverage_end", E_}}; }
+
+  void summarize(json& summary, int64_t parts) const override {
+    summary["previous_coverage_end"] = E0_;
+    summary["rows_encoded_per_part"] = encoded_ / std::max<int64_t>(1, parts);
+  }
+
+ private:
+  int64_t E0_ = 0, E_ = 0, encoded_ = 0;
+  PqLayout lay_{};
+  IndexedRows before_, after_;
+};
+
+}  // namespace
+
 json pq_append(const std::string& artifact, const std::string& dump_path, const std::string& output, int64_t prefix,
                const std::string& sign_key, bool quiet) {
-  ArtifactReader old(artifact);
-  old.verify_sections();
-  KVT_CHECK(old.kind() == "pq", USAGE, "'" << artifact << "' is a " << old.kind() << " artifact, not pq");
-  find_kind("pq")->validate(old);
-  DumpReader dump(dump_path);
-  check_source(old.source(), dump, false);  // the old covered range must be the same content
-  const int64_t E = prefix < 0 ? dump.info().committed_frontier : prefix;
-  const int64_t E0 = old.source().coverage_end;
-  KVT_CHECK(E >= E0, USAGE, "--prefix " << E << " is below the artifact's coverage end " << E0);
-  KVT_CHECK(E <= dump.info().committed_frontier, USAGE,
-            "--prefix " << E << " is beyond the dump's committed frontier " << dump.info().committed_frontier);
-  SourceBinding binding = bind_source(dump, E);
-  PqLayout lay = PqLayout::of(old);
-  IndexedRows before = IndexedRows::of(old), after = before;
-  after.coverage_end = E;
-  const int64_t d = lay.d;
-  std::unique_ptr<SigningKey> key;
-  if (!sign_key.empty()) key = std::make_unique<SigningKey>(SigningKey::load(sign_key));
-  int zstd_level = old.manifest()["params"].value("zstd_level", 3);
-  ArtifactWriter w(output, zstd_level);
-  json parts = json::array();
-  const json& old_parts = old.manifest()["kind_data"]["parts"];
-  Progress progress("kvtool-pq append", static_cast<int64_t>(old_parts.size()), quiet);
-  int64_t encoded = 0;
-  for (const auto& pm : old_parts) {
-    int64_t layer = pm["layer"], head = pm["kv_head"];
-    json npm = pm;
-    npm["indexed_rows"] = after.count();
-    if (!pm["dense"].get<bool>()) {
-      // Rows that entered the index: [old end, new end) of the indexed range (the old local
-      // window included), encoded with the existing codebooks.
-      int64_t r0 = before.end(), r1 = after.end(), n_new = r1 - r0;
-      auto cb = old.read_section(*old.find("pq_centroids", layer, head));
-      auto codes = old.read_section(*old.find("pq_codes", layer, head));
-      size_t cw = lay.bits <= 8 ? 1 : 2;
-      codes.resize(static_cast<size_t>(after.count() * lay.m) * cw);
-      std::vector<float> keys(static_cast<size_t>(std::max<int64_t>(n_new, 0) * d)), x(static_cast<size_t>(std::max<int64_t>(n_new, 0) * lay.dsub));
-      if (n_new > 0) {
-        dump.read_k(layer, head, r0, r1, keys.data());
-        std::vector<uint8_t> fresh(static_cast<size_t>(n_new * lay.m) * cw);
-        std::vector<int64_t> labels;
-        for (int64_t j = 0; j < lay.m; ++j) {
-          for (int64_t i = 0; i < n_new; ++i)
-            std::memcpy(x.data() + i * lay.dsub, keys.data() + i * d + j * lay.dsub, lay.dsub * sizeof(float));
-          encode_subspace(x.data(), n_new, lay.dsub, reinterpret_cast<const float*>(cb.data()) + j * lay.k * lay.dsub, lay.k, labels);
-          store_codes(labels, j, lay.m, lay.bits, fresh);
-        }
-        std::memcpy(codes.data() + before.count() * lay.m * cw, fresh.data(), fresh.size());
-        encoded += n_new;
-      }
-      const SectionEntry* ce = old.find("pq_centroids", layer, head);
-      w.add_section("pq_centroids", "f32", ce->shape, cb.data(), cb.size(), layer, head);
-      w.add_section("pq_codes", code_dtype(lay.bits), {after.count(), lay.m}, codes.data(), codes.size(), layer, head);
-    }
-    parts.push_back(npm);
-    progress.advance();
-  }
-  progress.finish();
-  ManifestCore core;
-  core.kind = "pq";
-  core.params = old.manifest()["params"];
-  core.source = binding;
-  core.index_generation = old.manifest()["index_generation"].get<int64_t>() + 1;
-  core.selector_generation = old.manifest()["selector_generation"];
-  core.kind_data = old.manifest()["kind_data"];
-  core.kind_data["parts"] = parts;
-  json gens = core.kind_data.value("generations", json::array({{{"index_generation", 1}, {"coverage_end", E0}}}));
-  gens.push_back({{"index_generation", core.index_generation}, {"coverage_end", E}});
-  core.kind_data["generations"] = gens;
-  Digest md = w.finish(core, key.get());
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output}, {"index_generation", core.index_generation},
-          {"coverage", {0, E}}, {"previous_coverage_end", E0}, {"rows_encoded_per_part", encoded / std::max<int64_t>(1, static_cast<int64_t>(old_parts.size()))},
-          {"manifest_sha256", to_hex(md)}};
+  PqAppender appender;
+  return append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender);
 }
 
 }  // namespace kvtool

@@ -37,7 +37,7 @@ class PqSelector : public PartSelector {
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
     const float* q = req.q;
-    const int64_t budget = req.budget;
+    const int64_t budget = out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
     std::vector<int64_t>& ids = out.ids;
     std::vector<float>& scores = out.scores;
     const int64_t base = rows_.begin();
@@ -64,7 +64,8 @@ class PqSelector : public PartSelector {
     if (dense_ || !c || !k) return false;
     PqDevicePart p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
     std::vector<int64_t> ids;
-    dp.dev->pq_top_k(p, req.q, req.budget, ids, out.scores);
+    out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
+    dp.dev->pq_top_k(p, req.q, out.budget_rows, ids, out.scores);
     for (int64_t i : ids) out.ids.push_back(rows_.begin() + i);
     return true;
   }
@@ -123,11 +124,18 @@ void validate_pq(const ArtifactReader& r) {
 
 }  // namespace
 
-KindInfo kinds::pq_kind() {
-  return {"pq", "PQCache product quantization of keys", validate_pq,
-          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
-            return std::make_unique<PqSelector>(r, layer, head);
-          }};
+KindSpec kinds::pq_kind() {
+  KindSpec k;
+  k.name = "pq";
+  k.summary = "PQCache product quantization of keys";
+  k.mode = SelectionMode::budget_top_k;
+  k.validate = validate_pq;
+  k.load = [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+    return std::make_unique<PqSelector>(r, layer, head);
+  };
+  k.query_options = budget_query_options();
+  k.parse_query = [](const ArtifactReader&, const QuerySettings& s) { return parse_budget_params(*find_kind("pq"), s); };
+  return k;
 }
 
 }  // namespace kvtool

@@ -1,4 +1,4 @@
-// SqueezedAttention for shared fixed prefixes (DESIGN.md §7, REFERENCE.md "SqueezedAttention"):
+// SqueezedAttention for shared fixed prefixes (formats/kinds-v1.md, "squeeze"):
 // fine clusters of the prefix keys (cosine assignment, raw-mean centroids, sizes), a coarse level
 // over the fine centroids with a parent map, and global thresholds calibrated from queries of the
 // observation window. A query prunes coarse groups, then keeps fine clusters over the threshold.

@@ -26,6 +26,16 @@ using squeeze::quantile_key;
 // (rows == nullptr) or the listed ones: computed on the host or by the device tier.
 using LevelDots = std::function<void(bool coarse, const int64_t* rows, int64_t count, double scale, double* out)>;
 
+// squeeze's query options: which calibrated quantile's threshold to apply, and the flat lookup
+// (every fine centroid scored, as the reference does) instead of the two-level pass.
+struct SqueezeParams : QueryParams {
+  double quantile = 0.5;
+  bool flat = false;
+  json receipt(int64_t) const override { return {{"quantile", quantile}, {"mode", flat ? "flat" : "hierarchical"}}; }
+  std::string label() const override { return "q=" + json(quantile).dump() + (flat ? "/flat" : "/hier"); }
+  json setting() const override { return {{"quantile", quantile}, {"mode", flat ? "flat" : "hierarchical"}}; }
+};
+
 class SqueezeSelector : public PartSelector {
  public:
   SqueezeSelector(const ArtifactReader& r, int64_t layer, int64_t head) : rows_(IndexedRows::of(r)) {
@@ -53,8 +63,6 @@ class SqueezeSelector : public PartSelector {
     }
   }
   int64_t indexed_rows() const override { return n_; }
-  bool uses_budget() const override { return false; }
-  bool uses_quantile() const override { return true; }
   void select(const SelectRequest& req, Selection& out) const override {
     select_with(req, out, [&](bool coarse, const int64_t* rows, int64_t count, double scale, double* z) {
       scoring::dot_scores_f64(req.q, coarse ? coarse_.data() : fine_.centroids.data(), rows, count, d_, scale, z);
@@ -70,7 +78,8 @@ class SqueezeSelector : public PartSelector {
     return true;
   }
   void select_with(const SelectRequest& req, Selection& out, const LevelDots& dots) const {
-    std::string key = quantile_key(req.quantile);
+    const SqueezeParams& p = params_of<SqueezeParams>(req);
+    std::string key = quantile_key(p.quantile);
     KVT_CHECK(thresholds_.contains(key), USAGE,
               "quantile " << key << " was not calibrated; the artifact has " << thresholds_.dump());
     const double tau = thresholds_[key];
@@ -80,7 +89,7 @@ class SqueezeSelector : public PartSelector {
     }
     const int64_t C = fine_.clusters(), G = static_cast<int64_t>(children_.size());
     std::vector<double> score(static_cast<size_t>(C), -1.0);
-    if (req.flat) {
+    if (p.flat) {
       dots(false, nullptr, C, 1.0 / std::sqrt(static_cast<double>(d_)), score.data());
       normalize_scores(fine_.sizes, score);
       out.centroids_scored = C;
@@ -260,12 +269,35 @@ json finalize_squeeze(const json& params, const json& parts) {
 
 }  // namespace
 
-KindInfo kinds::squeeze_kind() {
-  return {"squeeze", "SqueezedAttention fine/coarse centroid hierarchy with calibrated thresholds", validate_squeeze,
-          [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
-            return std::make_unique<SqueezeSelector>(r, layer, head);
-          },
-          nullptr, finalize_squeeze};
+KindSpec kinds::squeeze_kind() {
+  KindSpec k;
+  k.name = "squeeze";
+  k.summary = "SqueezedAttention fine/coarse centroid hierarchy with calibrated thresholds";
+  k.mode = SelectionMode::quantile_threshold;
+  k.validate = validate_squeeze;
+  k.load = [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
+    return std::make_unique<SqueezeSelector>(r, layer, head);
+  };
+  k.query_options = {{"quantile", "calibrated quantile whose threshold to apply (default: the first calibrated)", ""},
+                     {"flat", "score every fine centroid (the reference's lookup) instead of the two-level pass", "false"}};
+  k.parse_query = [](const ArtifactReader& r, const QuerySettings& s) -> std::unique_ptr<QueryParams> {
+    const KindSpec& self = *find_kind("squeeze");
+    check_query_settings(self, s);
+    auto p = std::make_unique<SqueezeParams>();
+    const std::string q = setting_or_default(self, s, "quantile");
+    p->quantile = q.empty() ? r.manifest()["params"]["quantiles"][0].get<double>() : parse_double_option("quantile", q);
+    p->flat = parse_bool_option("flat", setting_or_default(self, s, "flat"));
+    return p;
+  };
+  // Eval: every calibrated quantile, each hierarchical and flat.
+  k.default_sweep = [](const ArtifactReader& r, const std::string& option) {
+    std::vector<std::string> v;
+    if (option == "flat") return std::vector<std::string>{"false", "true"};
+    for (const auto& q : r.manifest()["params"]["quantiles"]) v.push_back(q.dump());
+    return v;
+  };
+  k.finalize = finalize_squeeze;
+  return k;
 }
 
 }  // namespace kvtool

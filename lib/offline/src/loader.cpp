@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <map>
 
 #include "impl/stats.h"
 #include "kvtool/artifact.h"
@@ -13,27 +11,6 @@
 #include "kvtool/source_binding.h"
 
 namespace kvtool {
-
-int64_t parse_bytes(const std::string& s) {
-  size_t pos = 0;
-  double v = -1;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-  }
-  std::string unit = s.substr(std::min(pos, s.size()));
-  for (const char* tail : {"iB", "B"})
-    if (unit.size() >= std::char_traits<char>::length(tail) && unit.ends_with(tail)) {
-      unit.resize(unit.size() - std::char_traits<char>::length(tail));
-      break;
-    }
-  static const std::map<std::string, double> mult{{"", 1}, {"K", 1024.0}, {"M", 1024.0 * 1024}, {"G", 1024.0 * 1024 * 1024},
-                                                  {"T", 1024.0 * 1024 * 1024 * 1024}};
-  auto it = mult.find(unit);
-  KVT_CHECK(pos > 0 && v >= 0 && std::isfinite(v) && it != mult.end() && v * it->second < 9.2e18, USAGE,
-            "'" << s << "' is not a byte size (examples: 4096, 512M, 8G)");
-  return static_cast<int64_t>(v * it->second);
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -85,28 +62,29 @@ json load_artifacts(const LoadOptions& opt) {
     for (const auto& [key, path] : items) {
       Lease lease = pool.acquire(key);
       ArtifactReader file(path);
-      const KindInfo* kind = find_kind(file.kind());
+      const KindSpec* kind = find_kind(file.kind());
       if (!kind || !kind->load) continue;  // published as bytes only (container-test): nothing to ask
       SelectorSet direct(file);
+      const auto params = direct.params(settings_for(*kind, opt.settings));
       const int64_t cov = file.source().coverage_end;
       for (int64_t l = 0; l < geo.layers; ++l)
         for (int64_t h = 0; h < geo.q_heads; ++h) {
           dump->read_q(l, h, qs.data());
           KeyRows kr;
-          if (direct.needs_keys()) {
+          if (kind->needs_keys) {
             keys.resize(static_cast<size_t>(cov * geo.head_dim));
             dump->read_k(l, file.source().id.q_to_kv_head[static_cast<size_t>(h)], 0, cov, keys.data());
             kr = KeyRows{keys.data(), cov, geo.head_dim};
           }
-          const KeyRows* kp = direct.needs_keys() ? &kr : nullptr;
+          const KeyRows* kp = kind->needs_keys ? &kr : nullptr;
           for (int64_t i = 0; i < geo.q_tokens; ++i) {
             const int64_t pos = qpos[static_cast<size_t>(i)];
             if (pos < cov - 1) continue;
             const float* q = qs.data() + i * geo.head_dim;
             auto t0 = Clock::now();
-            CandidateReceipt p = lease.query(l, h, q, pos, opt.budget, opt.min_collisions, kp);
+            CandidateReceipt p = lease.query(l, h, q, pos, *params, kp);
             lat.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-            CandidateReceipt f = direct.query(l, h, q, pos, opt.budget, opt.min_collisions, kp);
+            CandidateReceipt f = direct.query(l, h, q, pos, *params, kp);
             ++count;
             (p.tier == "device" ? device : host)++;
             if (p.candidates != f.candidates) ++mismatches;

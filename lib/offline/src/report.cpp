@@ -209,7 +209,7 @@ json inspect_artifact(const std::string& path) {
   else
     j["signature"] = nullptr;
   j["source"] = r.source().to_json();
-  if (const KindInfo* k = find_kind(r.kind()); k && k->summarize) j["kind_summary"] = k->summarize(r);
+  if (const KindSpec* k = find_kind(r.kind()); k && k->summarize) j["kind_summary"] = k->summarize(r);
   return j;
 }
 

@@ -148,17 +148,14 @@ void kvtool_lease_release(kvtool_lease* lease) { delete lease; }
 int64_t kvtool_lease_generation(const kvtool_lease* lease) { return lease ? lease->lease.generation() : 0; }
 
 int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q, int64_t position,
-                       double budget, int64_t* ids, int64_t capacity, int64_t* count) {
+                       const char* options, int64_t* ids, int64_t capacity, int64_t* count) {
   return guarded([&] {
     need(lease, "lease");
     need(q, "q");
     need(count, "count");
     KVT_CHECK(capacity >= 0 && (capacity == 0 || ids), USAGE, "ids must hold capacity entries");
-    KVT_CHECK(std::isfinite(budget) && budget > 0, USAGE, "budget must be a positive number");
-    kvtool::Budget b;
-    b.fraction = budget < 1;
-    b.value = b.fraction ? budget : std::floor(budget);
-    kvtool::CandidateReceipt rc = lease->lease.query(layer, q_head, q, position, b);
+    auto params = lease->lease.params(kvtool::parse_query_settings(options ? options : ""));
+    kvtool::CandidateReceipt rc = lease->lease.query(layer, q_head, q, position, *params);
     *count = static_cast<int64_t>(rc.candidates.size());
     for (int64_t i = 0; i < std::min<int64_t>(capacity, *count); ++i) ids[i] = rc.candidates[static_cast<size_t>(i)];
   });

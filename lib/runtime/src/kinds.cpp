@@ -4,6 +4,8 @@
 #include "kvtool/error.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
 namespace kvtool {
 
@@ -20,9 +22,18 @@ void validate_container_test(const ArtifactReader& r) {
   }
 }
 
-const std::vector<KindInfo>& registry() {
-  static const std::vector<KindInfo> kinds = {
-      {"container-test", "opaque test sections (container self-test, fixtures)", validate_container_test, nullptr},
+KindSpec container_test_kind() {
+  KindSpec k;
+  k.name = "container-test";
+  k.summary = "opaque test sections (container self-test, fixtures)";
+  k.validate = validate_container_test;
+  return k;
+}
+
+// The one list of kinds: adding a kind adds its line here (docs/adding-a-kind.md).
+const std::vector<KindSpec>& registry() {
+  static const std::vector<KindSpec> kinds = {
+      container_test_kind(),
       kinds::pq_kind(),
       kinds::clusterkv_kind(),
       kinds::lsh_kind(),
@@ -32,6 +43,137 @@ const std::vector<KindInfo>& registry() {
 }
 
 }  // namespace
+
+int64_t Budget::rows(int64_t indexed) const {
+  if (!fraction) return std::min<int64_t>(static_cast<int64_t>(value), indexed);
+  return std::min<int64_t>(indexed, static_cast<int64_t>(std::llround(value * static_cast<double>(indexed))));
+}
+
+std::string Budget::str() const {
+  std::ostringstream os;
+  if (fraction) os << value; else os << static_cast<int64_t>(value);
+  return os.str();
+}
+
+Budget Budget::parse(const std::string& s) {
+  Budget b;
+  try {
+    size_t pos = 0;
+    std::string t = s;
+    bool pct = !t.empty() && t.back() == '%';
+    if (pct) t.pop_back();
+    double v = std::stod(t, &pos);
+    KVT_CHECK(pos == t.size() && std::isfinite(v) && v > 0, USAGE, "bad budget");
+    if (pct) {
+      KVT_CHECK(v <= 100, USAGE, "bad budget");
+      b.value = v / 100;
+      b.fraction = true;
+    } else if (v < 1) {
+      b.value = v;
+      b.fraction = true;
+    } else {
+      KVT_CHECK(v == std::floor(v), USAGE, "bad budget");
+      b.value = v;
+      b.fraction = false;
+    }
+  } catch (...) {
+    KVT_THROW(USAGE, "--budget '" << s << "' must be a fraction of the indexed rows in (0, 1) such as 0.1, a percentage "
+                                       "such as 10%, or a row count such as 64");
+  }
+  return b;
+}
+
+json BudgetParams::receipt(int64_t indexed) const {
+  return {{"budget", budget.str()}, {"budget_rows", budget.rows(indexed)}};
+}
+
+std::vector<QueryOption> budget_query_options() {
+  return {{"budget", "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)", "0.1"}};
+}
+
+std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const QuerySettings& s) {
+  check_query_settings(kind, s);
+  auto p = std::make_unique<BudgetParams>();
+  p->budget = Budget::parse(setting_or_default(kind, s, "budget"));
+  return p;
+}
+
+int64_t parse_int_option(const std::string& name, const std::string& text) {
+  size_t pos = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  KVT_CHECK(!text.empty() && pos == text.size(), USAGE, "query option " << name << "='" << text << "' is not an integer");
+  return v;
+}
+
+double parse_double_option(const std::string& name, const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  KVT_CHECK(!text.empty() && pos == text.size() && std::isfinite(v), USAGE,
+            "query option " << name << "='" << text << "' is not a number");
+  return v;
+}
+
+bool parse_bool_option(const std::string& name, const std::string& text) {
+  if (text == "true" || text == "1") return true;
+  if (text == "false" || text == "0") return false;
+  KVT_THROW(USAGE, "query option " << name << "='" << text << "' is not true or false");
+}
+
+QuerySettings parse_query_settings(const std::string& text) {
+  QuerySettings s;
+  std::string t = text;
+  for (char& c : t)
+    if (c == ',') c = ' ';
+  std::istringstream is(t);
+  std::string item;
+  while (is >> item) {
+    size_t eq = item.find('=');
+    KVT_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), USAGE,
+              "query option '" << item << "' is not name=value");
+    KVT_CHECK(s.emplace(item.substr(0, eq), item.substr(eq + 1)).second, USAGE,
+              "query option '" << item.substr(0, eq) << "' is given twice");
+  }
+  return s;
+}
+
+QuerySettings settings_for(const KindSpec& kind, const QuerySettings& s) {
+  QuerySettings out;
+  for (const auto& o : kind.query_options)
+    if (auto it = s.find(o.name); it != s.end()) out.insert(*it);
+  return out;
+}
+
+void check_query_settings(const KindSpec& kind, const QuerySettings& s) {
+  for (const auto& [name, value] : s) {
+    bool known = false;
+    std::string names;
+    for (const auto& o : kind.query_options) {
+      known = known || o.name == name;
+      names += (names.empty() ? "" : ", ") + o.name;
+    }
+    KVT_CHECK(known, USAGE,
+              "query option '" << name << "' does not apply to " << kind.name << " artifacts (they take: "
+                               << (names.empty() ? "none" : names) << ")");
+  }
+}
+
+std::string setting_or_default(const KindSpec& kind, const QuerySettings& s, const std::string& name) {
+  auto it = s.find(name);
+  if (it != s.end()) return it->second;
+  for (const auto& o : kind.query_options)
+    if (o.name == name) return o.default_value;
+  KVT_THROW(INTERNAL, "kind " << kind.name << " has no query option '" << name << "'");
+}
 
 int64_t IndexedRows::begin() const { return std::min(sink, coverage_end); }
 int64_t IndexedRows::end() const { return std::max(begin(), coverage_end - local); }
@@ -80,14 +222,14 @@ const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t kv_head) {
   KVT_THROW(USAGE, "part (layer " << layer << ", kv head " << kv_head << ") is not in this artifact");
 }
 
-const KindInfo* find_kind(const std::string& name) {
+const KindSpec* find_kind(const std::string& name) {
   for (const auto& k : registry())
     if (k.name == name) return &k;
   return nullptr;
 }
 
-const KindInfo& validate_kind(const ArtifactReader& r) {
-  const KindInfo* k = find_kind(r.kind());
+const KindSpec& validate_kind(const ArtifactReader& r) {
+  const KindSpec* k = find_kind(r.kind());
   KVT_CHECK(k, UNKNOWN_KIND, "artifact kind '" << r.kind() << "' is not known to this kvtool");
   k->validate(r);
   return *k;

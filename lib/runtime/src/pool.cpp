@@ -389,7 +389,7 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     KVT_CHECK(rq.expected_content_digest.empty() || src.content_digest == rq.expected_content_digest, CONTENT_MISMATCH,
               "'" << rq.artifact << "' is bound to content digest " << src.content_digest << ", not the expected "
                   << rq.expected_content_digest);
-    const KindInfo* kind = &validate_kind(r);
+    const KindSpec* kind = &validate_kind(r);
     g->index_generation = r.manifest()["index_generation"];
     {
       std::lock_guard<std::mutex> l(st_->mu);
@@ -569,8 +569,9 @@ Lease Pool::acquire(const std::string& key) {
 }
 
 CandidateReceipt Pool::query(const std::string& key, int64_t layer, int64_t q_head, const float* q, int64_t position,
-                             const Budget& b, int64_t min_collisions, const KeyRows* keys) {
-  return acquire(key).query(layer, q_head, q, position, b, min_collisions, keys);
+                             const QuerySettings& settings, const KeyRows* keys) {
+  Lease lease = acquire(key);
+  return lease.query(layer, q_head, q, position, *lease.params(settings), keys);
 }
 
 bool Pool::retire(const std::string& key, bool wait) {
@@ -639,8 +640,14 @@ const std::string& Lease::key() const { return g_->key; }
 const ArtifactReader& Lease::artifact() const { return *g_->reader; }
 bool Lease::on_device() const { return g_->dev.p != nullptr; }
 
-CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
-                              int64_t min_collisions, const KeyRows* keys, double quantile, bool flat) const {
+std::unique_ptr<QueryParams> Lease::params(const QuerySettings& settings) const {
+  KVT_CHECK(g_, USAGE, "query through an empty lease");
+  KVT_CHECK(g_->sel, USAGE, "artifacts of kind '" << g_->reader->kind() << "' cannot be queried");
+  return g_->sel->params(settings);
+}
+
+CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const QueryParams& params,
+                              const KeyRows* keys) const {
   KVT_CHECK(g_, USAGE, "query through an empty lease");
   KVT_CHECK(g_->sel, USAGE, "artifacts of kind '" << g_->reader->kind() << "' cannot be queried");
   g_->last_used = ++g_->st->tick;
@@ -653,7 +660,7 @@ CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int
       return on_dev;
     };
   }
-  CandidateReceipt rc = g_->sel->query(layer, q_head, q, position, b, min_collisions, keys, quantile, flat, hook);
+  CandidateReceipt rc = g_->sel->query(layer, q_head, q, position, params, keys, hook);
   rc.pool_generation = g_->generation;
   rc.tier = on_dev ? "device" : "host";
   return rc;

@@ -12,45 +12,6 @@
 
 namespace kvtool {
 
-int64_t Budget::rows(int64_t indexed) const {
-  if (!fraction) return std::min<int64_t>(static_cast<int64_t>(value), indexed);
-  return std::min<int64_t>(indexed, static_cast<int64_t>(std::llround(value * static_cast<double>(indexed))));
-}
-
-std::string Budget::str() const {
-  std::ostringstream os;
-  if (fraction) os << value; else os << static_cast<int64_t>(value);
-  return os.str();
-}
-
-Budget Budget::parse(const std::string& s) {
-  Budget b;
-  try {
-    size_t pos = 0;
-    std::string t = s;
-    bool pct = !t.empty() && t.back() == '%';
-    if (pct) t.pop_back();
-    double v = std::stod(t, &pos);
-    KVT_CHECK(pos == t.size() && std::isfinite(v) && v > 0, USAGE, "bad budget");
-    if (pct) {
-      KVT_CHECK(v <= 100, USAGE, "bad budget");
-      b.value = v / 100;
-      b.fraction = true;
-    } else if (v < 1) {
-      b.value = v;
-      b.fraction = true;
-    } else {
-      KVT_CHECK(v == std::floor(v), USAGE, "bad budget");
-      b.value = v;
-      b.fraction = false;
-    }
-  } catch (...) {
-    KVT_THROW(USAGE, "--budget '" << s << "' must be a fraction of the indexed rows in (0, 1) such as 0.1, a percentage "
-                                       "such as 10%, or a row count such as 64");
-  }
-  return b;
-}
-
 json CandidateReceipt::to_json() const {
   json sc = json::array();
   for (float s : scores) sc.push_back(s);
@@ -109,11 +70,12 @@ std::vector<std::pair<int64_t, int64_t>> SelectorSet::parts() const {
   return v;
 }
 
-bool SelectorSet::needs_keys() const { return r_.kind() == "lsh"; }
+std::unique_ptr<QueryParams> SelectorSet::params(const QuerySettings& settings) const {
+  return kind_->parse_query(r_, settings);
+}
 
-CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
-                                    int64_t min_collisions, const KeyRows* keys, double quantile, bool flat,
-                                    const SelectHook& hook) {
+CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position,
+                                    const QueryParams& params, const KeyRows* keys, const SelectHook& hook) {
   const auto& src = r_.source();
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
   KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, USAGE, "--q-head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
@@ -132,28 +94,17 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   rc.indexed_rows = sel.indexed_rows();
   SelectRequest req;
   req.q = q;
-  req.budget = sel.uses_budget() ? b.rows(rc.indexed_rows) : -1;
-  req.min_collisions = min_collisions;
+  req.params = &params;
   req.keys = keys;
-  req.flat = flat;
-  if (sel.uses_quantile()) {
-    const json& qs = r_.manifest()["params"]["quantiles"];
-    req.quantile = quantile >= 0 ? quantile : qs[0].get<double>();
-  }
   Selection out;
   if (!hook || !hook(layer, rc.kv_head, sel, req, out)) sel.select(req, out);
-  rc.budget_rows = req.budget;
+  rc.budget_rows = out.budget_rows;
   rc.candidates = std::move(out.ids);
   rc.scores = std::move(out.scores);
   rc.inclusion = std::move(out.inclusion);
   rc.centroids_scored = out.centroids_scored;
   rc.part = sel.describe();
-  if (sel.uses_quantile())
-    rc.selector = {{"quantile", req.quantile}, {"mode", flat ? "flat" : "hierarchical"}};
-  else if (sel.uses_budget())
-    rc.selector = {{"budget", b.str()}, {"budget_rows", rc.budget_rows}};
-  else
-    rc.selector = {{"min_collisions", min_collisions}};
+  rc.selector = params.receipt(rc.indexed_rows);
   for (int64_t i = 0; i < rows_.begin(); ++i) rc.always_included.push_back(i);
   for (int64_t i = rows_.end(); i <= position; ++i) rc.always_included.push_back(i);
   return rc;

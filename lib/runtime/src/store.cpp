@@ -119,21 +119,6 @@ void check_store_key(const StoreKey& k, bool need_params) {
   part(k.position_contract, "position-contract", false);
 }
 
-int64_t parse_duration(const std::string& s) {
-  try {
-    size_t pos = 0;
-    long long v = std::stoll(s, &pos);
-    std::string unit = s.substr(pos);
-    KVT_CHECK(v >= 0, USAGE, "negative duration");
-    if (unit.empty() || unit == "s") return v;
-    if (unit == "m") return v * 60;
-    if (unit == "h") return v * 3600;
-    if (unit == "d") return v * 86400;
-  } catch (...) {
-  }
-  KVT_THROW(USAGE, "duration '" << s << "' must be a number with an optional unit s, m, h or d (e.g. 15m)");
-}
-
 Store::Store(std::string dir, bool create) : dir_(std::move(dir)) {
   KVT_CHECK(!dir_.empty(), USAGE, "--store is empty");
   if (create) {

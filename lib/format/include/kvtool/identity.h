@@ -17,7 +17,7 @@ const char* dtype_name(DType t);
 DType parse_dtype(const std::string& s);  // "f32|float32", "f16|float16", "bf16|bfloat16"; USAGE otherwise
 size_t dtype_size(DType t);
 
-// Identity attributes of a dump (DESIGN.md §4–§5).
+// Identity attributes of a dump (formats/kvdump-v1.md, "Root attributes").
 struct DumpIdentity {
   std::string model_artifact_sha256;
   int64_t checkpoint_generation = 0;

@@ -19,19 +19,16 @@ struct BuildOptions {
   int64_t local = -1;   // -1: the kind's default
   int64_t layer_first = 0, layer_last = -1;  // inclusive; -1: last layer
   uint64_t seed = 0;
-  int threads = 0;  // 0: default_threads()
+  // Worker threads. The library reads no environment: callers pass the count they want (the CLI
+  // uses tools/common/env.h default_threads(): affinity, cgroup quota, SLURM_CPUS_PER_TASK).
+  // 0: std::thread::hardware_concurrency() (at least 1).
+  int threads = 0;
   int64_t shard_index = 0, shard_count = 1;
   std::string sign_key;
   int zstd_level = 3;
   bool quiet = false;
 };
 
-// CPUs this process may use: affinity mask, cgroup v2/v1 CPU quota, SLURM_CPUS_PER_TASK (smallest wins).
-int default_threads();
-// "I/N" or "auto" (SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN of SLURM_ARRAY_TASK_COUNT). USAGE on error.
-void parse_shard(const std::string& spec, int64_t& index, int64_t& count);
-// "A-B" or "A" (inclusive). USAGE on error.
-void parse_layers(const std::string& spec, int64_t& first, int64_t& last);
 // Keeps OpenBLAS (and OpenMP) single-threaded in the calling thread (parallelism is across parts).
 void pin_blas_single_thread();
 

@@ -19,15 +19,13 @@ struct LoadOptions {
   PoolOptions pool;    // budgets and the device backend (nullptr: host tier only)
   std::string tenant;  // expected tenant (default: the dump's)
   TrustPolicy trust;
-  Budget budget;
-  int64_t min_collisions = 2;
+  // Query options for the replay (e.g. budget, min_collisions); each artifact takes the ones its
+  // kind has (settings_for), so one set serves a pool of mixed kinds.
+  QuerySettings settings;
 };
 
 // Returns {"schema_version", "device", "receipts": [...], "tiers", "publish", "queries"}. Throws the
 // publish refusal's Error; a pool answer that differs from the file's is an INTERNAL error.
 json load_artifacts(const LoadOptions& opt);
-
-// "4096", "512K", "64M", "8G", "1T" (binary units; "B"/"iB" suffixes accepted). USAGE otherwise.
-int64_t parse_bytes(const std::string& s);
 
 }  // namespace kvtool

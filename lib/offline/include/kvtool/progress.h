@@ -1,5 +1,5 @@
 // Progress reporting on stderr for long work: a redrawn bar on a TTY, plain lines every few
-// seconds otherwise, nothing when quiet (DESIGN.md §10). Thread-safe.
+// seconds otherwise, nothing when quiet (docs/architecture.md). Thread-safe.
 #pragma once
 #include <chrono>
 #include <cstdint>

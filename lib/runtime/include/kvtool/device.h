@@ -1,7 +1,8 @@
 // The device tier behind the runtime pool: memory, asynchronous host-to-device copies with a
-// completion, and the device mirrors of the query arithmetic (lib/include/kvtool/scoring.h). The
-// CUDA implementation lives in cuda/ (kvtool::cuda::make_backend); tests use an emulated backend
-// whose completions they deliver by hand to inject races deterministically.
+// completion, and the device mirrors of the query arithmetic (kvtool/scoring.h). The CUDA
+// implementation lives in cuda/ (kvtool::cuda::make_backend). Tests use a host-memory backend whose
+// completions they deliver by hand to inject races deterministically; it is test support
+// (tests/support/emulated_device.h), not part of the library.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -55,42 +56,6 @@ class DeviceBackend {
   virtual void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
                                   int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
                                   uint16_t* count) = 0;
-};
-
-// Host-memory stand-in for a device, used by tests and by the pool's own checks of the device-tier
-// logic on machines without a GPU: "device" memory is ordinary memory, copies complete when
-// `deliver()` says so (or immediately with auto_complete), scoring runs lib/scoring.
-class EmulatedDevice : public DeviceBackend {
- public:
-  explicit EmulatedDevice(bool auto_complete = true);
-  ~EmulatedDevice() override;
-  std::string name() const override { return "emulated"; }
-  void* host_alloc(size_t bytes) override;
-  void host_free(void* p) override;
-  void* device_alloc(size_t bytes) override;
-  void device_free(void* p) override;
-  std::unique_ptr<Transfer> copy_to_device(void* dst, const void* src, size_t bytes) override;
-  void copy_to_host(void* dst, const void* src, size_t bytes) override;
-  void pq_top_k(const PqDevicePart& part, const float* q, int64_t k, std::vector<int64_t>& ids,
-                std::vector<float>& scores) override;
-  void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) override;
-  void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale, const float* q,
-                      double* out) override;
-  void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d, int64_t bits,
-                          int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes, uint16_t* count) override;
-  int64_t scoring_calls() const;  // device scoring calls so far (tests: the device path was taken)
-
-  // Test controls. Copies started while auto_complete is off wait for deliver(i) (i = start order).
-  size_t started() const;
-  void deliver(size_t i);
-  void deliver_all();
-  int64_t device_bytes_live() const;  // bytes allocated and not yet freed
-  int64_t host_bytes_live() const;
-
-  struct State;
-
- private:
-  std::shared_ptr<State> st_;
 };
 
 }  // namespace kvtool

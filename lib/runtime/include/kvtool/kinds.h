@@ -3,15 +3,28 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kvtool/error.h"
 #include "kvtool/json.h"
 
 namespace kvtool {
 
 class ArtifactReader;
+
+// A budget counts index-chosen rows only: a fraction of the indexed rows (0 < value < 1, or a
+// value written with a '%') or a row count (an integer >= 1).
+struct Budget {
+  double value = 0.1;
+  bool fraction = true;
+  int64_t rows(int64_t indexed) const;
+  std::string str() const;
+  static Budget parse(const std::string& s);  // USAGE on error
+};
+
 
 // Rows of the dump an artifact indexes: coverage [0, coverage_end), sink rows [0, sink) and the
 // local window [coverage_end - local, coverage_end) are not indexed but always included.
@@ -31,20 +44,54 @@ struct KeyRows {
   const float* row(int64_t i) const { return data + i * d; }
 };
 
+// How a kind chooses rows (receipts and eval treat the modes alike; only the kind knows its own).
+enum class SelectionMode {
+  budget_top_k,        // up to a budget of rows, best first (pq, clusterkv)
+  quantile_threshold,  // every row whose cluster score reaches a calibrated threshold (squeeze)
+  collision_sampling,  // every row colliding often enough, with its inclusion probability (lsh)
+};
+
+// One query option a kind takes: the same name on the command line (--budget), in the C API's
+// option text ("budget=0.1") and in eval sweeps. `sweep` is what eval evaluates when the user
+// names no value; empty means the kind derives it from the artifact (KindSpec::default_sweep).
+struct QueryOption {
+  std::string name, help, default_value;
+};
+
+// Option name -> value text, as a user wrote them. Parsing belongs to the kind.
+using QuerySettings = std::map<std::string, std::string>;
+
+// A kind's query parameters, parsed from QuerySettings by its KindSpec (the FAISS
+// SearchParameters pattern: each kind derives its own; selectors take only their own type).
+struct QueryParams {
+  virtual ~QueryParams() = default;
+  // The receipt's "selector" object for a part with `indexed` rows.
+  virtual json receipt(int64_t indexed) const = 0;
+  // Eval: this setting's short label ("0.1", "c=2", "q=0.8/hier") and its keys in the summary.
+  virtual std::string label() const = 0;
+  virtual json setting() const = 0;
+};
+
 struct SelectRequest {
   const float* q = nullptr;
-  int64_t budget = 0;          // index-chosen rows (kinds that rank)
-  int64_t min_collisions = 2;  // c (kinds that sample)
-  double quantile = 0.5;       // calibrated threshold to apply (threshold kinds: squeeze)
-  bool flat = false;           // squeeze: score every fine centroid instead of the two-level pass
-  const KeyRows* keys = nullptr;
+  const QueryParams* params = nullptr;  // the part's kind's own type
+  const KeyRows* keys = nullptr;        // full key rows, for kinds whose receipts need them
 };
+
+// The request's parameters as the kind's own type (INTERNAL when a caller mixed kinds up).
+template <typename P>
+const P& params_of(const SelectRequest& req) {
+  const P* p = dynamic_cast<const P*>(req.params);
+  KVT_CHECK(p, INTERNAL, "query parameters of another kind reached a selector");
+  return *p;
+}
 
 struct Selection {
   std::vector<int64_t> ids;       // absolute dump rows, best first (ties by lower id) or ascending
   std::vector<float> scores;      // kind-specific score of each id
   std::vector<double> inclusion;  // sampling kinds: inclusion probability of each id
   int64_t centroids_scored = -1;  // centroid kinds: how many centroids this query scored
+  int64_t budget_rows = -1;       // budget kinds: the rows the budget allowed this part
 };
 
 class DeviceBackend;
@@ -77,27 +124,37 @@ class PartSelector {
  public:
   virtual ~PartSelector() = default;
   virtual int64_t indexed_rows() const = 0;
-  // Ranking kinds return up to `budget` rows; a part that keeps attention dense returns all its
-  // indexed rows; sampling kinds ignore the budget and return every row with >= c collisions.
+  // What rows a part returns is the kind's (SelectionMode); a part that keeps attention dense
+  // returns all its indexed rows.
   virtual void select(const SelectRequest& req, Selection& out) const = 0;
   // The same selection with the scoring done on the device (the pool's device tier): equal ids and
   // scores. Returns false when this part has no device path (it is then answered on the host).
   virtual bool select_device(const SelectRequest&, const DevicePart&, Selection&) const { return false; }
-  virtual bool uses_budget() const { return true; }
-  virtual bool uses_quantile() const { return false; }
-  virtual bool needs_keys() const { return false; }
   virtual json describe() const { return json::object(); }
   // Bytes of selector state this part holds in memory (the pool charges them to its host tier).
   virtual int64_t resident_bytes() const = 0;
 };
 
-struct KindInfo {
+// Everything the kind-agnostic code (query, eval, the pool, the C API, verify, inspect, merge)
+// knows of a kind: one registration per kind, in lib/kinds/KIND/KIND_select.cpp, listed once in
+// lib/runtime/src/kinds.cpp (docs/adding-a-kind.md). Builders register in the offline layer.
+struct KindSpec {
   std::string name;
   std::string summary;
+  SelectionMode mode = SelectionMode::budget_top_k;
   // Throws Error with a kind-specific reason (CODE_OUT_OF_RANGE, ...) when the artifact is invalid.
   std::function<void(const ArtifactReader&)> validate;
   // Loads the selector of one part (nullptr for kinds without queries).
   std::function<std::unique_ptr<PartSelector>(const ArtifactReader&, int64_t layer, int64_t kv_head)> load;
+  // The query options this kind takes, and their parser: names it does not take are USAGE;
+  // absent ones take their default (or one the kind reads from the artifact).
+  std::vector<QueryOption> query_options;
+  std::function<std::unique_ptr<QueryParams>(const ArtifactReader&, const QuerySettings&)> parse_query;
+  // Eval: the values of one option evaluated when the user gives none (e.g. every calibrated
+  // quantile). Unset: the option's default only.
+  std::function<std::vector<std::string>(const ArtifactReader&, const std::string& option)> default_sweep = nullptr;
+  // Receipts need the full key rows (inclusion probabilities): callers pass KeyRows.
+  bool needs_keys = false;
   // Optional kind-specific summary shown by inspect (e.g. table bytes, bucket occupancy).
   std::function<json(const ArtifactReader&)> summarize = nullptr;
   // Optional: artifact-level kind_data computed from every part's metadata once all parts exist
@@ -105,9 +162,33 @@ struct KindInfo {
   std::function<json(const json& params, const json& parts)> finalize = nullptr;
 };
 
-const KindInfo* find_kind(const std::string& name);
+// "name=value" pairs separated by commas or spaces (the C API's option text); USAGE when malformed.
+QuerySettings parse_query_settings(const std::string& text);
+// The settings among `s` that `kind` takes (one set of options for artifacts of several kinds).
+QuerySettings settings_for(const KindSpec& kind, const QuerySettings& s);
+// Rejects settings naming an option the kind does not take (USAGE, naming the ones it does).
+void check_query_settings(const KindSpec& kind, const QuerySettings& s);
+// The value of `name` in `s`, or the option's default.
+std::string setting_or_default(const KindSpec& kind, const QuerySettings& s, const std::string& name);
+
+// Option values as text, parsed strictly (USAGE naming the option on anything else).
+int64_t parse_int_option(const std::string& name, const std::string& text);
+double parse_double_option(const std::string& name, const std::string& text);
+bool parse_bool_option(const std::string& name, const std::string& text);  // true/false/1/0
+
+// Parameters of the budget kinds (pq, clusterkv): one option, "budget".
+struct BudgetParams : QueryParams {
+  Budget budget;
+  json receipt(int64_t indexed) const override;
+  std::string label() const override { return budget.str(); }
+  json setting() const override { return {{"budget", budget.str()}, {"budget_is_fraction", budget.fraction}}; }
+};
+std::vector<QueryOption> budget_query_options();
+std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const QuerySettings& s);
+
+const KindSpec* find_kind(const std::string& name);
 // The kind of an artifact after its structural validation (UNKNOWN_KIND, or the kind's reason).
-const KindInfo& validate_kind(const ArtifactReader& r);
+const KindSpec& validate_kind(const ArtifactReader& r);
 std::vector<std::string> kind_names();
 
 // Validation shared by all builder-made kinds: kind_data.parts lists exactly the parts of
@@ -118,10 +199,10 @@ const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t kv_head);
 
 namespace kinds {
 // Defined in lib/src/kinds/*.cpp.
-KindInfo pq_kind();
-KindInfo clusterkv_kind();
-KindInfo lsh_kind();
-KindInfo squeeze_kind();
+KindSpec pq_kind();
+KindSpec clusterkv_kind();
+KindSpec lsh_kind();
+KindSpec squeeze_kind();
 }  // namespace kinds
 
 }  // namespace kvtool

@@ -77,12 +77,15 @@ KVTOOL_C_API int kvtool_pool_usage(kvtool_pool* pool, int64_t* host_used, int64_
 KVTOOL_C_API int kvtool_pool_acquire(kvtool_pool* pool, const char* key, kvtool_lease** out);
 KVTOOL_C_API void kvtool_lease_release(kvtool_lease* lease);
 KVTOOL_C_API int64_t kvtool_lease_generation(const kvtool_lease* lease);
-/* Candidate rows of one query vector (head_dim floats) at `position`. `budget` < 1 is a fraction of
- * the indexed rows, >= 1 a row count (ignored by kinds that do not rank). Writes at most `capacity`
+/* Candidate rows of one query vector (head_dim floats) at `position`. `options` (NULL or "": the
+ * kind's defaults) holds the kind's query options as "name=value" separated by commas or spaces,
+ * the same names as the kvtool query flags: "budget=0.1" or "budget=64" (pq, clusterkv),
+ * "min_collisions=3" (lsh), "quantile=0.8,flat=true" (squeeze); an option the artifact's kind does
+ * not take is KVTOOL_ERR_USAGE. Writes at most `capacity`
  * ids to `ids` (best first) and the total number of candidates to `count`; a count above capacity
  * means the caller's array was too small (the first `capacity` ids are still valid). */
 KVTOOL_C_API int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q,
-                                    int64_t position, double budget, int64_t* ids, int64_t capacity, int64_t* count);
+                                    int64_t position, const char* options, int64_t* ids, int64_t capacity, int64_t* count);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-// Runtime pool (DESIGN.md §9): signed artifacts published into host and device memory under
+// Runtime pool (README.md, "Runtime pool (libkvtool)"): signed artifacts published into host and device memory under
 // generations, leased by readers, queried per (layer, query head), retired and evicted.
 //
 // A publication is a transaction: reserve (budgets, LRU eviction of unleased generations) → copy
@@ -83,9 +83,10 @@ class Lease {
   // The same receipt as SelectorSet::query, from this generation (scored on the device when the
   // generation is device resident); receipt.index_generation is the artifact's, the pool
   // generation is generation() (also receipt.pool_generation), receipt.tier says where it ran.
-  CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
-                         int64_t min_collisions = 2, const KeyRows* keys = nullptr, double quantile = -1,
-                         bool flat = false) const;
+  CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const QueryParams& params,
+                         const KeyRows* keys = nullptr) const;
+  // This generation's kind's parameters from option settings (SelectorSet::params).
+  std::unique_ptr<QueryParams> params(const QuerySettings& settings = {}) const;
   explicit operator bool() const { return g_ != nullptr; }
 
  private:
@@ -133,7 +134,7 @@ class Pool {
   Lease acquire(const std::string& key);  // NOT_PUBLISHED when the key has no visible generation
   // One query under a lease held for its duration (Lease::query; the receipt names the generation).
   CandidateReceipt query(const std::string& key, int64_t layer, int64_t q_head, const float* q, int64_t position,
-                         const Budget& b, int64_t min_collisions = 2, const KeyRows* keys = nullptr);
+                         const QuerySettings& settings = {}, const KeyRows* keys = nullptr);
   // Hides the key's generation; with wait, blocks until its leases drained and its memory returned
   // (so a thread must not wait while it holds a lease on that generation itself).
   bool retire(const std::string& key, bool wait = true);

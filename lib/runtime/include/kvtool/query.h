@@ -13,16 +13,6 @@
 
 namespace kvtool {
 
-// A budget counts index-chosen rows only: a fraction of the indexed rows (0 < value < 1, or a
-// value written with a '%') or a row count (an integer >= 1).
-struct Budget {
-  double value = 0.1;
-  bool fraction = true;
-  int64_t rows(int64_t indexed) const;
-  std::string str() const;
-  static Budget parse(const std::string& s);  // USAGE on error
-};
-
 struct CandidateReceipt {
   std::string kind, content_digest;
   int64_t index_generation = 0, layer = 0, q_head = 0, kv_head = 0, position = 0;
@@ -55,15 +45,16 @@ class SelectorSet {
   int64_t resident_bytes() const;  // selector state of the loaded parts
   // `position` is the row the query sits at; it must be >= coverage_end - 1. `keys` (rows [0, E)
   // of the query's kv head) is required by kinds whose receipts need the full keys (lsh).
-  CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const Budget& b,
-                         int64_t min_collisions = 2, const KeyRows* keys = nullptr, double quantile = -1,
-                         bool flat = false, const SelectHook& hook = nullptr);
-  bool needs_keys() const;
+  // `params` come from params() (this artifact's kind; settings it does not take are USAGE).
+  CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const QueryParams& params,
+                         const KeyRows* keys = nullptr, const SelectHook& hook = nullptr);
+  std::unique_ptr<QueryParams> params(const QuerySettings& settings = {}) const;
+  const KindSpec& kind() const { return *kind_; }
   const ArtifactReader& artifact() const { return r_; }
 
  private:
   const ArtifactReader& r_;
-  const KindInfo* kind_;
+  const KindSpec* kind_;
   IndexedRows rows_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PartSelector>> cache_;
   bool frozen_ = false;

@@ -38,6 +38,4 @@ class Store {
   std::string dir_;
 };
 
-int64_t parse_duration(const std::string& s);  // "90", "90s", "15m", "2h", "7d"; USAGE otherwise
-
 }  // namespace kvtool

@@ -1,4 +1,4 @@
-#include "kvtool/device.h"
+#include "emulated_device.h"
 
 #include <algorithm>
 #include <atomic>
@@ -6,11 +6,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "kvtool/error.h"
 #include "kvtool/scoring.h"
 
-namespace kvtool {
+namespace kvtool::test {
 
 struct EmulatedDevice::State {
   struct Copy {
@@ -21,7 +22,7 @@ struct EmulatedDevice::State {
   };
   std::mutex mu;
   std::condition_variable cv;
-  bool auto_complete;
+  bool auto_complete = true;
   std::vector<std::shared_ptr<Copy>> copies;
   int64_t device_live = 0, host_live = 0;
   std::atomic<int64_t> scoring_calls{0};
@@ -53,11 +54,9 @@ struct EmulatedDevice::State {
   }
 };
 
-namespace {
-class EmulatedTransfer : public Transfer {
+class EmulatedDevice::EmulatedTransfer : public Transfer {
  public:
-  EmulatedTransfer(std::shared_ptr<EmulatedDevice::State> st, std::shared_ptr<EmulatedDevice::State::Copy> c)
-      : st_(std::move(st)), c_(std::move(c)) {}
+  EmulatedTransfer(std::shared_ptr<State> st, std::shared_ptr<State::Copy> c) : st_(std::move(st)), c_(std::move(c)) {}
   bool ready() override {
     std::lock_guard<std::mutex> l(st_->mu);
     return c_->done;
@@ -68,12 +67,12 @@ class EmulatedTransfer : public Transfer {
   }
 
  private:
-  std::shared_ptr<EmulatedDevice::State> st_;
-  std::shared_ptr<EmulatedDevice::State::Copy> c_;
+  std::shared_ptr<State> st_;
+  std::shared_ptr<State::Copy> c_;
 };
-}  // namespace
 
 EmulatedDevice::EmulatedDevice(bool auto_complete) : st_(std::make_shared<State>()) { st_->auto_complete = auto_complete; }
+// Copies still pending would leave their waiters blocked forever: land them first.
 EmulatedDevice::~EmulatedDevice() { deliver_all(); }
 
 void* EmulatedDevice::host_alloc(size_t bytes) { return st_->alloc(bytes, st_->host_live); }
@@ -122,6 +121,7 @@ void EmulatedDevice::simhash_collisions(const float* w, const uint32_t* offsets,
                                         int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
                                         uint16_t* count) {
   ++st_->scoring_calls;
+  // The host arithmetic takes u32 ids; the device image may store u16.
   std::vector<uint32_t> wide(static_cast<size_t>(tables * n));
   for (size_t i = 0; i < wide.size(); ++i)
     wide[i] = id_bytes == 2 ? static_cast<const uint16_t*>(ids)[i] : static_cast<const uint32_t*>(ids)[i];
@@ -154,4 +154,4 @@ int64_t EmulatedDevice::host_bytes_live() const {
   return st_->host_live;
 }
 
-}  // namespace kvtool
+}  // namespace kvtool::test

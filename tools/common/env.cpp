@@ -1,0 +1,62 @@
+#include "env.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "kvtool/error.h"
+#include "parse.h"
+
+namespace kvtool::cli {
+
+namespace {
+
+int cgroup_cpu_limit() {
+  std::ifstream v2("/sys/fs/cgroup/cpu.max");
+  std::string quota, period;
+  if (v2 >> quota >> period && quota != "max") {
+    double q = std::atof(quota.c_str()), p = std::atof(period.c_str());
+    if (q > 0 && p > 0) return std::max(1, static_cast<int>(std::ceil(q / p)));
+  }
+  std::ifstream q1("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p1("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+  long long q = -1, p = -1;
+  if (q1 >> q && p1 >> p && q > 0 && p > 0) return std::max(1, static_cast<int>((q + p - 1) / p));
+  return 0;
+}
+
+}  // namespace
+
+int default_threads() {
+  int n = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+  if (int c = cgroup_cpu_limit(); c > 0) n = std::min(n, c);
+  if (const char* s = std::getenv("SLURM_CPUS_PER_TASK")) {
+    int v = std::atoi(s);
+    if (v > 0) n = std::min(n, v);
+  }
+  return std::max(1, n);
+}
+
+void slurm_array_shard(int64_t& index, int64_t& count) {
+  const char* id = std::getenv("SLURM_ARRAY_TASK_ID");
+  const char* cnt = std::getenv("SLURM_ARRAY_TASK_COUNT");
+  KVT_CHECK(id && cnt, USAGE, "--shard auto needs SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (run inside a Slurm job array)");
+  const char* mn = std::getenv("SLURM_ARRAY_TASK_MIN");
+  index = parse_int(id, "SLURM_ARRAY_TASK_ID") - (mn ? parse_int(mn, "SLURM_ARRAY_TASK_MIN") : 0);
+  count = parse_int(cnt, "SLURM_ARRAY_TASK_COUNT");
+}
+
+std::string sibling_program(const std::string& name) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? name : (self.parent_path() / name).string();
+}
+
+}  // namespace kvtool::cli

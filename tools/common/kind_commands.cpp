@@ -1,0 +1,97 @@
+#include "kind_commands.h"
+
+#include <iostream>
+
+#include "env.h"
+
+namespace kvtool::cli {
+
+const std::vector<KindCli>& kind_clis() {
+  static const std::vector<KindCli> kinds{
+      {"pq", "kvtool-pq: PQCache product-quantization indexes over K/V dumps (see kvtool-pq(1))", add_pq_commands},
+      {"clusterkv", "kvtool-clusterkv: ClusterKV semantic-cluster indexes over K/V dumps (see kvtool-clusterkv(1))",
+       add_clusterkv_commands},
+      {"lsh", "kvtool-lsh: MagicPIG SimHash sampling tables over K/V dumps (see kvtool-lsh(1))", add_lsh_commands},
+      {"squeeze",
+       "kvtool-squeeze: SqueezedAttention fine/coarse centroid indexes over shared-prefix K/V dumps (see kvtool-squeeze(1))",
+       add_squeeze_commands}};
+  return kinds;
+}
+
+std::string kind_names(const char* separator) {
+  std::string s;
+  for (const auto& k : kind_clis()) s += (s.empty() ? "" : separator) + k.kind;
+  return s;
+}
+
+namespace {
+const KindCli* find_kind_cli(const std::string& kind) {
+  for (const auto& k : kind_clis())
+    if (k.kind == kind) return &k;
+  return nullptr;
+}
+}  // namespace
+
+int kind_main(const std::string& kind, int argc, char** argv) {
+  const KindCli& k = *find_kind_cli(kind);
+  const std::string tool = "kvtool-" + k.kind;
+  CLI::App app{k.about};
+  app.set_version_flag("--version", tool + " " + KVTOOL_VERSION);
+  app.require_subcommand(1);
+  bool as_json = false;
+  std::vector<Command> cmds;
+  k.add(app, cmds, as_json);
+  return run(tool, app, argc, argv, &as_json, [&] { return run_chosen(cmds); });
+}
+
+int run_kind_build(const std::string& kind, const std::vector<std::string>& args) {
+  KVT_CHECK(find_kind_cli(kind), USAGE, "unknown index kind '" << kind << "' (kinds: " << kind_names(", ") << ")");
+  // argv[0] as the sibling program's path: help text reads as it did when this was an exec.
+  std::vector<std::string> words{sibling_program("kvtool-" + kind), "build"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  return kind_main(kind, static_cast<int>(words.size()), argv.data());
+}
+
+Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json) {
+  struct Args {
+    BuilderCli b;
+    std::string dump;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("build", spec.about);
+  sub->add_option("DUMP", a->dump, spec.dump_help)->required();
+  spec.options(sub);
+  add_builder_options(sub, a->b);
+  return {sub, [a, &as_json, make = std::move(spec.make)] {
+            as_json = a->b.json;
+            finish_builder_options(a->b);
+            json j = build_artifact(a->dump, a->b.opt, *make());
+            if (a->b.json) print_json(j);
+            else if (!a->b.opt.quiet) print_build_summary(j);
+            return 0;
+          }};
+}
+
+Command add_append_command(CLI::App& app, AppendCommand spec, bool& as_json) {
+  auto a = std::make_shared<AppendArgs>();
+  auto* sub = app.add_subcommand("append", spec.about);
+  sub->add_option("ART", a->artifact, spec.art_help)->required();
+  sub->add_option("DUMP", a->dump, spec.dump_help)->required();
+  sub->add_option("-o,--output", a->output, "new artifact")->required();
+  sub->add_option("--prefix", a->prefix, spec.prefix_help);
+  if (spec.options) spec.options(sub);
+  sub->add_option("--sign-key", a->sign_key, "Ed25519 private key (PEM)");
+  sub->add_flag("--json", as_json, "JSON summary");
+  sub->add_flag("-q,--quiet", a->quiet, "no progress");
+  return {sub, [a, &as_json, append = std::move(spec.append), summary = std::move(spec.summary)] {
+            json j = append(*a, a->quiet || as_json);
+            if (as_json) print_json(j);
+            else if (!a->quiet) summary(*a, j);
+            return 0;
+          }};
+}
+
+}  // namespace kvtool::cli

@@ -1,0 +1,58 @@
+// Each index kind's command line, written once: the kvtool-KIND binaries are aliases of
+// kind_main(), and `kvtool build KIND ARGS...` runs the same app in process (run_kind_build).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace kvtool::cli {
+
+// Registers a kind's subcommands on `app` (the kvtool-KIND app): build, and append where the kind
+// has one. `as_json` is the flag cli::run reads when it prints an error.
+using AddKindCommands = void (*)(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
+void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
+void add_clusterkv_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
+void add_lsh_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
+void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
+
+struct KindCli {
+  std::string kind;   // "pq": the program is kvtool-pq
+  std::string about;  // its --help description
+  AddKindCommands add;
+};
+const std::vector<KindCli>& kind_clis();  // pq, clusterkv, lsh, squeeze
+std::string kind_names(const char* separator);
+
+// The whole program kvtool-KIND (argv[0] names it in help text). `kind` must be one of kind_clis().
+int kind_main(const std::string& kind, int argc, char** argv);
+// `kvtool build KIND ARGS...` = `kvtool-KIND build ARGS...`; USAGE for an unknown kind.
+int run_kind_build(const std::string& kind, const std::vector<std::string>& args);
+
+// What every kind's build has in common: DUMP, the kind's options, the builder options; the run
+// finishes the options, builds the artifact and prints its summary.
+struct BuildCommand {
+  std::string about, dump_help;
+  std::function<void(CLI::App*)> options;                // declares the kind's parameters
+  std::function<std::unique_ptr<KindBuilder>()> make;    // after the builder options are checked
+};
+Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json);
+
+// What every kind's append has in common: ART DUMP -o --prefix, the kind's options, --sign-key,
+// --json, -q; the run calls the library and prints `summary` unless --json or -q.
+struct AppendArgs {
+  std::string artifact, dump, output, sign_key;
+  int64_t prefix = -1;
+  bool quiet = false;
+};
+struct AppendCommand {
+  std::string about, art_help, dump_help, prefix_help;
+  std::function<void(CLI::App*)> options;                             // may be empty
+  std::function<json(const AppendArgs&, bool quiet)> append;          // the library call
+  std::function<void(const AppendArgs&, const json&)> summary;        // the text output
+};
+Command add_append_command(CLI::App& app, AppendCommand spec, bool& as_json);
+
+}  // namespace kvtool::cli

@@ -1,0 +1,64 @@
+// kvtool-clusterkv build / append (= kvtool build clusterkv). Logic: lib/kinds/clusterkv.
+#include <iostream>
+
+#include "clusterkv/clusterkv.h"
+#include "kind_commands.h"
+
+namespace kvtool::cli {
+
+namespace {
+
+Command add_build(CLI::App& app, bool& as_json) {
+  struct Args {
+    ClusterKvParams p;
+    std::string centroid = "raw-mean", dense_layers;
+  };
+  auto a = std::make_shared<Args>();
+  auto options = [a](CLI::App* c) {
+    auto* tpc = c->add_option("--tokens-per-cluster", a->p.tokens_per_cluster, "clusters = indexed rows / N (rounded, at least 1)")->capture_default_str();
+    auto* cl = c->add_option("--clusters", a->p.clusters, "a fixed number of clusters per part instead");
+    tpc->excludes(cl);
+    c->add_option("--iters", a->p.iters, "k-means iterations (fixed count)")->capture_default_str();
+    c->add_option("--centroid", a->centroid, "stored centroid: raw-mean (mean of the raw keys, as the reference) or spherical (unit mean direction)")->capture_default_str();
+    c->add_option("--dense-layers", a->dense_layers, "layers to leave unindexed, e.g. 0,1 or 0-1 (queries return all their rows)");
+  };
+  auto make = [a] {
+    a->p.centroid = parse_centroid_rule(a->centroid);
+    if (!a->dense_layers.empty()) a->p.dense_layers = parse_layer_list(a->dense_layers);
+    return std::make_unique<ClusterKvBuilder>(a->p);
+  };
+  return add_build_command(app, {"Cosine k-means of the keys of every (layer, kv head)", "kvdump v1 file", options, make}, as_json);
+}
+
+Command add_append(CLI::App& app, bool& as_json) {
+  struct Window {
+    int64_t rows = 320, clusters = 8;
+  };
+  auto w = std::make_shared<Window>();
+  auto options = [w](CLI::App* c) {
+    c->add_option("--window", w->rows, "rows per sealed window")->capture_default_str();
+    c->add_option("--window-clusters", w->clusters, "clusters per window")->capture_default_str();
+  };
+  auto append = [w](const AppendArgs& a, bool quiet) {
+    return clusterkv_append(a.artifact, a.dump, a.output, a.prefix, w->rows, w->clusters, a.sign_key, quiet);
+  };
+  auto summary = [](const AppendArgs& a, const json& j) {
+    std::cout << "wrote " << a.output << ": index generation " << j["index_generation"] << ", " << j["windows"]
+              << " window(s), coverage [0, " << j["coverage"][1] << "), " << j["uncovered_rows"] << " rows left uncovered\n";
+  };
+  return add_append_command(
+      app,
+      {"Cluster each sealed window of new rows into its own clusters (new index generation)", "existing clusterkv artifact",
+       "dump whose rows below the old coverage end are unchanged",
+       "rows available (default: the dump's committed frontier); a partial window stays uncovered", options, append, summary},
+      as_json);
+}
+
+}  // namespace
+
+void add_clusterkv_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
+  cmds.push_back(add_build(app, as_json));
+  cmds.push_back(add_append(app, as_json));
+}
+
+}  // namespace kvtool::cli

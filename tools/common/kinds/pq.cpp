@@ -1,0 +1,35 @@
+// kvtool-pq build / append (= kvtool build pq). Logic: lib/kinds/pq.
+#include <iostream>
+
+#include "kind_commands.h"
+#include "pq/pq.h"
+
+namespace kvtool::cli {
+
+void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
+  auto p = std::make_shared<PqParams>();
+  cmds.push_back(add_build_command(
+      app,
+      {"Train per-(layer, kv head, subspace) codebooks with FAISS k-means and encode the key rows", "kvdump v1 file",
+       [p](CLI::App* c) {
+         c->add_option("--subspaces,-m", p->subspaces, "m contiguous subvectors per key; must divide the head dim")->capture_default_str();
+         c->add_option("--bits,-b", p->bits, "bits per code (2^b centroids per subspace), 1..16")->capture_default_str();
+         c->add_option("--iters", p->iters, "Lloyd iterations per subspace (fixed count)")->capture_default_str();
+         c->add_option("--max-points-per-centroid", p->max_points_per_centroid, "k-means training sample cap per centroid")->capture_default_str();
+       },
+       [p] { return std::make_unique<PqBuilder>(*p); }},
+      as_json));
+  cmds.push_back(add_append_command(
+      app,
+      {"Encode rows past the old coverage end with the existing codebooks (new index generation)", "existing pq artifact",
+       "dump whose rows [0, old coverage end) are those the artifact was built from",
+       "new coverage end (default: the dump's committed frontier)", nullptr,
+       [](const AppendArgs& a, bool quiet) { return pq_append(a.artifact, a.dump, a.output, a.prefix, a.sign_key, quiet); },
+       [](const AppendArgs& a, const json& j) {
+         std::cout << "wrote " << a.output << ": index generation " << j["index_generation"] << ", coverage [0, "
+                   << j["coverage"][1] << ")\n";
+       }},
+      as_json));
+}
+
+}  // namespace kvtool::cli

@@ -1,0 +1,29 @@
+// kvtool inspect FILE [--top-channels N] [--json]
+#include "commands.h"
+#include "kvtool/report.h"
+
+namespace kvtool::cmd {
+
+cli::Command register_inspect(CLI::App& app, Flags& flags) {
+  struct Args {
+    std::string path;
+    int top_channels = 3;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("inspect", "Show shapes, identity, byte ledger and health of a dump, or the manifest, sections and signature of an artifact");
+  sub->add_option("FILE", a->path, "dump (.h5) or artifact (.kvi); detected by content")->required();
+  sub->add_option("--top-channels", a->top_channels, "outlier channels listed per (layer, head)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  sub->add_flag("--json", flags.json, "machine-readable output");
+  return {sub, [a, &flags] {
+            FileKind k = detect_file_kind(a->path);
+            KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
+                      "'" << a->path << "' is neither a kvdump (HDF5) nor a kvi artifact");
+            json j = k == FileKind::dump ? inspect_dump(a->path, a->top_channels) : inspect_artifact(a->path);
+            return emit(flags, j, [&] {
+              if (k == FileKind::dump) cli::print_dump_inspection(j);
+              else cli::print_artifact_inspection(j);
+            });
+          }};
+}
+
+}  // namespace kvtool::cmd

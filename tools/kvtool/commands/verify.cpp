@@ -1,0 +1,56 @@
+// kvtool verify FILE [--source DUMP] [--strict-snapshot] [--pubkey P | --trusted-keys DIR]
+// [--require-signature] [--json]
+#include <sys/stat.h>
+
+#include "commands.h"
+#include "kvtool/report.h"
+
+namespace kvtool::cmd {
+
+namespace {
+
+struct Args {
+  std::string path;
+  VerifyOptions opt;
+  std::vector<std::string> pubkeys;
+  std::string trusted_dir;
+};
+
+void require_file(const std::string& p, const char* what) {
+  struct stat st {};
+  KVT_CHECK(stat(p.c_str(), &st) == 0, IO_ERROR, what << " '" << p << "' does not exist");
+}
+
+int run(Args& a, const Flags& flags) {
+  FileKind k = detect_file_kind(a.path);
+  KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE, "'" << a.path << "' is neither a kvdump (HDF5) nor a kvi artifact");
+  VerifyOptions& o = a.opt;
+  o.trusted_keys = trusted_keys(a.pubkeys, a.trusted_dir);
+  if (!o.source.empty()) require_file(o.source, "source dump");
+  json j;
+  if (k == FileKind::dump) {
+    KVT_CHECK(o.source.empty() && o.trusted_keys.empty() && !o.require_signature && !o.strict_snapshot, USAGE,
+              "--source, --strict-snapshot and signature options apply to artifacts, not to dumps");
+    j = verify_dump(a.path);
+  } else {
+    j = verify_artifact(a.path, o);
+  }
+  return emit(flags, j, [&] { cli::print_verify_result(j); });
+}
+
+}  // namespace
+
+cli::Command register_verify(CLI::App& app, Flags& flags) {
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("verify", "Check structure, every digest, the signature and (with --source) the binding to a dump");
+  sub->add_option("FILE", a->path, "dump or artifact")->required();
+  sub->add_option("--source", a->opt.source, "dump the artifact must have been built from (content digest of its covered range)");
+  sub->add_flag("--strict-snapshot", a->opt.strict_snapshot, "also require the dump's snapshot digest (generations, frontier) to match");
+  sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
+  sub->add_option("--trusted-keys", a->trusted_dir, "directory of trusted public keys (*.pem)");
+  sub->add_flag("--require-signature", a->opt.require_signature, "fail unsigned artifacts");
+  sub->add_flag("--json", flags.json, "machine-readable output");
+  return {sub, [a, &flags] { return run(*a, flags); }};
+}
+
+}  // namespace kvtool::cmd
