@@ -63,7 +63,7 @@ class CudaBackend : public DeviceBackend {
                           int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes, uint16_t* count) override {
     run([&] { return simhash_collisions_device(w, offsets, ids, id_bytes, d, bits, tables, n, base, q, codes, count); });
   }
-  void pq_top_k(const PqDevicePart& p, const float* q, int64_t k, std::vector<int64_t>& ids,
+  void product_code_top_k(const ProductCodes& p, const float* q, int64_t k, std::vector<int64_t>& ids,
                 std::vector<float>& scores) override {
     run([&] {
       return pq_top_k_device(static_cast<const float*>(p.centroids), p.codes, p.code_bytes, p.m, p.k, p.dsub, p.n, q, k, ids,

@@ -92,7 +92,7 @@ void EmulatedDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
-void EmulatedDevice::pq_top_k(const PqDevicePart& p, const float* q, int64_t k, std::vector<int64_t>& ids,
+void EmulatedDevice::product_code_top_k(const ProductCodes& p, const float* q, int64_t k, std::vector<int64_t>& ids,
                               std::vector<float>& scores) {
   ++st_->scoring_calls;
   std::vector<float> lut(static_cast<size_t>(p.m * p.k)), score(static_cast<size_t>(p.n));

@@ -25,7 +25,7 @@ class EmulatedDevice : public DeviceBackend {
   void device_free(void* p) override;
   std::unique_ptr<Transfer> copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
-  void pq_top_k(const PqDevicePart& part, const float* q, int64_t k, std::vector<int64_t>& ids,
+  void product_code_top_k(const ProductCodes& part, const float* q, int64_t k, std::vector<int64_t>& ids,
                 std::vector<float>& scores) override;
   void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) override;
   void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale, const float* q,

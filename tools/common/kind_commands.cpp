@@ -33,8 +33,13 @@ const KindCli* find_kind_cli(const std::string& kind) {
 }  // namespace
 
 int kind_main(const std::string& kind, int argc, char** argv) {
-  const KindCli& k = *find_kind_cli(kind);
-  const std::string tool = "kvtool-" + k.kind;
+  const std::string tool = "kvtool-" + kind;
+  const KindCli* found = find_kind_cli(kind);
+  if (!found) {  // a programming error: the aliases and run_kind_build pass known kinds
+    std::cerr << tool << ": error [INTERNAL]: no index kind '" << kind << "' (kinds: " << kind_names(", ") << ")\n";
+    return static_cast<int>(ExitCode::internal);
+  }
+  const KindCli& k = *found;
   CLI::App app{k.about};
   app.set_version_flag("--version", tool + " " + KVTOOL_VERSION);
   app.require_subcommand(1);

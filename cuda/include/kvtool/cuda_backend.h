@@ -1,5 +1,5 @@
 // The CUDA device tier of the runtime pool: cudaMalloc memory, cudaHostAlloc staging, async H2D
-// copies on a stream with an event, and the PQ kernels of cuda_kernels.h.
+// copies on a stream with an event, and the scoring kernels of cuda_kernels.h (every kind's device path).
 #pragma once
 #include <memory>
 

@@ -1,10 +1,10 @@
-// Device mirror of lib/half.h: converts stored K/V rows (float16 / bfloat16 / float32) to float32 on
+// Device mirror of kvtool/half.h (lib/format): converts stored K/V rows (float16 / bfloat16 / float32) to float32 on
 // the GPU. Tested element for element against the host conversion (tests/gpu).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-#include "kvtool/dump.h"
+#include "kvtool/identity.h"
 
 namespace kvtool::cuda {
 

@@ -1,4 +1,4 @@
-// CUDA mirrors of lib/include/kvtool/scoring.h and the half conversions of kvtool/half.h. This
+// CUDA mirrors of kvtool/scoring.h (lib/runtime) and the half conversions of kvtool/half.h. This
 // header and cuda/src/kernels.cu depend on the CUDA runtime, the C++ standard library and the
 // dependency-free kvtool/half.h and kvtool/scoring.h only, so
 // tests/gpu can build them standalone on a machine that has nothing but the CUDA toolkit.

@@ -62,10 +62,10 @@ class PqSelector : public PartSelector {
     const DeviceSection* c = dp.find("pq_centroids");
     const DeviceSection* k = dp.find("pq_codes");
     if (dense_ || !c || !k) return false;
-    PqDevicePart p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
+    ProductCodes p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
     std::vector<int64_t> ids;
     out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
-    dp.dev->pq_top_k(p, req.q, out.budget_rows, ids, out.scores);
+    dp.dev->product_code_top_k(p, req.q, out.budget_rows, ids, out.scores);
     for (int64_t i : ids) out.ids.push_back(rows_.begin() + i);
     return true;
   }

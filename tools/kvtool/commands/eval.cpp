@@ -13,6 +13,7 @@ struct Args {
   std::vector<std::string> budgets;
   std::vector<int64_t> min_collisions;
   std::vector<double> quantiles;
+  std::vector<std::string> options;  // --option NAME=VALUE: one more swept value of that option
 };
 
 // The swept values given on the command line, for the options the artifact's kind takes (the
@@ -26,10 +27,12 @@ std::map<std::string, std::vector<std::string>> sweep(const Args& a, const KindS
   }
   for (int64_t c : a.min_collisions) all["min_collisions"].push_back(std::to_string(c));
   for (double q : a.quantiles) all["quantile"].push_back(json(q).dump());
-  if (!kind) return all;
   std::map<std::string, std::vector<std::string>> out;
-  for (const auto& o : kind->query_options)
+  if (!kind) out = all;
+  for (const auto& o : kind ? kind->query_options : std::vector<QueryOption>{})
     if (auto it = all.find(o.name); it != all.end()) out[o.name] = it->second;
+  for (const auto& text : a.options)  // named explicitly: a name the kind does not take is USAGE
+    for (const auto& [name, value] : parse_query_settings(text)) out[name].push_back(value);
   return out;
 }
 
@@ -60,6 +63,7 @@ cli::Command register_eval(CLI::App& app, Flags& flags) {
   sub->add_option("--source", a->source, "dump with /kv/q queries at positions >= the coverage end")->required();
   sub->add_option("--budget", a->budgets, "budget(s); several give a curve (default 0.1)");
   sub->add_option("--min-collisions", a->min_collisions, "lsh: collision threshold(s) c (default 2)");
+  sub->add_option("-o,--option", a->options, "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); repeat to sweep");
   sub->add_option("--quantile", a->quantiles, "squeeze: quantile(s) to evaluate, hierarchical and flat (default: all calibrated)");
   sub->add_option("--csv", a->csv, "write one row per (budget, layer, query head, position)");
   sub->add_option("--plot", a->plot, "write an SVG of retained mass vs selected fraction");

@@ -17,7 +17,7 @@ struct Args {
   LoadOptions lo;
   std::string device = "auto", host_budget = "8G", device_budget = "4G", budget = "0.1", trusted;
   int64_t min_collisions = 2;
-  std::vector<std::string> pubkeys;
+  std::vector<std::string> pubkeys, options;
 };
 
 void add_store_key_options(CLI::App* c, StoreKey& k) {
@@ -36,6 +36,8 @@ int run(Args& a, const Flags& flags) {
   lo.pool.device_budget = cli::parse_bytes(a.device_budget);
   Budget::parse(a.budget);  // USAGE for a bad --budget whatever the kinds, as before
   lo.settings = {{"budget", a.budget}, {"min_collisions", std::to_string(a.min_collisions)}};
+  for (const auto& o : a.options)  // each artifact takes the ones its kind has
+    for (const auto& [name, value] : parse_query_settings(o)) lo.settings[name] = value;
   lo.tenant = lo.store_key.tenant;
   lo.trust.trusted = trusted_keys(a.pubkeys, a.trusted);
   if (!lo.store_dir.empty()) {
@@ -71,6 +73,7 @@ cli::Command register_load(CLI::App& app, Flags& flags) {
   sub->add_option("--device-budget", a->device_budget, "device tier byte budget")->capture_default_str();
   sub->add_option("--budget", a->budget, "index-chosen rows per query: a fraction (0.1, 10%) or a count (64)")->capture_default_str();
   sub->add_option("--min-collisions", a->min_collisions, "lsh: rows colliding in at least c tables")->capture_default_str();
+  sub->add_option("-o,--option", a->options, "query options for the replay as NAME=VALUE; each artifact takes its kind's");
   sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
   sub->add_option("--trusted-keys", a->trusted, "directory of trusted public keys (*.pem)");
   sub->add_flag("--require-signature", a->lo.trust.require_signature, "refuse unsigned artifacts");

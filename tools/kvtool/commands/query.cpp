@@ -19,6 +19,7 @@ struct Args {
   int64_t layer = 0, q_head = 0, position = -1, min_collisions = 2;
   double quantile = -1;
   bool flat = false;
+  std::vector<std::string> options;  // --option NAME=VALUE, passed to the kind as given
   CLI::Option *position_opt = nullptr, *budget_opt = nullptr, *min_collisions_opt = nullptr, *quantile_opt = nullptr;
 };
 
@@ -51,7 +52,10 @@ QuerySettings query_settings(const Args& a, const KindSpec& kind) {
   if (a.min_collisions_opt->count() > 0) s["min_collisions"] = std::to_string(a.min_collisions);
   if (a.quantile_opt->count() > 0) s["quantile"] = json(a.quantile).dump();
   if (a.flat) s["flat"] = "true";
-  return settings_for(kind, s);
+  s = settings_for(kind, s);
+  for (const auto& o : a.options)  // named explicitly: a name the kind does not take is USAGE
+    for (const auto& [name, value] : parse_query_settings(o)) s[name] = value;
+  return s;
 }
 
 void print_receipt(const CandidateReceipt& rc) {
@@ -111,6 +115,7 @@ cli::Command register_query(CLI::App& app, Flags& flags) {
   a->budget_opt = sub->add_option("--budget", a->budget, "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)")->capture_default_str();
   a->min_collisions_opt = sub->add_option("--min-collisions", a->min_collisions, "lsh: emit rows colliding in at least c tables")->capture_default_str();
   a->quantile_opt = sub->add_option("--quantile", a->quantile, "squeeze: calibrated quantile whose threshold to apply (default: the first calibrated)");
+  sub->add_option("-o,--option", a->options, "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); may be repeated");
   sub->add_flag("--flat", a->flat, "squeeze: score every fine centroid (the reference's lookup) instead of the two-level pass");
   sub->add_flag("--json", flags.json, "machine-readable receipt");
   return {sub, [a, &flags] { return run(*a, flags); }};

@@ -21,14 +21,19 @@ class Transfer {
   virtual void wait() = 0;
 };
 
-// A PQ part resident in device memory (section images as stored, raw).
-struct PqDevicePart {
+// Product codes resident in device memory (section images as stored, raw): m subspaces of k
+// centroids each, and one code per (row, subspace).
+struct ProductCodes {
   const void* centroids = nullptr;  // f32 [m, k, dsub]
   const void* codes = nullptr;      // u8 or u16 [n, m]
   int64_t m = 0, k = 0, dsub = 0, n = 0;
   int code_bytes = 1;
 };
 
+// The device operations are scoring primitives (kvtool/scoring.h), not kinds: a kind's
+// PartSelector::select_device composes them (pq: product_code_top_k; clusterkv: dot_scores;
+// squeeze: dot_scores_f64; lsh: simhash_collisions), so a new kind that reuses them touches no
+// file here; one that needs a new primitive adds it here, in cuda/ and in the emulated backend.
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -43,7 +48,7 @@ class DeviceBackend {
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;  // synchronous
   // PQ lookup-table scoring and top-k of one query on the device: the same ids and scores as
   // scoring::pq_lut + pq_scores + top_k on the host.
-  virtual void pq_top_k(const PqDevicePart& part, const float* q, int64_t k, std::vector<int64_t>& ids,
+  virtual void product_code_top_k(const ProductCodes& part, const float* q, int64_t k, std::vector<int64_t>& ids,
                         std::vector<float>& scores) = 0;
   // scoring::dot_scores over `count` device-resident centroids [count, d] (clusterkv ranking).
   virtual void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) = 0;

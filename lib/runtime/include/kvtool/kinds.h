@@ -1,5 +1,6 @@
-// Registry of artifact kinds. Each kind lives in one place (lib/src/kinds/KIND.cpp): its builder,
-// the structural validation `verify` runs, and the selector that answers queries.
+// Registry of artifact kinds (runtime layer). Each kind is one folder, lib/kinds/KIND/: its runtime
+// half (KIND_select.cpp: structural validation, the part selector, query options, the KindSpec)
+// and its offline half (KIND_build.cpp: the builder). docs/adding-a-kind.md walks through one.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -52,8 +53,8 @@ enum class SelectionMode {
 };
 
 // One query option a kind takes: the same name on the command line (--budget), in the C API's
-// option text ("budget=0.1") and in eval sweeps. `sweep` is what eval evaluates when the user
-// names no value; empty means the kind derives it from the artifact (KindSpec::default_sweep).
+// option text ("budget=0.1") and in eval sweeps. An empty default_value means the kind derives
+// it from the artifact (e.g. squeeze's first calibrated quantile).
 struct QueryOption {
   std::string name, help, default_value;
 };
@@ -137,7 +138,8 @@ class PartSelector {
 
 // Everything the kind-agnostic code (query, eval, the pool, the C API, verify, inspect, merge)
 // knows of a kind: one registration per kind, in lib/kinds/KIND/KIND_select.cpp, listed once in
-// lib/runtime/src/kinds.cpp (docs/adding-a-kind.md). Builders register in the offline layer.
+// lib/runtime/src/kinds.cpp (docs/adding-a-kind.md). Builders (offline) are KindBuilder
+// subclasses; the tools register their command-line options (tools/common/kind_commands.cpp).
 struct KindSpec {
   std::string name;
   std::string summary;
@@ -198,7 +200,7 @@ void validate_part_list(const ArtifactReader& r);
 const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t kv_head);
 
 namespace kinds {
-// Defined in lib/src/kinds/*.cpp.
+// Defined in lib/kinds/KIND/KIND_select.cpp.
 KindSpec pq_kind();
 KindSpec clusterkv_kind();
 KindSpec lsh_kind();

@@ -1,6 +1,6 @@
 // The arithmetic every selector's query runs, as plain functions over plain arrays: PQ lookup-table
 // scoring, best-first ordering, centroid dot products and SimHash collision counting. The kinds
-// (lib/src/kinds/*.cpp) call these, and the CUDA kernels (cuda/src/kernels.cu) are tested against
+// (lib/kinds/*/*_select.cpp) call these, and the CUDA kernels (cuda/src/kernels.cu) are tested against
 // them in a standalone build (tests/gpu) that has none of the library's other dependencies — so this
 // header and scoring.cpp must depend on the C++ standard library only.
 //
