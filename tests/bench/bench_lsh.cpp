@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   ArtifactReader art(out);
-  json ins = inspect_artifact(out);
+  json ks = inspect_artifact(out).kind_summary.value();  // lsh artifacts have a kind summary
   const auto& g = art.source().geo;
   IndexedRows rows = IndexedRows::of(art);
   const int64_t parts = static_cast<int64_t>(art.manifest()["kind_data"]["parts"].size()), L = 150;
@@ -49,9 +49,9 @@ int main(int argc, char** argv) {
   std::printf("kvtool-lsh build (K=10, L=150, %lld parts, %d threads): %.2f s, %.3g rows*tables/s, peak RSS %.0f MiB\n",
               (long long)parts, threads, child.seconds, rows_tables / child.seconds, child.peak_rss_mib);
   std::printf("table bytes: %.1f MiB raw, %.1f MiB stored (zstd); artifact %.1f MiB; empty buckets %.3f, max bucket %lld\n",
-              ins["kind_summary"]["table_bytes_raw"].get<double>() / 1048576, ins["kind_summary"]["table_bytes_stored"].get<double>() / 1048576,
-              static_cast<double>(art.file_size()) / 1048576, ins["kind_summary"]["bucket_empty_fraction_mean"].get<double>(),
-              (long long)ins["kind_summary"]["bucket_max"].get<int64_t>());
+              ks["table_bytes_raw"].get<double>() / 1048576, ks["table_bytes_stored"].get<double>() / 1048576,
+              static_cast<double>(art.file_size()) / 1048576, ks["bucket_empty_fraction_mean"].get<double>(),
+              (long long)ks["bucket_max"].get<int64_t>());
 
   DumpReader d(dump);
   const auto& dg = d.info().geo;

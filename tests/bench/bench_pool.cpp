@@ -85,7 +85,7 @@ int main() {
   for (int rep = 0; rep < 5; ++rep) {
     best_base = std::min(best_base, baseline(art, n));
     auto t0 = Clock::now();
-    last = pool.publish(PublishRequest{"big", art, "", "", {}, false});
+    last = pool.publish(test::publish_request("big", art));
     best_pub = std::min(best_pub, since(t0));
     pool.retire("big", true);
   }
@@ -106,7 +106,7 @@ int main() {
     p.subspaces = 16; p.bits = 8; p.iters = 10;
     build_artifact(pdump, b, PqBuilder(p));
   }
-  pool.publish(PublishRequest{"pq", part, "", "", {}, false});
+  pool.publish(test::publish_request("pq", part));
   Lease lease = pool.acquire("pq");
   ArtifactReader file(part);
   SelectorSet direct(file);

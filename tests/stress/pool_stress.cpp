@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   int64_t one = 0;
   {
     Pool probe(PoolOptions{});
-    one = probe.publish(PublishRequest{"x", art, "", "", {}, false}).host_bytes;
+    one = probe.publish(publish_request("x", art)).host_bytes;
   }
   PoolOptions o;
   o.host_budget = 3 * one + one / 2;  // room for three generations: publishes must evict
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> keys{"a", "b", "c", "d"};
     for (const auto& k : keys) {  // start with every key published (some get evicted at once)
       try {
-        pool.publish(PublishRequest{k, art, "", "", {}, false});
+        pool.publish(publish_request(k, art));
       } catch (const Error&) {
       }
     }
@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
       th.emplace_back([&, p] {
         std::mt19937 rng(p);
         while (!stop) {
-          PublishRequest r{keys[rng() % keys.size()], art, ref.source().content_digest, "", {}, (rng() % 2) == 0};
+          PublishRequest r = publish_request(keys[rng() % keys.size()], art, (rng() % 2) == 0);
+          r.expected_content_digest = ref.source().content_digest;
           try {
             if (rng() % 4 == 0) {
               PublishTicket t = pool.begin(r);

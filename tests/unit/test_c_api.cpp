@@ -58,7 +58,7 @@ TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a p
   REQUIRE(kvtool_lease_query(lease, 1, 2, q.data(), 299, "budget=0.1", ids, 8, &n) == KVTOOL_OK);
   // Same as the C++ API; more candidates than capacity are counted, the first 8 written.
   Pool cpp(PoolOptions{});
-  cpp.publish(PublishRequest{"doc", tmp.file("a.kvi"), "", "", {}, false});
+  cpp.publish(publish_request("doc", tmp.file("a.kvi")));
   Lease cl = cpp.acquire("doc");
   CandidateReceipt rc = cl.query(1, 2, q.data(), 299, *cl.params({{"budget", "0.1"}}));
   CHECK(n == static_cast<int64_t>(rc.candidates.size()));

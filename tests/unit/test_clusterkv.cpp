@@ -119,10 +119,10 @@ TEST_CASE("clusterkv append: sealed windows become a new generation, a partial w
   BuildOptions o = opts(tmp.file("g1.kvi"));
   o.prefix = 300;
   build_artifact(tmp.file("d.h5"), o, ClusterKvBuilder(p));
-  json j = clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
-  CHECK(j["windows"] == 3);
-  CHECK(j["coverage"] == json({0, 660}));
-  CHECK(j["uncovered_rows"] == 30);
+  ClusterKvAppendSummary j = clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
+  CHECK(j.windows == 3);
+  CHECK(j.to_json()["coverage"] == json({0, 660}));
+  CHECK(j.uncovered_rows == 30);
   ArtifactReader a(tmp.file("g1.kvi")), b(tmp.file("g2.kvi"));
   CHECK(b.manifest()["index_generation"] == 2);
   CHECK(b.manifest()["selector_generation"] == 1);

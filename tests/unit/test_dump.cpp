@@ -103,11 +103,11 @@ TEST_CASE("verify finds NaN/Inf below the frontier but tolerates it in uncommitt
     CHECK(e.reason() == kvtool::Reason::NON_FINITE);
     CHECK(std::string(e.what()).find("row 10") != std::string::npos);
   }
-  json ok = verify_dump(tmp.file("inf_tail.h5"));
-  CHECK(ok["uncommitted_rows"] == 8);
-  json ins = inspect_dump(tmp.file("inf_tail.h5"));
-  CHECK(ins["health_summary"]["inf"] == 1);
-  CHECK(ins["health_summary"]["nonfinite_committed"] == 0);
+  DumpVerification ok = verify_dump(tmp.file("inf_tail.h5"));
+  CHECK(ok.uncommitted_rows == 8);
+  DumpInspection ins = inspect_dump(tmp.file("inf_tail.h5"));
+  CHECK(ins.health_summary.inf == 1);
+  CHECK(ins.health_summary.nonfinite_committed == 0);
 }
 
 TEST_CASE("synth is deterministic, plausible and marked synthetic") {
@@ -130,8 +130,8 @@ TEST_CASE("synth is deterministic, plausible and marked synthetic") {
     return s;
   };
   for (int t = 1; t < 48; ++t) CHECK(norm(0) > norm(t));
-  json j = inspect_dump(tmp.file("a.h5"));
-  CHECK(j["synthetic"] == true);
-  CHECK(j["geometry"]["q_tokens"] == 8);
+  DumpInspection j = inspect_dump(tmp.file("a.h5"));
+  CHECK(j.synthetic == true);
+  CHECK(j.geometry.q_tokens == 8);
   CHECK(a.q_positions().front() == 40);
 }

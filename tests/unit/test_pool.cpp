@@ -38,14 +38,6 @@ struct Fixture {
   int64_t size() const { return static_cast<int64_t>(read_bytes(pq).size()); }
 };
 
-PublishRequest req(const std::string& key, const std::string& art, bool device = false) {
-  PublishRequest r;
-  r.key = key;
-  r.artifact = art;
-  r.device = device;
-  return r;
-}
-
 // Every dumped query of every layer and query head: the pool's receipts equal SelectorSet's.
 void check_queries_equal(const Lease& lease, const std::string& art, const std::string& dump, int64_t* compared = nullptr,
                          const char* tier = nullptr) {
@@ -93,7 +85,7 @@ int64_t first_query(const std::string& dump, int64_t layer, int64_t q_head, std:
 TEST_CASE("pool: a published artifact answers every query exactly like the artifact file") {
   Fixture f;
   Pool pool(PoolOptions{});
-  PublishReceipt rc = pool.publish(req("doc", f.pq));
+  PublishReceipt rc = pool.publish(publish_request("doc", f.pq));
   CHECK(rc.generation == 1);
   CHECK(rc.kind == "pq");
   CHECK(rc.host_bytes >= f.size());
@@ -118,7 +110,7 @@ TEST_CASE("pool: every queryable kind answers like the library") {
   build_artifact(f.dump, quiet_build(sq, 1, 1), SqueezeBuilder(sp));
   Pool pool(PoolOptions{});
   for (const auto& a : {ck, lsh, sq}) {
-    pool.publish(req(a, a));
+    pool.publish(publish_request(a, a));
     check_queries_equal(pool.acquire(a), a, f.dump, nullptr, "host");
   }
   // The device tier (emulated): every kind's device path, through section images at their device
@@ -129,7 +121,7 @@ TEST_CASE("pool: every queryable kind answers like the library") {
   o.device_budget = 64 << 20;
   Pool dpool(o);
   for (const auto& a : {ck, lsh, sq, f.pq}) {
-    dpool.publish(req(a, a, true));
+    dpool.publish(publish_request(a, a, true));
     const int64_t before = dev->scoring_calls();
     int64_t n = 0;
     check_queries_equal(dpool.acquire(a), a, f.dump, &n, "device");
@@ -145,7 +137,7 @@ TEST_CASE("pool: the device tier (emulated) answers PQ queries like the host and
     o.device = dev;
     o.device_budget = 64 << 20;
     Pool pool(o);
-    PublishReceipt rc = pool.publish(req("doc", f.pq, true));
+    PublishReceipt rc = pool.publish(publish_request("doc", f.pq, true));
     CHECK(rc.device_bytes > 0);
     Lease l = pool.acquire("doc");
     CHECK(l.on_device());
@@ -162,19 +154,19 @@ TEST_CASE("pool: refusals name a reason and leave nothing visible or allocated")
   Fixture f;
   TempDir t2;
   Pool pool(PoolOptions{});
-  SECTION("missing file") { CHECK(reason_of([&] { pool.publish(req("k", f.tmp.file("none.kvi"))); }) == "IO_ERROR"); }
+  SECTION("missing file") { CHECK(reason_of([&] { pool.publish(publish_request("k", f.tmp.file("none.kvi"))); }) == "IO_ERROR"); }
   SECTION("wrong content digest") {
-    PublishRequest r = req("k", f.pq);
+    PublishRequest r = publish_request("k", f.pq);
     r.expected_content_digest = std::string(64, '0');
     CHECK(reason_of([&] { pool.publish(r); }) == "CONTENT_MISMATCH");
   }
   SECTION("wrong tenant") {
-    PublishRequest r = req("k", f.pq);
+    PublishRequest r = publish_request("k", f.pq);
     r.tenant = "acme";
     CHECK(reason_of([&] { pool.publish(r); }) == "TENANT_MISMATCH");
   }
   SECTION("unsigned with a required signature") {
-    PublishRequest r = req("k", f.pq);
+    PublishRequest r = publish_request("k", f.pq);
     r.trust.require_signature = true;
     CHECK(reason_of([&] { pool.publish(r); }) == "SIGNATURE_REQUIRED");
   }
@@ -184,7 +176,7 @@ TEST_CASE("pool: refusals name a reason and leave nothing visible or allocated")
     std::string signed_art = t2.file("s.kvi");
     write_bytes(signed_art, read_bytes(f.pq));
     sign_artifact(signed_art, SigningKey::load(t2.file("team.pem")));
-    PublishRequest r = req("k", signed_art);
+    PublishRequest r = publish_request("k", signed_art);
     r.trust.trusted = {load_public_key(t2.file("other.pub.pem"))};
     CHECK(reason_of([&] { pool.publish(r); }) == "UNTRUSTED_KEY");
     PoolHooks h;  // the signature block is at the end, before the 80-byte footer
@@ -197,26 +189,26 @@ TEST_CASE("pool: refusals name a reason and leave nothing visible or allocated")
     CHECK(pool.publish(r).generation > 0);
     CHECK(pool.retire("k"));
   }
-  SECTION("device tier without a device") { CHECK(reason_of([&] { pool.publish(req("k", f.pq, true)); }) == "DEVICE_UNAVAILABLE"); }
+  SECTION("device tier without a device") { CHECK(reason_of([&] { pool.publish(publish_request("k", f.pq, true)); }) == "DEVICE_UNAVAILABLE"); }
   SECTION("corrupted byte in the copied image") {
     PoolHooks h;
     h.after_host_copy = [](uint8_t* p, size_t n) { p[n / 3] ^= 0x40; };
     pool.set_hooks(h);
-    std::string why = reason_of([&] { pool.publish(req("k", f.pq)); });
+    std::string why = reason_of([&] { pool.publish(publish_request("k", f.pq)); });
     INFO(why);
     CHECK((why == "SECTION_DIGEST" || why == "DECOMPRESS_FAILED"));
   }
   SECTION("over the host budget") {
     Pool small(PoolOptions{f.size(), 0, nullptr});
-    CHECK(reason_of([&] { small.publish(req("k", f.pq)); }) == "HOST_BUDGET_EXCEEDED");
+    CHECK(reason_of([&] { small.publish(publish_request("k", f.pq)); }) == "HOST_BUDGET_EXCEEDED");
     CHECK(small.stats().host_used == 0);
   }
   SECTION("an older index generation after a newer one") {
     std::string g2 = t2.file("g2.kvi");
     write_bytes(g2, read_bytes(f.pq));
     rewrite_manifest(g2, [](json& m) { m["index_generation"] = 2; });
-    pool.publish(req("k", g2));
-    CHECK(reason_of([&] { pool.publish(req("k", f.pq)); }) == "STALE_GENERATION");
+    pool.publish(publish_request("k", g2));
+    CHECK(reason_of([&] { pool.publish(publish_request("k", f.pq)); }) == "STALE_GENERATION");
     CHECK(pool.acquire("k").artifact().manifest()["index_generation"] == 2);
     CHECK(pool.retire("k"));
   }
@@ -233,12 +225,12 @@ TEST_CASE("pool: fences — a cancelled copy never becomes visible, a reused slo
   o.device_budget = 64 << 20;
   {
     Pool pool(o);
-    PublishTicket a = pool.begin(req("doc", f.pq, true));
+    PublishTicket a = pool.begin(publish_request("doc", f.pq, true));
     REQUIRE(dev->started() == 1);
     CHECK_FALSE(pool.ready(a));
     pool.cancel(a);  // mid-copy
     CHECK(pool.stats().orphaned_transfers == 1);
-    PublishTicket b = pool.begin(req("doc", f.pq, true));  // takes the freed slot
+    PublishTicket b = pool.begin(publish_request("doc", f.pq, true));  // takes the freed slot
     CHECK(b.id() != a.id());
     dev->deliver(0);  // A's stale completion lands first
     CHECK_FALSE(pool.ready(b));
@@ -258,7 +250,7 @@ TEST_CASE("pool: fences — a cancelled copy never becomes visible, a reused slo
     check_queries_equal(pool.acquire("doc"), f.pq, f.dump);
 
     // A commit of a ticket whose slot was taken over is refused.
-    PublishTicket c = pool.begin(req("doc2", f.pq, true));
+    PublishTicket c = pool.begin(publish_request("doc2", f.pq, true));
     dev->deliver_all();
     pool.cancel(c);
     CHECK(reason_of([&] { pool.commit(c); }) == "USAGE");
@@ -267,15 +259,15 @@ TEST_CASE("pool: fences — a cancelled copy never becomes visible, a reused slo
     PoolHooks h;
     h.after_device_copy = [](void* p, size_t n) { static_cast<uint8_t*>(p)[n / 2] ^= 1; };
     pool.set_hooks(h);
-    PublishTicket d = pool.begin(req("doc", f.pq, true));
+    PublishTicket d = pool.begin(publish_request("doc", f.pq, true));
     dev->deliver_all();
     CHECK(reason_of([&] { pool.commit(d); }) == "DEVICE_COPY_MISMATCH");
     CHECK(pool.acquire("doc").generation() == rb.generation);
     pool.set_hooks({});
     // An abandoned or overwritten ticket cancels itself; its copy is reaped when it lands.
-    { PublishTicket e = pool.begin(req("doc", f.pq, true)); }
-    PublishTicket g = pool.begin(req("doc", f.pq, true));
-    g = pool.begin(req("doc3", f.pq, true));
+    { PublishTicket e = pool.begin(publish_request("doc", f.pq, true)); }
+    PublishTicket g = pool.begin(publish_request("doc", f.pq, true));
+    g = pool.begin(publish_request("doc3", f.pq, true));
     CHECK(pool.stats().in_flight == 1);
     pool.cancel(g);
     dev->deliver_all();
@@ -292,9 +284,9 @@ TEST_CASE("pool: fences — a cancelled copy never becomes visible, a reused slo
 TEST_CASE("pool: leases pin a generation across publish and retire; receipts name it") {
   Fixture f;
   Pool pool(PoolOptions{});
-  PublishReceipt r1 = pool.publish(req("doc", f.pq));
+  PublishReceipt r1 = pool.publish(publish_request("doc", f.pq));
   Lease held = pool.acquire("doc");
-  PublishReceipt r2 = pool.publish(req("doc", f.pq));
+  PublishReceipt r2 = pool.publish(publish_request("doc", f.pq));
   CHECK(r2.replaced_generation == r1.generation);
   CHECK(held.generation() == r1.generation);
   CHECK(pool.acquire("doc").generation() == r2.generation);
@@ -327,7 +319,7 @@ TEST_CASE("pool: least recently used unleased generations are evicted to admit a
   Fixture f;
   const int64_t one = [&] {
     Pool p(PoolOptions{});
-    return p.publish(req("x", f.pq)).host_bytes;
+    return p.publish(publish_request("x", f.pq)).host_bytes;
   }();
   // A publish reserves its selector state at an upper bound first (2 x raw section bytes + 4 KiB a
   // part) and shrinks it once built: the budget must hold that peak on top of the residents.
@@ -337,15 +329,15 @@ TEST_CASE("pool: least recently used unleased generations are evicted to admit a
   const int64_t peak = static_cast<int64_t>(r.file_size()) + 2 * raw + 4096 * 4;
   REQUIRE(peak > one);
   Pool pool(PoolOptions{2 * one + peak, 0, nullptr});
-  pool.publish(req("a", f.pq));
-  pool.publish(req("b", f.pq));
-  pool.publish(req("c", f.pq));
+  pool.publish(publish_request("a", f.pq));
+  pool.publish(publish_request("b", f.pq));
+  pool.publish(publish_request("c", f.pq));
   pool.acquire("a");  // a is now more recent than b
-  PublishReceipt rd = pool.publish(req("d", f.pq));
+  PublishReceipt rd = pool.publish(publish_request("d", f.pq));
   CHECK(rd.evicted == std::vector<std::string>{"b"});
   Lease la = pool.acquire("c"), lb = pool.acquire("a"), lc = pool.acquire("d");
-  CHECK(reason_of([&] { pool.publish(req("e", f.pq)); }) == "HOST_BUDGET_EXCEEDED");
+  CHECK(reason_of([&] { pool.publish(publish_request("e", f.pq)); }) == "HOST_BUDGET_EXCEEDED");
   CHECK(pool.keys() == std::vector<std::string>({"a", "c", "d"}));
   lb = Lease();
-  CHECK(pool.publish(req("e", f.pq)).evicted == std::vector<std::string>{"a"});
+  CHECK(pool.publish(publish_request("e", f.pq)).evicted == std::vector<std::string>{"a"});
 }

@@ -41,10 +41,10 @@ TEST_CASE("pq build is byte-identical whatever the thread count, and verifies ag
   BuildOptions b = a;
   b.output = tmp.file("t3.kvi");
   b.threads = 3;
-  json ja = build_artifact(tmp.file("d.h5"), a, PqBuilder(small_pq()));
+  BuildSummary ja = build_artifact(tmp.file("d.h5"), a, PqBuilder(small_pq()));
   build_artifact(tmp.file("d.h5"), b, PqBuilder(small_pq()));
   CHECK(read_bytes(tmp.file("t1.kvi")) == read_bytes(tmp.file("t3.kvi")));
-  CHECK(ja["parts"] == 4);
+  CHECK(ja.to_json()["parts"] == 4);
   VerifyOptions vo;
   vo.source = tmp.file("d.h5");
   CHECK_NOTHROW(verify_artifact(tmp.file("t1.kvi"), vo));
@@ -178,8 +178,8 @@ TEST_CASE("pq append encodes new rows with the old codebooks and refuses a chang
   BuildOptions o = opts(tmp.file("g1.kvi"));
   o.prefix = 200;
   build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq()));
-  json j = pq_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 260, "", true);
-  CHECK(j["index_generation"] == 2);
+  PqAppendSummary j = pq_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 260, "", true);
+  CHECK(j.append.index_generation == 2);
   ArtifactReader a(tmp.file("g1.kvi")), b(tmp.file("g2.kvi"));
   CHECK(b.manifest()["index_generation"] == 2);
   CHECK(b.manifest()["selector_generation"] == a.manifest()["selector_generation"]);

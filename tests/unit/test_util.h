@@ -7,9 +7,19 @@
 #include "kvtool/artifact.h"
 #include "kvtool/builder.h"
 #include "kvtool/dump.h"
+#include "kvtool/pool.h"
 #include "kvtool/producers.h"
 
 namespace kvtool::test {
+
+// A pool publication of `art` under `key` with nothing else checked.
+inline PublishRequest publish_request(const std::string& key, const std::string& art, bool device = false) {
+  PublishRequest r;
+  r.key = key;
+  r.artifact = art;
+  r.device = device;
+  return r;
+}
 
 // A fresh temporary directory removed at destruction.
 struct TempDir {

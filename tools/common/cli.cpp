@@ -85,11 +85,10 @@ void finish_builder_options(BuilderCli& b) {
   if (b.opt.threads == 0) b.opt.threads = default_threads();
 }
 
-void print_build_summary(const json& j) {
-  std::cout << "wrote " << j["output"].get<std::string>() << ": kind " << j["kind"].get<std::string>() << ", parts "
-            << j["part_range"][0] << "-" << j["part_range"][1] << " of " << j["parts_total"] << ", coverage [0, "
-            << j["coverage"][1] << "), " << human_bytes(j["section_raw_bytes"]) << " of sections"
-            << (j["signed"].get<bool>() ? ", signed" : "") << "\n";
+void print_build_summary(const BuildSummary& s) {
+  std::cout << "wrote " << s.output << ": kind " << s.kind << ", parts " << s.part_begin << "-" << s.part_end << " of "
+            << s.parts_total << ", coverage [0, " << s.coverage_end << "), " << human_bytes(s.section_raw_bytes)
+            << " of sections" << (s.is_signed ? ", signed" : "") << "\n";
 }
 
 std::string human_bytes(uint64_t b) {
@@ -105,120 +104,113 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
-void print_dump_inspection(const json& j) {
-  const auto& g = j["geometry"];
-  const auto& id = j["identity"];
-  std::cout << "kvdump v1: " << j["path"].get<std::string>() << (j["synthetic"].get<bool>() ? "  [SYNTHETIC]" : "") << "\n";
-  if (!j["generator"].get<std::string>().empty()) std::cout << "  generator          " << j["generator"].get<std::string>() << "\n";
-  std::cout << "  shape [L,H_kv,T,d] [" << g["layers"] << ", " << g["kv_heads"] << ", " << g["tokens"] << ", "
-            << g["head_dim"] << "]  dtype " << g["dtype"].get<std::string>() << "\n";
-  std::cout << "  query heads        " << g["q_heads"] << "  q_to_kv_head " << id["q_to_kv_head"].dump() << "\n";
-  std::cout << "  dumped queries     " << g["q_tokens"] << "\n";
-  std::cout << "  committed frontier " << j["committed_frontier"] << " (" << j["uncommitted_rows"] << " uncommitted rows)\n";
-  std::cout << "  model              " << id["model_artifact_sha256"].get<std::string>() << " (checkpoint generation "
-            << id["checkpoint_generation"] << ")\n";
-  std::cout << "  adapter set        " << id["adapter_set_sha256"].get<std::string>() << "\n";
-  std::cout << "  tenant             " << id["tenant_namespace"].get<std::string>() << " (namespace generation "
-            << id["namespace_generation"] << ")\n";
-  std::cout << "  position contract  " << id["position_contract"].get<std::string>() << "\n";
-  std::cout << "  rope config        " << id["rope_config"].get<std::string>() << "\n";
-  std::cout << "  representation     " << id["representation"].get<std::string>() << "\n";
-  std::cout << "  generations        request " << id["request_generation"] << ", cache " << id["cache_generation"]
-            << ", publication " << id["publication_generation"] << "\n";
-  const auto& b = j["bytes"];
-  std::cout << "  bytes              " << human_bytes(b["per_token_all_layers"]) << " per token (all layers), "
-            << human_bytes(b["kv_total"]) << " K/V total, " << human_bytes(b["q_total"]) << " queries\n";
-  const auto& s = j["health_summary"];
-  std::cout << "  health             NaN " << s["nan"] << ", Inf " << s["inf"] << " (" << s["nonfinite_committed"]
-            << " below the frontier), max|K| " << s["max_abs_k"].get<double>() << ", max|V| "
-            << s["max_abs_v"].get<double>() << "\n";
+void print_dump_inspection(const DumpInspection& d) {
+  const auto& g = d.geometry;
+  const auto& id = d.identity;
+  std::cout << "kvdump v1: " << d.path << (d.synthetic ? "  [SYNTHETIC]" : "") << "\n";
+  if (!d.generator.empty()) std::cout << "  generator          " << d.generator << "\n";
+  std::cout << "  shape [L,H_kv,T,d] [" << g.layers << ", " << g.kv_heads << ", " << g.tokens << ", " << g.head_dim
+            << "]  dtype " << dtype_name(g.dtype) << "\n";
+  std::cout << "  query heads        " << g.q_heads << "  q_to_kv_head " << json(id.q_to_kv_head).dump() << "\n";
+  std::cout << "  dumped queries     " << g.q_tokens << "\n";
+  std::cout << "  committed frontier " << d.committed_frontier << " (" << d.uncommitted_rows << " uncommitted rows)\n";
+  std::cout << "  model              " << id.model_artifact_sha256 << " (checkpoint generation "
+            << id.checkpoint_generation << ")\n";
+  std::cout << "  adapter set        " << id.adapter_set_sha256 << "\n";
+  std::cout << "  tenant             " << id.tenant_namespace << " (namespace generation " << id.namespace_generation
+            << ")\n";
+  std::cout << "  position contract  " << id.position_contract << "\n";
+  std::cout << "  rope config        " << id.rope_config << "\n";
+  std::cout << "  representation     " << id.representation << "\n";
+  std::cout << "  generations        request " << id.request_generation << ", cache " << id.cache_generation
+            << ", publication " << id.publication_generation << "\n";
+  const auto& b = d.bytes;
+  std::cout << "  bytes              " << human_bytes(b.per_token_all_layers) << " per token (all layers), "
+            << human_bytes(b.kv_total) << " K/V total, " << human_bytes(b.q_total) << " queries\n";
+  const auto& s = d.health_summary;
+  std::cout << "  health             NaN " << s.nan << ", Inf " << s.inf << " (" << s.nonfinite_committed
+            << " below the frontier), max|K| " << s.max_abs_k << ", max|V| " << s.max_abs_v << "\n";
   std::cout << "  layer head  K max|x|  K NaN/Inf  K top channels            V max|x|  V NaN/Inf\n";
-  for (const auto& h : j["health"]) {
+  for (const auto& h : d.health) {
     char line[256];
     std::string top;
-    for (const auto& t : h["k"]["top_channels"]) {
+    for (const auto& t : h.k.top_channels) {
       char c[48];
-      std::snprintf(c, sizeof c, "%s%lld:%.2f", top.empty() ? "" : " ", static_cast<long long>(t["channel"].get<int64_t>()),
-                    t["max_abs"].get<double>());
+      std::snprintf(c, sizeof c, "%s%lld:%.2f", top.empty() ? "" : " ", static_cast<long long>(t.channel), t.max_abs);
       top += c;
     }
     std::snprintf(line, sizeof line, "  %5lld %4lld  %8.3f  %4lld/%-4lld  %-24s  %8.3f  %4lld/%-4lld\n",
-                  static_cast<long long>(h["layer"].get<int64_t>()), static_cast<long long>(h["kv_head"].get<int64_t>()),
-                  h["k"]["max_abs"].get<double>(), static_cast<long long>(h["k"]["nan"].get<int64_t>()),
-                  static_cast<long long>(h["k"]["inf"].get<int64_t>()), top.c_str(), h["v"]["max_abs"].get<double>(),
-                  static_cast<long long>(h["v"]["nan"].get<int64_t>()), static_cast<long long>(h["v"]["inf"].get<int64_t>()));
+                  static_cast<long long>(h.layer), static_cast<long long>(h.kv_head), h.k.max_abs,
+                  static_cast<long long>(h.k.nan), static_cast<long long>(h.k.inf), top.c_str(), h.v.max_abs,
+                  static_cast<long long>(h.v.nan), static_cast<long long>(h.v.inf));
     std::cout << line;
   }
 }
 
-void print_artifact_inspection(const json& j) {
-  const auto& m = j["manifest"];
-  const auto& src = j["source"];
-  std::cout << "kvi artifact: " << j["path"].get<std::string>() << "\n";
+void print_artifact_inspection(const ArtifactInspection& a) {
+  const auto& m = a.manifest;
+  const auto& src = a.source;
+  std::cout << "kvi artifact: " << a.path << "\n";
   std::cout << "  format version     " << m["format_version"][0] << "." << m["format_version"][1] << "  ("
-            << human_bytes(j["file_bytes"]) << ")\n";
-  std::cout << "  kind               " << j["kind"].get<std::string>() << "\n";
-  std::cout << "  params             " << m["params"].dump() << "\n";
-  std::cout << "  params digest      " << m["params_digest"].get<std::string>() << "\n";
+            << human_bytes(a.file_bytes) << ")\n";
+  std::cout << "  kind               " << a.kind << "\n";
+  std::cout << "  params             " << a.params.dump() << "\n";
+  std::cout << "  params digest      " << a.params_digest << "\n";
   std::cout << "  builder            " << m["builder"]["name"].get<std::string>() << " "
             << m["builder"]["version"].get<std::string>() << "\n";
-  std::cout << "  generations        index " << m["index_generation"] << ", selector " << m["selector_generation"] << "\n";
-  std::cout << "  semantics          " << m["semantics"].get<std::string>() << "\n";
-  std::cout << "  manifest sha256    " << j["manifest_sha256"].get<std::string>() << " (" << j["manifest_bytes"] << " bytes)\n";
-  if (j["signature"].is_null())
+  std::cout << "  generations        index " << a.index_generation << ", selector " << a.selector_generation << "\n";
+  std::cout << "  semantics          " << a.semantics << "\n";
+  std::cout << "  manifest sha256    " << a.manifest_sha256 << " (" << a.manifest_bytes << " bytes)\n";
+  if (!a.is_signed)
     std::cout << "  signature          none\n";
   else
-    std::cout << "  signature          ed25519, key id " << j["signature"]["key_id"].get<std::string>() << "\n";
+    std::cout << "  signature          ed25519, key id " << a.key_id << "\n";
   std::cout << "  source binding\n";
-  std::cout << "    coverage         [0, " << src["coverage_end"] << ") of frontier " << src["committed_frontier"]
-            << ", T " << src["tokens"] << "\n";
-  std::cout << "    content digest   " << src["content_digest"].get<std::string>() << "\n";
-  std::cout << "    snapshot digest  " << src["snapshot_digest"].get<std::string>() << "\n";
-  std::cout << "    model            " << src["model_artifact_sha256"].get<std::string>() << "\n";
-  std::cout << "    tenant           " << src["tenant_namespace"].get<std::string>() << "\n";
-  std::cout << "    geometry         [L=" << src["layers"] << ", H_kv=" << src["kv_heads"] << ", d=" << src["head_dim"]
-            << "] " << src["dtype"].get<std::string>() << "\n";
-  if (j.contains("kind_summary")) {
-    std::cout << "  " << j["kind"].get<std::string>() << " summary";
-    for (const auto& [k, v] : j["kind_summary"].items()) std::cout << "  " << k << " " << v.dump();
+  std::cout << "    coverage         [0, " << src.coverage_end << ") of frontier " << src.committed_frontier << ", T "
+            << src.geo.tokens << "\n";
+  std::cout << "    content digest   " << src.content_digest << "\n";
+  std::cout << "    snapshot digest  " << src.snapshot_digest << "\n";
+  std::cout << "    model            " << src.id.model_artifact_sha256 << "\n";
+  std::cout << "    tenant           " << src.id.tenant_namespace << "\n";
+  std::cout << "    geometry         [L=" << src.geo.layers << ", H_kv=" << src.geo.kv_heads << ", d=" << src.geo.head_dim
+            << "] " << dtype_name(src.geo.dtype) << "\n";
+  if (a.kind_summary) {
+    std::cout << "  " << a.kind << " summary";
+    for (const auto& [k, v] : a.kind_summary->items()) std::cout << "  " << k << " " << v.dump();
     std::cout << "\n";
   }
-  const auto& sb = j["section_bytes"];
-  std::cout << "  sections           " << sb["count"] << " (" << human_bytes(sb["raw"]) << " raw, "
-            << human_bytes(sb["stored"]) << " stored)\n";
+  std::cout << "  sections           " << a.sections.size() << " (" << human_bytes(a.section_raw_bytes) << " raw, "
+            << human_bytes(a.section_stored_bytes) << " stored)\n";
   std::cout << "    name                 layer head  dtype shape              codec  raw        stored     sha256\n";
-  for (const auto& s : j["sections"]) {
+  for (const auto& s : a.sections) {
     char line[512];
-    std::snprintf(line, sizeof line, "    %-20s %5lld %4lld  %-5s %-18s %-5s  %-10llu %-10llu %.16s…\n",
-                  s["name"].get<std::string>().c_str(), static_cast<long long>(s["layer"].get<int64_t>()),
-                  static_cast<long long>(s["kv_head"].get<int64_t>()), s["dtype"].get<std::string>().c_str(),
-                  s["shape"].dump().c_str(), s["codec"].get<std::string>().c_str(),
-                  static_cast<unsigned long long>(s["raw_size"].get<uint64_t>()),
-                  static_cast<unsigned long long>(s["stored_size"].get<uint64_t>()), s["sha256"].get<std::string>().c_str());
+    std::snprintf(line, sizeof line, "    %-20s %5lld %4lld  %-5s %-18s %-5s  %-10llu %-10llu %.16s…\n", s.name.c_str(),
+                  static_cast<long long>(s.layer), static_cast<long long>(s.kv_head), s.dtype.c_str(),
+                  json(s.shape).dump().c_str(), s.codec.c_str(), static_cast<unsigned long long>(s.raw_size),
+                  static_cast<unsigned long long>(s.stored_size), s.sha256.c_str());
     std::cout << line;
   }
 }
 
-void print_verify_result(const json& j) {
-  std::cout << "OK: " << j["path"].get<std::string>() << " is a valid " << j["type"].get<std::string>();
-  if (j["type"] == "kvi") {
-    std::cout << " artifact (kind " << j["kind"].get<std::string>() << ", " << j["sections_verified"]
-              << " section digests verified";
-    if (j["signed"].get<bool>())
-      std::cout << ", signed by " << j["key_id"].get<std::string>().substr(0, 16)
-                << (j["signature_trusted"].get<bool>() ? " (trusted)" : " (signature valid, key not checked against a trust list)");
-    else
-      std::cout << ", unsigned";
-    std::cout << ")\n";
-    if (j.contains("source_checked"))
-      std::cout << "    bound to " << j["source_checked"].get<std::string>() << ": content digest of [0, "
-                << j["coverage"][1] << ") matches" << (j["strict_snapshot"].get<bool>() ? ", snapshot digest matches" : "")
-                << "\n";
-  } else {
-    std::cout << " dump (frontier " << j["committed_frontier"] << ", " << j["uncommitted_rows"] << " uncommitted rows)\n";
-    std::cout << "    content digest  " << j["content_digest"].get<std::string>() << "\n";
-    std::cout << "    snapshot digest " << j["snapshot_digest"].get<std::string>() << "\n";
-  }
+void print_verify_result(const ArtifactVerification& v) {
+  std::cout << "OK: " << v.path << " is a valid kvi artifact (kind " << v.kind << ", " << v.sections_verified
+            << " section digests verified";
+  if (v.is_signed)
+    std::cout << ", signed by " << v.key_id.substr(0, 16)
+              << (v.signature_trusted ? " (trusted)" : " (signature valid, key not checked against a trust list)");
+  else
+    std::cout << ", unsigned";
+  std::cout << ")\n";
+  if (!v.source_checked.empty())
+    std::cout << "    bound to " << v.source_checked << ": content digest of [0, " << v.coverage_end << ") matches"
+              << (v.strict_snapshot ? ", snapshot digest matches" : "") << "\n";
+}
+
+void print_verify_result(const DumpVerification& v) {
+  std::cout << "OK: " << v.path << " is a valid kvdump dump (frontier " << v.committed_frontier << ", "
+            << v.uncommitted_rows << " uncommitted rows)\n";
+  std::cout << "    content digest  " << v.content_digest << "\n";
+  std::cout << "    snapshot digest " << v.snapshot_digest << "\n";
 }
 
 }  // namespace kvtool::cli

@@ -10,6 +10,7 @@
 #include "kvtool/json.h"
 #include "kvtool/builder.h"
 #include "kvtool/producers.h"
+#include "kvtool/report.h"
 
 namespace kvtool::cli {
 
@@ -43,11 +44,12 @@ void add_builder_options(CLI::App* cmd, BuilderCli& b);
 void finish_builder_options(BuilderCli& b);
 
 std::string human_bytes(uint64_t b);
-void print_build_summary(const json& j);
+void print_build_summary(const BuildSummary& s);
 void print_eval(const json& j);
-void print_dump_inspection(const json& j);
-void print_artifact_inspection(const json& j);
-void print_verify_result(const json& j);
+void print_dump_inspection(const DumpInspection& d);
+void print_artifact_inspection(const ArtifactInspection& a);
+void print_verify_result(const ArtifactVerification& v);
+void print_verify_result(const DumpVerification& v);
 void print_load(const json& j);  // kvtool load text output
 
 }  // namespace kvtool::cli

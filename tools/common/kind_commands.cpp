@@ -73,30 +73,24 @@ Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json) {
   return {sub, [a, &as_json, make = std::move(spec.make)] {
             as_json = a->b.json;
             finish_builder_options(a->b);
-            json j = build_artifact(a->dump, a->b.opt, *make());
-            if (a->b.json) print_json(j);
-            else if (!a->b.opt.quiet) print_build_summary(j);
+            BuildSummary s = build_artifact(a->dump, a->b.opt, *make());
+            if (a->b.json) print_json(s.to_json());
+            else if (!a->b.opt.quiet) print_build_summary(s);
             return 0;
           }};
 }
 
-Command add_append_command(CLI::App& app, AppendCommand spec, bool& as_json) {
-  auto a = std::make_shared<AppendArgs>();
-  auto* sub = app.add_subcommand("append", spec.about);
-  sub->add_option("ART", a->artifact, spec.art_help)->required();
-  sub->add_option("DUMP", a->dump, spec.dump_help)->required();
-  sub->add_option("-o,--output", a->output, "new artifact")->required();
-  sub->add_option("--prefix", a->prefix, spec.prefix_help);
-  if (spec.options) spec.options(sub);
-  sub->add_option("--sign-key", a->sign_key, "Ed25519 private key (PEM)");
+CLI::App* add_append_options(CLI::App& app, const AppendHelp& help, AppendArgs& a, bool& as_json) {
+  auto* sub = app.add_subcommand("append", help.about);
+  sub->add_option("ART", a.artifact, help.art_help)->required();
+  sub->add_option("DUMP", a.dump, help.dump_help)->required();
+  sub->add_option("-o,--output", a.output, "new artifact")->required();
+  sub->add_option("--prefix", a.prefix, help.prefix_help);
+  if (help.options) help.options(sub);
+  sub->add_option("--sign-key", a.sign_key, "Ed25519 private key (PEM)");
   sub->add_flag("--json", as_json, "JSON summary");
-  sub->add_flag("-q,--quiet", a->quiet, "no progress");
-  return {sub, [a, &as_json, append = std::move(spec.append), summary = std::move(spec.summary)] {
-            json j = append(*a, a->quiet || as_json);
-            if (as_json) print_json(j);
-            else if (!a->quiet) summary(*a, j);
-            return 0;
-          }};
+  sub->add_flag("-q,--quiet", a.quiet, "no progress");
+  return sub;
 }
 
 }  // namespace kvtool::cli

@@ -41,18 +41,35 @@ struct BuildCommand {
 Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json);
 
 // What every kind's append has in common: ART DUMP -o --prefix, the kind's options, --sign-key,
-// --json, -q; the run calls the library and prints `summary` unless --json or -q.
+// --json, -q; the run calls the library and prints the kind's summary (PqAppendSummary, ...): its
+// to_json() with --json, else `summary` unless -q.
 struct AppendArgs {
   std::string artifact, dump, output, sign_key;
   int64_t prefix = -1;
   bool quiet = false;
 };
-struct AppendCommand {
+struct AppendHelp {
   std::string about, art_help, dump_help, prefix_help;
-  std::function<void(CLI::App*)> options;                             // may be empty
-  std::function<json(const AppendArgs&, bool quiet)> append;          // the library call
-  std::function<void(const AppendArgs&, const json&)> summary;        // the text output
+  std::function<void(CLI::App*)> options;  // the kind's options; may be empty
 };
-Command add_append_command(CLI::App& app, AppendCommand spec, bool& as_json);
+template <typename Summary>
+struct AppendCommand {
+  AppendHelp help;
+  std::function<Summary(const AppendArgs&, bool quiet)> append;    // the library call
+  std::function<void(const AppendArgs&, const Summary&)> summary;  // the text output
+};
+// The "append" subcommand with the shared options bound to `a` (the part that is not per Summary).
+CLI::App* add_append_options(CLI::App& app, const AppendHelp& help, AppendArgs& a, bool& as_json);
+template <typename Summary>
+Command add_append_command(CLI::App& app, AppendCommand<Summary> spec, bool& as_json) {
+  auto a = std::make_shared<AppendArgs>();
+  CLI::App* sub = add_append_options(app, spec.help, *a, as_json);
+  return {sub, [a, &as_json, append = std::move(spec.append), summary = std::move(spec.summary)] {
+            Summary s = append(*a, a->quiet || as_json);
+            if (as_json) print_json(s.to_json());
+            else if (!a->quiet) summary(*a, s);
+            return 0;
+          }};
+}
 
 }  // namespace kvtool::cli

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtool/append.h"
 #include "kvtool/builder.h"
 
 namespace kvtool {
@@ -44,7 +45,14 @@ void cosine_kmeans(const float* rows, int64_t n, int64_t d, int64_t k, int64_t i
 
 // Clusters each sealed window of `window` new rows (past the old indexed end, up to `prefix` minus
 // the local window) into `window_clusters` clusters and appends them as a new index generation.
-json clusterkv_append(const std::string& artifact, const std::string& dump, const std::string& output, int64_t prefix,
-                      int64_t window, int64_t window_clusters, const std::string& sign_key, bool quiet);
+struct ClusterKvAppendSummary {
+  AppendSummary append;
+  int64_t windows = 0;         // sealed windows clustered
+  int64_t uncovered_rows = 0;  // rows up to the prefix left for a later append (a partial window)
+  json to_json() const;        // the append's JSON with these two fields added
+};
+ClusterKvAppendSummary clusterkv_append(const std::string& artifact, const std::string& dump, const std::string& output,
+                                        int64_t prefix, int64_t window, int64_t window_clusters,
+                                        const std::string& sign_key, bool quiet);
 
 }  // namespace kvtool

@@ -177,10 +177,8 @@ class ClusterKvAppender : public KindAppender {
             {"window_clusters", window_clusters_}};
   }
 
-  void summarize(json& summary, int64_t) const override {
-    summary["windows"] = windows_;
-    summary["uncovered_rows"] = P_ - E_;
-  }
+  // The kind's fields of the summary, after every part was appended.
+  ClusterKvAppendSummary summary(AppendSummary s) const { return {std::move(s), windows_, P_ - E_}; }
 
  private:
   const int64_t window_, window_clusters_;
@@ -192,12 +190,20 @@ class ClusterKvAppender : public KindAppender {
 
 }  // namespace
 
-json clusterkv_append(const std::string& artifact, const std::string& dump_path, const std::string& output, int64_t prefix,
-                      int64_t window, int64_t window_clusters, const std::string& sign_key, bool quiet) {
+ClusterKvAppendSummary clusterkv_append(const std::string& artifact, const std::string& dump_path,
+                                        const std::string& output, int64_t prefix, int64_t window,
+                                        int64_t window_clusters, const std::string& sign_key, bool quiet) {
   KVT_CHECK(window >= 1 && window_clusters >= 1 && window_clusters <= window, USAGE,
             "--window must be >= 1 and --window-clusters in 1..window");
   ClusterKvAppender appender(window, window_clusters);
-  return append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender);
+  return appender.summary(append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender));
+}
+
+json ClusterKvAppendSummary::to_json() const {
+  json j = append.to_json();
+  j["windows"] = windows;
+  j["uncovered_rows"] = uncovered_rows;
+  return j;
 }
 
 }  // namespace kvtool

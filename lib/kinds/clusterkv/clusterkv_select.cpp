@@ -134,19 +134,7 @@ void validate_clusterkv(const ArtifactReader& r) {
 }  // namespace
 
 KindSpec kinds::clusterkv_kind() {
-  KindSpec k;
-  k.name = "clusterkv";
-  k.summary = "ClusterKV cosine clusters of keys";
-  k.mode = SelectionMode::budget_top_k;
-  k.validate = validate_clusterkv;
-  k.load = [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
-    return std::make_unique<ClusterKvSelector>(r, layer, head);
-  };
-  k.query_options = budget_query_options();
-  k.parse_query = [](const ArtifactReader&, const QuerySettings& s) {
-    return parse_budget_params(*find_kind("clusterkv"), s);
-  };
-  return k;
+  return make_budget_kind_spec<ClusterKvSelector>("clusterkv", "ClusterKV cosine clusters of keys", validate_clusterkv);
 }
 
 }  // namespace kvtool

@@ -224,14 +224,7 @@ double lsh_inclusion_probability(double cosine, int64_t bits, int64_t tables, in
 }
 
 KindSpec kinds::lsh_kind() {
-  KindSpec k;
-  k.name = "lsh";
-  k.summary = "MagicPIG SimHash tables";
-  k.mode = SelectionMode::collision_sampling;
-  k.validate = validate_lsh;
-  k.load = [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
-    return std::make_unique<LshSelector>(r, layer, head);
-  };
+  KindSpec k = make_kind_spec<LshSelector>("lsh", "MagicPIG SimHash tables", SelectionMode::collision_sampling, validate_lsh);
   k.query_options = {{"min_collisions", "emit rows colliding with the query in at least c tables", "2"}};
   k.parse_query = [](const ArtifactReader& r, const QuerySettings& s) -> std::unique_ptr<QueryParams> {
     const KindSpec& self = *find_kind("lsh");

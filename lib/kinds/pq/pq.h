@@ -3,6 +3,7 @@
 #pragma once
 #include <string>
 
+#include "kvtool/append.h"
 #include "kvtool/builder.h"
 
 namespace kvtool {
@@ -30,8 +31,14 @@ class PqBuilder : public KindBuilder {
 
 // Encodes rows between the old coverage end and `prefix` (-1: the dump's frontier) with the
 // existing codebooks; writes a new index generation. Refuses a dump whose content over the old
-// covered range differs. Returns the --json summary.
-json pq_append(const std::string& artifact, const std::string& dump, const std::string& output, int64_t prefix,
-               const std::string& sign_key, bool quiet);
+// covered range differs. Returns its summary.
+struct PqAppendSummary {
+  AppendSummary append;
+  int64_t previous_coverage_end = 0;  // the old artifact's coverage end
+  int64_t rows_encoded_per_part = 0;  // new rows encoded, averaged over the parts
+  json to_json() const;               // the append's JSON with these two fields added
+};
+PqAppendSummary pq_append(const std::string& artifact, const std::string& dump, const std::string& output,
+                          int64_t prefix, const std::string& sign_key, bool quiet);
 
 }  // namespace kvtool

@@ -137,9 +137,10 @@ class PqAppender : public KindAppender {
   json first_generation() const override { return {{"index_generation", 1}, {"coverage_end", E0_}}; }
   json generation(int64_t gen) const override { return {{"index_generation", gen}, {"coverage_end", E_}}; }
 
-  void summarize(json& summary, int64_t parts) const override {
-    summary["previous_coverage_end"] = E0_;
-    summary["rows_encoded_per_part"] = encoded_ / std::max<int64_t>(1, parts);
+  // The kind's fields of the summary, after every part was appended.
+  PqAppendSummary summary(AppendSummary s) const {
+    const int64_t per_part = encoded_ / std::max<int64_t>(1, s.parts);
+    return {std::move(s), E0_, per_part};
   }
 
  private:
@@ -150,10 +151,17 @@ class PqAppender : public KindAppender {
 
 }  // namespace
 
-json pq_append(const std::string& artifact, const std::string& dump_path, const std::string& output, int64_t prefix,
-               const std::string& sign_key, bool quiet) {
+PqAppendSummary pq_append(const std::string& artifact, const std::string& dump_path, const std::string& output,
+                          int64_t prefix, const std::string& sign_key, bool quiet) {
   PqAppender appender;
-  return append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender);
+  return appender.summary(append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender));
+}
+
+json PqAppendSummary::to_json() const {
+  json j = append.to_json();
+  j["previous_coverage_end"] = previous_coverage_end;
+  j["rows_encoded_per_part"] = rows_encoded_per_part;
+  return j;
 }
 
 }  // namespace kvtool

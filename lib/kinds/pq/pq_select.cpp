@@ -125,17 +125,7 @@ void validate_pq(const ArtifactReader& r) {
 }  // namespace
 
 KindSpec kinds::pq_kind() {
-  KindSpec k;
-  k.name = "pq";
-  k.summary = "PQCache product quantization of keys";
-  k.mode = SelectionMode::budget_top_k;
-  k.validate = validate_pq;
-  k.load = [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
-    return std::make_unique<PqSelector>(r, layer, head);
-  };
-  k.query_options = budget_query_options();
-  k.parse_query = [](const ArtifactReader&, const QuerySettings& s) { return parse_budget_params(*find_kind("pq"), s); };
-  return k;
+  return make_budget_kind_spec<PqSelector>("pq", "PQCache product quantization of keys", validate_pq);
 }
 
 }  // namespace kvtool

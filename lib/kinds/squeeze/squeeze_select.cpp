@@ -270,14 +270,8 @@ json finalize_squeeze(const json& params, const json& parts) {
 }  // namespace
 
 KindSpec kinds::squeeze_kind() {
-  KindSpec k;
-  k.name = "squeeze";
-  k.summary = "SqueezedAttention fine/coarse centroid hierarchy with calibrated thresholds";
-  k.mode = SelectionMode::quantile_threshold;
-  k.validate = validate_squeeze;
-  k.load = [](const ArtifactReader& r, int64_t layer, int64_t head) -> std::unique_ptr<PartSelector> {
-    return std::make_unique<SqueezeSelector>(r, layer, head);
-  };
+  KindSpec k = make_kind_spec<SqueezeSelector>("squeeze", "SqueezedAttention fine/coarse centroid hierarchy with calibrated thresholds",
+                                                SelectionMode::quantile_threshold, validate_squeeze);
   k.query_options = {{"quantile", "calibrated quantile whose threshold to apply (default: the first calibrated)", ""},
                      {"flat", "score every fine centroid (the reference's lookup) instead of the two-level pass", "false"}};
   k.parse_query = [](const ArtifactReader& r, const QuerySettings& s) -> std::unique_ptr<QueryParams> {

@@ -44,7 +44,7 @@ json append_parts(const ArtifactReader& old, const DumpReader& dump, const Appen
 
 }  // namespace
 
-json append_generation(const std::string& artifact, const std::string& dump_path, const std::string& output,
+AppendSummary append_generation(const std::string& artifact, const std::string& dump_path, const std::string& output,
                        int64_t prefix, const std::string& sign_key, bool quiet, KindAppender& kind) {
   ArtifactReader old(artifact);
   old.verify_sections();
@@ -77,10 +77,12 @@ json append_generation(const std::string& artifact, const std::string& dump_path
   gens.push_back(kind.generation(gen));
   core.kind_data["generations"] = gens;
   Digest md = w.finish(core, key.get());
-  json summary = {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output},
-                  {"index_generation", gen}, {"coverage", {0, plan.coverage_end}}, {"manifest_sha256", to_hex(md)}};
-  kind.summarize(summary, static_cast<int64_t>(parts.size()));
-  return summary;
+  return {output, to_hex(md), gen, plan.coverage_end, static_cast<int64_t>(parts.size())};
+}
+
+json AppendSummary::to_json() const {
+  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output},
+          {"index_generation", index_generation}, {"coverage", {0, coverage_end}}, {"manifest_sha256", manifest_sha256}};
 }
 
 }  // namespace kvtool

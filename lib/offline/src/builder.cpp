@@ -87,7 +87,7 @@ BuiltParts build_parts(const DumpReader& dump, const KindBuilder& kind, const Bu
 
 }  // namespace
 
-json build_artifact(const std::string& dump_path, const BuildOptions& opt, const KindBuilder& kind) {
+BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& opt, const KindBuilder& kind) {
   KVT_CHECK(!opt.output.empty(), USAGE, "an output path (-o) is required");
   DumpReader dump(dump_path);
   const auto& info = dump.info();
@@ -151,23 +151,28 @@ json build_artifact(const std::string& dump_path, const BuildOptions& opt, const
   if (const KindSpec* ki = find_kind(kind.kind()); ki && ki->finalize && p0 == 0 && p1 == total)
     core.kind_data.update(ki->finalize(core.params, built.parts));
   Digest md = writer.finish(core, key.get());
-  return {{"schema_version", kJsonSchemaVersion},
-          {"ok", true},
-          {"output", opt.output},
-          {"kind", kind.kind()},
-          {"parts", p1 - p0},
-          {"parts_total", total},
-          {"part_range", {p0, p1}},
-          {"coverage", {0, E}},
-          {"content_digest", binding.content_digest},
-          {"manifest_sha256", to_hex(md)},
-          {"section_raw_bytes", built.raw_bytes},
-          {"threads", threads},
-          {"signed", key != nullptr}};
+  return {opt.output, kind.kind(), total, p0, p1, E, binding.content_digest, to_hex(md), built.raw_bytes, threads,
+          key != nullptr};
 }
 
-json merge_artifacts(const std::vector<std::string>& paths, const std::string& output, const std::string& sign_key,
-                     bool quiet) {
+json BuildSummary::to_json() const {
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"output", output},
+          {"kind", kind},
+          {"parts", part_end - part_begin},
+          {"parts_total", parts_total},
+          {"part_range", {part_begin, part_end}},
+          {"coverage", {0, coverage_end}},
+          {"content_digest", content_digest},
+          {"manifest_sha256", manifest_sha256},
+          {"section_raw_bytes", section_raw_bytes},
+          {"threads", threads},
+          {"signed", is_signed}};
+}
+
+MergeSummary merge_artifacts(const std::vector<std::string>& paths, const std::string& output,
+                             const std::string& sign_key, bool quiet) {
   KVT_CHECK(!paths.empty(), USAGE, "merge needs at least one shard artifact");
   std::vector<std::unique_ptr<ArtifactReader>> shards;
   for (const auto& p : paths) {
@@ -228,8 +233,12 @@ json merge_artifacts(const std::vector<std::string>& paths, const std::string& o
   core.kind_data["part_range"] = {0, total};
   if (const KindSpec* ki = find_kind(core.kind); ki && ki->finalize) core.kind_data.update(ki->finalize(core.params, parts));
   Digest md = writer.finish(core, key.get());
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output}, {"shards", shards.size()},
-          {"parts_total", total}, {"manifest_sha256", to_hex(md)}, {"signed", key != nullptr}};
+  return {output, to_hex(md), shards.size(), total, key != nullptr};
+}
+
+json MergeSummary::to_json() const {
+  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output}, {"shards", shards},
+          {"parts_total", parts_total}, {"manifest_sha256", manifest_sha256}, {"signed", is_signed}};
 }
 
 }  // namespace kvtool

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 
 #include "impl/h5util.h"
 #include "kvtool/artifact.h"
@@ -16,12 +17,6 @@ namespace kvtool {
 
 namespace {
 
-struct SliceHealth {
-  int64_t nan = 0, inf = 0, nonfinite_committed = 0, first_bad_row = -1;
-  double max_abs = 0;
-  std::vector<std::pair<int64_t, double>> top;  // (channel, max |x|)
-};
-
 SliceHealth slice_health(const std::vector<float>& x, int64_t rows, int64_t d, int64_t frontier, int top_channels) {
   SliceHealth h;
   std::vector<double> ch(static_cast<size_t>(d), 0.0);
@@ -30,10 +25,7 @@ SliceHealth slice_health(const std::vector<float>& x, int64_t rows, int64_t d, i
       float v = x[static_cast<size_t>(r * d + i)];
       if (!std::isfinite(v)) {
         (std::isnan(v) ? h.nan : h.inf)++;
-        if (r < frontier) {
-          h.nonfinite_committed++;
-          if (h.first_bad_row < 0) h.first_bad_row = r;
-        }
+        if (r < frontier) h.nonfinite_committed++;
         continue;
       }
       double a = std::fabs(v);
@@ -43,18 +35,11 @@ SliceHealth slice_health(const std::vector<float>& x, int64_t rows, int64_t d, i
   std::vector<int64_t> idx(static_cast<size_t>(d));
   for (int64_t i = 0; i < d; ++i) idx[i] = i;
   std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return ch[a] > ch[b]; });
-  for (int i = 0; i < top_channels && i < d; ++i) h.top.emplace_back(idx[i], ch[idx[i]]);
+  for (int i = 0; i < top_channels && i < d; ++i) h.top_channels.push_back({idx[i], ch[idx[i]]});
   return h;
 }
 
-json health_json(const SliceHealth& h) {
-  json top = json::array();
-  for (auto& [c, v] : h.top) top.push_back({{"channel", c}, {"max_abs", v}});
-  return {{"nan", h.nan}, {"inf", h.inf}, {"max_abs", h.max_abs}, {"top_channels", top}};
-}
-
-json identity_json(const DumpInfo& info) {
-  const auto& id = info.id;
+json identity_json(const DumpIdentity& id) {
   return {{"model_artifact_sha256", id.model_artifact_sha256},
           {"checkpoint_generation", id.checkpoint_generation},
           {"adapter_set_sha256", id.adapter_set_sha256},
@@ -92,52 +77,80 @@ FileKind detect_file_kind(const std::string& path) {
   return FileKind::unknown;
 }
 
-json inspect_dump(const std::string& path, int top_channels) {
+json SliceHealth::to_json() const {
+  json top = json::array();
+  for (const auto& c : top_channels) top.push_back({{"channel", c.channel}, {"max_abs", c.max_abs}});
+  return {{"nan", nan}, {"inf", inf}, {"max_abs", max_abs}, {"top_channels", top}};
+}
+
+DumpInspection inspect_dump(const std::string& path, int top_channels) {
   DumpReader r(path);
   const auto& info = r.info();
   const auto& g = info.geo;
-  size_t es = dtype_size(g.dtype);
+  const size_t es = dtype_size(g.dtype);
+  DumpInspection d;
+  d.path = path;
+  d.synthetic = info.synthetic;
+  d.generator = info.generator;
+  d.geometry = g;
+  d.identity = info.id;
+  d.committed_frontier = info.committed_frontier;
+  d.uncommitted_rows = g.tokens - info.committed_frontier;
+  d.has_q = info.has_q;
+  d.has_tokens = info.has_tokens;
+  d.has_positions = info.has_positions;
+  const uint64_t per_token = 2ull * g.layers * g.kv_heads * g.head_dim * es;
+  d.bytes = {per_token, per_token / static_cast<uint64_t>(g.layers), per_token * static_cast<uint64_t>(g.tokens),
+             static_cast<uint64_t>(g.layers * g.q_heads * g.q_tokens * g.head_dim) * es};
+  std::vector<float> buf(static_cast<size_t>(g.tokens * g.head_dim));
+  auto& sum = d.health_summary;
+  for (int64_t l = 0; l < g.layers; ++l)
+    for (int64_t h = 0; h < g.kv_heads; ++h) {
+      PartHealth p{l, h, {}, {}};
+      r.read_k(l, h, 0, g.tokens, buf.data());
+      p.k = slice_health(buf, g.tokens, g.head_dim, info.committed_frontier, top_channels);
+      r.read_v(l, h, 0, g.tokens, buf.data());
+      p.v = slice_health(buf, g.tokens, g.head_dim, info.committed_frontier, top_channels);
+      sum.nan += p.k.nan + p.v.nan;
+      sum.inf += p.k.inf + p.v.inf;
+      sum.nonfinite_committed += p.k.nonfinite_committed + p.v.nonfinite_committed;
+      sum.max_abs_k = std::max(sum.max_abs_k, p.k.max_abs);
+      sum.max_abs_v = std::max(sum.max_abs_v, p.v.max_abs);
+      d.health.push_back(std::move(p));
+    }
+  return d;
+}
+
+json DumpInspection::to_json() const {
+  const auto& g = geometry;
   json j;
   j["schema_version"] = kJsonSchemaVersion;
   j["type"] = "kvdump";
   j["path"] = path;
   j["kvdump_version"] = 1;
-  j["synthetic"] = info.synthetic;
-  j["generator"] = info.generator;
+  j["synthetic"] = synthetic;
+  j["generator"] = generator;
   j["geometry"] = {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"q_heads", g.q_heads}, {"tokens", g.tokens},
                    {"head_dim", g.head_dim}, {"dtype", dtype_name(g.dtype)}, {"q_tokens", g.q_tokens}};
-  j["identity"] = identity_json(info);
-  j["committed_frontier"] = info.committed_frontier;
-  j["uncommitted_rows"] = g.tokens - info.committed_frontier;
-  j["has"] = {{"q", info.has_q}, {"tokens", info.has_tokens}, {"positions", info.has_positions}};
-  uint64_t per_token = 2ull * g.layers * g.kv_heads * g.head_dim * es;
-  j["bytes"] = {{"per_token_all_layers", per_token},
-                {"per_token_per_layer", per_token / static_cast<uint64_t>(g.layers)},
-                {"kv_total", per_token * static_cast<uint64_t>(g.tokens)},
-                {"q_total", static_cast<uint64_t>(g.layers * g.q_heads * g.q_tokens * g.head_dim) * es}};
-  json health = json::array();
-  std::vector<float> buf(static_cast<size_t>(g.tokens * g.head_dim));
-  int64_t nan = 0, inf = 0, bad = 0;
-  double mk = 0, mv = 0;
-  for (int64_t l = 0; l < g.layers; ++l)
-    for (int64_t h = 0; h < g.kv_heads; ++h) {
-      r.read_k(l, h, 0, g.tokens, buf.data());
-      SliceHealth hk = slice_health(buf, g.tokens, g.head_dim, info.committed_frontier, top_channels);
-      r.read_v(l, h, 0, g.tokens, buf.data());
-      SliceHealth hv = slice_health(buf, g.tokens, g.head_dim, info.committed_frontier, top_channels);
-      nan += hk.nan + hv.nan;
-      inf += hk.inf + hv.inf;
-      bad += hk.nonfinite_committed + hv.nonfinite_committed;
-      mk = std::max(mk, hk.max_abs);
-      mv = std::max(mv, hv.max_abs);
-      health.push_back({{"layer", l}, {"kv_head", h}, {"k", health_json(hk)}, {"v", health_json(hv)}});
-    }
-  j["health"] = health;
-  j["health_summary"] = {{"nan", nan}, {"inf", inf}, {"nonfinite_committed", bad}, {"max_abs_k", mk}, {"max_abs_v", mv}};
+  j["identity"] = identity_json(identity);
+  j["committed_frontier"] = committed_frontier;
+  j["uncommitted_rows"] = uncommitted_rows;
+  j["has"] = {{"q", has_q}, {"tokens", has_tokens}, {"positions", has_positions}};
+  j["bytes"] = {{"per_token_all_layers", bytes.per_token_all_layers},
+                {"per_token_per_layer", bytes.per_token_per_layer},
+                {"kv_total", bytes.kv_total},
+                {"q_total", bytes.q_total}};
+  json parts = json::array();
+  for (const auto& p : health)
+    parts.push_back({{"layer", p.layer}, {"kv_head", p.kv_head}, {"k", p.k.to_json()}, {"v", p.v.to_json()}});
+  j["health"] = parts;
+  const auto& s = health_summary;
+  j["health_summary"] = {{"nan", s.nan}, {"inf", s.inf}, {"nonfinite_committed", s.nonfinite_committed},
+                         {"max_abs_k", s.max_abs_k}, {"max_abs_v", s.max_abs_v}};
   return j;
 }
 
-json verify_dump(const std::string& path) {
+DumpVerification verify_dump(const std::string& path) {
   DumpReader r(path);
   const auto& info = r.info();
   const auto& g = info.geo;
@@ -170,72 +183,112 @@ json verify_dump(const std::string& path) {
       KVT_CHECK(p[i] > p[i - 1], BAD_ATTRIBUTE, "/kv/positions is not strictly increasing at row " << i);
   }
   SourceBinding b = bind_source(r, info.committed_frontier);
-  json j;
-  j["schema_version"] = kJsonSchemaVersion;
-  j["ok"] = true;
-  j["type"] = "kvdump";
-  j["path"] = path;
-  j["committed_frontier"] = info.committed_frontier;
-  j["uncommitted_rows"] = g.tokens - info.committed_frontier;
-  j["content_digest"] = b.content_digest;
-  j["snapshot_digest"] = b.snapshot_digest;
-  j["checks"] = {"attributes", "shapes", "head_map", "frontier", "finite_committed_rows"};
-  return j;
+  return {path, info.committed_frontier, g.tokens - info.committed_frontier, b.content_digest, b.snapshot_digest};
 }
 
-json inspect_artifact(const std::string& path) {
+json DumpVerification::to_json() const {
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"type", "kvdump"},
+          {"path", path},
+          {"committed_frontier", committed_frontier},
+          {"uncommitted_rows", uncommitted_rows},
+          {"content_digest", content_digest},
+          {"snapshot_digest", snapshot_digest},
+          {"checks", {"attributes", "shapes", "head_map", "frontier", "finite_committed_rows"}}};
+}
+
+ArtifactInspection inspect_artifact(const std::string& path) {
   ArtifactReader r(path);
+  const json& m = r.manifest();
+  ArtifactInspection a;
+  a.path = path;
+  a.kind = r.kind();
+  a.file_bytes = r.file_size();
+  a.manifest_sha256 = to_hex(r.manifest_digest());
+  a.manifest_bytes = r.manifest_text().size();
+  a.manifest = m;
+  a.index_generation = m["index_generation"];
+  a.selector_generation = m["selector_generation"];
+  a.params = m["params"];
+  a.params_digest = m["params_digest"];
+  a.semantics = m["semantics"];
+  a.sections = r.sections();
+  for (const auto& s : a.sections) {
+    a.section_raw_bytes += s.raw_size;
+    a.section_stored_bytes += s.stored_size;
+  }
+  a.is_signed = r.is_signed();
+  if (r.is_signed()) a.key_id = key_id(*r.signer());
+  a.source = r.source();
+  if (const KindSpec* k = find_kind(r.kind()); k && k->summarize) a.kind_summary = k->summarize(r);
+  return a;
+}
+
+json ArtifactInspection::to_json() const {
   json j;
   j["schema_version"] = kJsonSchemaVersion;
   j["type"] = "kvi";
   j["path"] = path;
-  j["format_version"] = r.manifest()["format_version"];
-  j["file_bytes"] = r.file_size();
-  j["kind"] = r.kind();
-  j["manifest_sha256"] = to_hex(r.manifest_digest());
-  j["manifest_bytes"] = r.manifest_text().size();
-  j["manifest"] = r.manifest();
-  uint64_t raw = 0, stored = 0;
+  j["format_version"] = manifest["format_version"];
+  j["file_bytes"] = file_bytes;
+  j["kind"] = kind;
+  j["manifest_sha256"] = manifest_sha256;
+  j["manifest_bytes"] = manifest_bytes;
+  j["manifest"] = manifest;
   json secs = json::array();
-  for (const auto& s : r.sections()) {
-    raw += s.raw_size;
-    stored += s.stored_size;
-    secs.push_back(s.to_json());
-  }
+  for (const auto& s : sections) secs.push_back(s.to_json());
   j["sections"] = secs;
-  j["section_bytes"] = {{"raw", raw}, {"stored", stored}, {"count", r.sections().size()}};
-  if (r.is_signed())
-    j["signature"] = {{"algorithm", "ed25519"}, {"key_id", key_id(*r.signer())}};
+  j["section_bytes"] = {{"raw", section_raw_bytes}, {"stored", section_stored_bytes}, {"count", sections.size()}};
+  if (is_signed)
+    j["signature"] = {{"algorithm", "ed25519"}, {"key_id", key_id}};
   else
     j["signature"] = nullptr;
-  j["source"] = r.source().to_json();
-  if (const KindSpec* k = find_kind(r.kind()); k && k->summarize) j["kind_summary"] = k->summarize(r);
+  j["source"] = source.to_json();
+  if (kind_summary) j["kind_summary"] = *kind_summary;
   return j;
 }
 
-json verify_artifact(const std::string& path, const VerifyOptions& opt) {
+ArtifactVerification verify_artifact(const std::string& path, const VerifyOptions& opt) {
   ArtifactReader r(path);
   r.verify_sections();
   validate_kind(r);
   r.verify_signature(opt.trusted_keys, opt.require_signature);
-  json j;
-  j["schema_version"] = kJsonSchemaVersion;
-  j["ok"] = true;
-  j["type"] = "kvi";
-  j["path"] = path;
-  j["kind"] = r.kind();
-  j["manifest_sha256"] = to_hex(r.manifest_digest());
-  j["sections_verified"] = r.sections().size();
-  j["signed"] = r.is_signed();
-  if (r.is_signed()) j["key_id"] = key_id(*r.signer());
-  j["signature_trusted"] = r.is_signed() && !opt.trusted_keys.empty();
-  j["content_digest"] = r.source().content_digest;
-  j["coverage"] = {0, r.source().coverage_end};
+  ArtifactVerification v;
+  v.path = path;
+  v.kind = r.kind();
+  v.manifest_sha256 = to_hex(r.manifest_digest());
+  v.sections_verified = r.sections().size();
+  v.is_signed = r.is_signed();
+  if (r.is_signed()) v.key_id = key_id(*r.signer());
+  v.signature_trusted = r.is_signed() && !opt.trusted_keys.empty();
+  v.content_digest = r.source().content_digest;
+  v.coverage_end = r.source().coverage_end;
   if (!opt.source.empty()) {
     DumpReader d(opt.source);
     check_source(r.source(), d, opt.strict_snapshot);
-    j["source_checked"] = opt.source;
-    j["strict_snapshot"] = opt.strict_snapshot;
+    v.source_checked = opt.source;
+    v.strict_snapshot = opt.strict_snapshot;
+  }
+  return v;
+}
+
+json ArtifactVerification::to_json() const {
+  json j = {{"schema_version", kJsonSchemaVersion},
+            {"ok", true},
+            {"type", "kvi"},
+            {"path", path},
+            {"kind", kind},
+            {"manifest_sha256", manifest_sha256},
+            {"sections_verified", sections_verified},
+            {"signed", is_signed},
+            {"signature_trusted", signature_trusted},
+            {"content_digest", content_digest},
+            {"coverage", {0, coverage_end}}};
+  if (is_signed) j["key_id"] = key_id;
+  if (!source_checked.empty()) {
+    j["source_checked"] = source_checked;
+    j["strict_snapshot"] = strict_snapshot;
   }
   return j;
 }
@@ -261,8 +314,10 @@ json export_artifact(const std::string& artifact_path, const std::string& out_pa
       std::string name = s.layer >= 0 ? "/parts/layer_" + std::to_string(s.layer) + "/kv_head_" +
                                             std::to_string(s.kv_head) + "/" + s.name
                                       : "/sections/" + s.name;
-      std::vector<hsize_t> dims(s.shape.begin(), s.shape.end());
-      if (dims.empty()) dims.push_back(1);
+      // A scalar section is stored as one element (built in one step: push_back on the empty
+      // vector trips GCC 12's -Wfree-nonheap-object).
+      const std::vector<hsize_t> dims = s.shape.empty() ? std::vector<hsize_t>{1}
+                                                        : std::vector<hsize_t>(s.shape.begin(), s.shape.end());
       Hid sp(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
       hid_t t = s.dtype == "u8" ? H5T_STD_U8LE : s.dtype == "u16" ? H5T_STD_U16LE : s.dtype == "u32" ? H5T_STD_U32LE
               : s.dtype == "u64" ? H5T_STD_U64LE : s.dtype == "i32" ? H5T_STD_I32LE : s.dtype == "i64" ? H5T_STD_I64LE

@@ -98,29 +98,29 @@ std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const Que
   return p;
 }
 
-int64_t parse_int_option(const std::string& name, const std::string& text) {
+namespace {
+// `parse(text, &pos)` must consume all of the text (std::stoll, std::stod).
+template <typename T, typename Parse>
+T parse_whole(const std::string& name, const std::string& text, const char* what, Parse parse) {
   size_t pos = 0;
-  int64_t v = 0;
+  T v{};
   try {
-    v = std::stoll(text, &pos);
+    v = parse(text, &pos);
   } catch (...) {
     pos = 0;
   }
-  KVT_CHECK(!text.empty() && pos == text.size(), USAGE, "query option " << name << "='" << text << "' is not an integer");
+  KVT_CHECK(!text.empty() && pos == text.size() && std::isfinite(static_cast<double>(v)), USAGE,
+            "query option " << name << "='" << text << "' is not " << what);
   return v;
+}
+}  // namespace
+
+int64_t parse_int_option(const std::string& name, const std::string& text) {
+  return parse_whole<int64_t>(name, text, "an integer", [](const std::string& t, size_t* p) { return std::stoll(t, p); });
 }
 
 double parse_double_option(const std::string& name, const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  KVT_CHECK(!text.empty() && pos == text.size() && std::isfinite(v), USAGE,
-            "query option " << name << "='" << text << "' is not a number");
-  return v;
+  return parse_whole<double>(name, text, "a number", [](const std::string& t, size_t* p) { return std::stod(t, p); });
 }
 
 bool parse_bool_option(const std::string& name, const std::string& text) {

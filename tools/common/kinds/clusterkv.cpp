@@ -42,15 +42,16 @@ Command add_append(CLI::App& app, bool& as_json) {
   auto append = [w](const AppendArgs& a, bool quiet) {
     return clusterkv_append(a.artifact, a.dump, a.output, a.prefix, w->rows, w->clusters, a.sign_key, quiet);
   };
-  auto summary = [](const AppendArgs& a, const json& j) {
-    std::cout << "wrote " << a.output << ": index generation " << j["index_generation"] << ", " << j["windows"]
-              << " window(s), coverage [0, " << j["coverage"][1] << "), " << j["uncovered_rows"] << " rows left uncovered\n";
+  auto summary = [](const AppendArgs& a, const ClusterKvAppendSummary& s) {
+    std::cout << "wrote " << a.output << ": index generation " << s.append.index_generation << ", " << s.windows
+              << " window(s), coverage [0, " << s.append.coverage_end << "), " << s.uncovered_rows << " rows left uncovered\n";
   };
-  return add_append_command(
+  return add_append_command<ClusterKvAppendSummary>(
       app,
-      {"Cluster each sealed window of new rows into its own clusters (new index generation)", "existing clusterkv artifact",
-       "dump whose rows below the old coverage end are unchanged",
-       "rows available (default: the dump's committed frontier); a partial window stays uncovered", options, append, summary},
+      {{"Cluster each sealed window of new rows into its own clusters (new index generation)", "existing clusterkv artifact",
+        "dump whose rows below the old coverage end are unchanged",
+        "rows available (default: the dump's committed frontier); a partial window stays uncovered", options},
+       append, summary},
       as_json);
 }
 

@@ -19,15 +19,15 @@ void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
        },
        [p] { return std::make_unique<PqBuilder>(*p); }},
       as_json));
-  cmds.push_back(add_append_command(
+  cmds.push_back(add_append_command<PqAppendSummary>(
       app,
-      {"Encode rows past the old coverage end with the existing codebooks (new index generation)", "existing pq artifact",
-       "dump whose rows [0, old coverage end) are those the artifact was built from",
-       "new coverage end (default: the dump's committed frontier)", nullptr,
+      {{"Encode rows past the old coverage end with the existing codebooks (new index generation)", "existing pq artifact",
+        "dump whose rows [0, old coverage end) are those the artifact was built from",
+        "new coverage end (default: the dump's committed frontier)", nullptr},
        [](const AppendArgs& a, bool quiet) { return pq_append(a.artifact, a.dump, a.output, a.prefix, a.sign_key, quiet); },
-       [](const AppendArgs& a, const json& j) {
-         std::cout << "wrote " << a.output << ": index generation " << j["index_generation"] << ", coverage [0, "
-                   << j["coverage"][1] << ")\n";
+       [](const AppendArgs& a, const PqAppendSummary& s) {
+         std::cout << "wrote " << a.output << ": index generation " << s.append.index_generation << ", coverage [0, "
+                   << s.append.coverage_end << ")\n";
        }},
       as_json));
 }

@@ -18,11 +18,12 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
             FileKind k = detect_file_kind(a->path);
             KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
                       "'" << a->path << "' is neither a kvdump (HDF5) nor a kvi artifact");
-            json j = k == FileKind::dump ? inspect_dump(a->path, a->top_channels) : inspect_artifact(a->path);
-            return emit(flags, j, [&] {
-              if (k == FileKind::dump) cli::print_dump_inspection(j);
-              else cli::print_artifact_inspection(j);
-            });
+            if (k == FileKind::dump) {
+              DumpInspection d = inspect_dump(a->path, a->top_channels);
+              return emit(flags, d.to_json(), [&] { cli::print_dump_inspection(d); });
+            }
+            ArtifactInspection r = inspect_artifact(a->path);
+            return emit(flags, r.to_json(), [&] { cli::print_artifact_inspection(r); });
           }};
 }
 

@@ -19,8 +19,8 @@ cli::Command register_merge(CLI::App& app, Flags& flags) {
   sub->add_flag("--json", flags.json, "machine-readable summary");
   sub->add_flag("-q,--quiet", flags.quiet, "no progress");
   return {sub, [a, &flags] {
-            json j = merge_artifacts(a->in, a->out, a->key, flags.quiet || flags.json);
-            return emit(flags, j, [&] { std::cout << "merged " << j["shards"] << " shards (" << j["parts_total"] << " parts) into " << a->out << "\n"; });
+            MergeSummary s = merge_artifacts(a->in, a->out, a->key, flags.quiet || flags.json);
+            return emit(flags, s.to_json(), [&] { std::cout << "merged " << s.shards << " shards (" << s.parts_total << " parts) into " << a->out << "\n"; });
           }};
 }
 

@@ -27,15 +27,14 @@ int run(Args& a, const Flags& flags) {
   VerifyOptions& o = a.opt;
   o.trusted_keys = trusted_keys(a.pubkeys, a.trusted_dir);
   if (!o.source.empty()) require_file(o.source, "source dump");
-  json j;
   if (k == FileKind::dump) {
     KVT_CHECK(o.source.empty() && o.trusted_keys.empty() && !o.require_signature && !o.strict_snapshot, USAGE,
               "--source, --strict-snapshot and signature options apply to artifacts, not to dumps");
-    j = verify_dump(a.path);
-  } else {
-    j = verify_artifact(a.path, o);
+    DumpVerification v = verify_dump(a.path);
+    return emit(flags, v.to_json(), [&] { cli::print_verify_result(v); });
   }
-  return emit(flags, j, [&] { cli::print_verify_result(j); });
+  ArtifactVerification v = verify_artifact(a.path, o);
+  return emit(flags, v.to_json(), [&] { cli::print_verify_result(v); });
 }
 
 }  // namespace

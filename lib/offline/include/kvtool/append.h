@@ -45,14 +45,22 @@ class KindAppender {
   // and the record of the generation being written.
   virtual json first_generation() const = 0;
   virtual json generation(int64_t index_generation) const = 0;
-  // Keys the kind adds to the --json summary (after every part was appended).
-  virtual void summarize(json& summary, int64_t parts) const = 0;
+};
+
+// What append_generation wrote. A kind's append function returns its own summary holding this one
+// and the fields the kind adds (from its appender, after every part was appended).
+struct AppendSummary {
+  std::string output, manifest_sha256;
+  int64_t index_generation = 0;
+  int64_t coverage_end = 0;  // the new coverage [0, coverage_end)
+  int64_t parts = 0;         // parts rewritten (not in the JSON: a kind's per-part averages divide by it)
+  json to_json() const;
 };
 
 // Writes `output`: the artifact at `artifact` with a new index generation covering the dump up to
 // `prefix` (-1: the dump's committed frontier). Refuses a dump whose rows under the old coverage
-// differ. Returns the --json summary; nothing is left at `output` on failure.
-json append_generation(const std::string& artifact, const std::string& dump, const std::string& output, int64_t prefix,
+// differ. Returns the summary; nothing is left at `output` on failure.
+AppendSummary append_generation(const std::string& artifact, const std::string& dump, const std::string& output, int64_t prefix,
                        const std::string& sign_key, bool quiet, KindAppender& kind);
 
 }  // namespace kvtool

@@ -71,13 +71,35 @@ class KindBuilder {
   virtual PartOutput build_part(const PartInput& in) const = 0;
 };
 
-// Builds the artifact and returns the --json summary. Throws Error on bad input; nothing is left at
-// the output path on failure.
-json build_artifact(const std::string& dump_path, const BuildOptions& opt, const KindBuilder& kind);
+// What build_artifact wrote; the CLI prints the fields, --json is to_json().
+struct BuildSummary {
+  std::string output, kind;
+  int64_t parts_total = 0;
+  int64_t part_begin = 0, part_end = 0;  // this build's parts [part_begin, part_end) of parts_total
+  int64_t coverage_end = 0;              // covered rows [0, coverage_end)
+  std::string content_digest, manifest_sha256;
+  uint64_t section_raw_bytes = 0;
+  int threads = 0;
+  bool is_signed = false;
+  json to_json() const;
+};
+
+// Builds the artifact and returns its summary. Throws Error on bad input; nothing is left at the
+// output path on failure.
+BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& opt, const KindBuilder& kind);
+
+// What merge_artifacts wrote; --json is to_json().
+struct MergeSummary {
+  std::string output, manifest_sha256;
+  size_t shards = 0;
+  int64_t parts_total = 0;
+  bool is_signed = false;
+  json to_json() const;
+};
 
 // Combines shard artifacts (same kind, params, source binding) into the artifact an unsharded build
-// gives, byte for byte (before signing). Returns the --json summary.
-json merge_artifacts(const std::vector<std::string>& shards, const std::string& output, const std::string& sign_key,
-                     bool quiet);
+// gives, byte for byte (before signing). Returns its summary.
+MergeSummary merge_artifacts(const std::vector<std::string>& shards, const std::string& output,
+                             const std::string& sign_key, bool quiet);
 
 }  // namespace kvtool

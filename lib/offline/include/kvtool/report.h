@@ -1,9 +1,15 @@
-// inspect / verify / export of dumps and artifacts. Each returns a JSON report (printed by the CLI
-// as text or with --json) and throws Error with a reason code on invalid input.
+// inspect / verify / export of dumps and artifacts. Each returns a report (printed by the CLI as
+// text, or with --json as the report's to_json()) and throws Error with a reason code on invalid
+// input.
 #pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kvtool/artifact.h"
+#include "kvtool/identity.h"
 #include "kvtool/json.h"
 #include "kvtool/signing.h"
 
@@ -12,8 +18,65 @@ namespace kvtool {
 enum class FileKind { dump, artifact, unknown };
 FileKind detect_file_kind(const std::string& path);  // by content, not extension; IO_ERROR if unreadable
 
-json inspect_dump(const std::string& path, int top_channels = 3);
-json inspect_artifact(const std::string& path);
+// Non-finite counts and magnitudes of one K or V slice of a dump.
+struct ChannelMax {
+  int64_t channel = 0;
+  double max_abs = 0;
+};
+struct SliceHealth {
+  int64_t nan = 0, inf = 0;
+  int64_t nonfinite_committed = 0;       // NaN/Inf below the committed frontier (only summed in the JSON)
+  double max_abs = 0;                    // over the finite values
+  std::vector<ChannelMax> top_channels;  // the channels of largest max |x|, largest first
+  json to_json() const;
+};
+struct PartHealth {
+  int64_t layer = 0, kv_head = 0;
+  SliceHealth k, v;
+};
+
+// What inspect_dump reports; the printers read the fields, --json is to_json().
+struct DumpInspection {
+  std::string path;
+  bool synthetic = false;
+  std::string generator;
+  DumpGeometry geometry;
+  DumpIdentity identity;
+  int64_t committed_frontier = 0, uncommitted_rows = 0;
+  bool has_q = false, has_tokens = false, has_positions = false;
+  struct Bytes {
+    uint64_t per_token_all_layers = 0, per_token_per_layer = 0, kv_total = 0, q_total = 0;
+  } bytes;
+  std::vector<PartHealth> health;  // per (layer, kv head), in that order
+  struct HealthSummary {
+    int64_t nan = 0, inf = 0, nonfinite_committed = 0;
+    double max_abs_k = 0, max_abs_v = 0;
+  } health_summary;
+  json to_json() const;
+};
+DumpInspection inspect_dump(const std::string& path, int top_channels = 3);
+
+// What inspect_artifact reports; --json is to_json().
+struct ArtifactInspection {
+  std::string path, kind;
+  uint64_t file_bytes = 0;
+  std::string manifest_sha256;
+  size_t manifest_bytes = 0;
+  json manifest;  // as recorded (the JSON has it whole: its params and kind_data are the kind's)
+  // The manifest fields ArtifactReader checked, typed for the text output (format_version and
+  // builder are not checked there: the printer reads them from `manifest`).
+  int64_t index_generation = 0, selector_generation = 0;
+  json params;  // the kind's parameters: an object whose keys differ per kind
+  std::string params_digest, semantics;
+  std::vector<SectionEntry> sections;
+  uint64_t section_raw_bytes = 0, section_stored_bytes = 0;
+  bool is_signed = false;
+  std::string key_id;  // the signer's; "" when unsigned (the JSON's signature is null then)
+  SourceBinding source;
+  std::optional<json> kind_summary;  // KindSpec::summarize, for the kinds that have one: per kind, so JSON
+  json to_json() const;
+};
+ArtifactInspection inspect_artifact(const std::string& path);
 
 struct VerifyOptions {
   std::string source;  // dump to check the content binding against ("" = none)
@@ -22,8 +85,29 @@ struct VerifyOptions {
   bool require_signature = false;
 };
 
-json verify_dump(const std::string& path);
-json verify_artifact(const std::string& path, const VerifyOptions& opt);
+// What verify_dump found in a valid dump; the printers read the fields, --json is to_json().
+struct DumpVerification {
+  std::string path;
+  int64_t committed_frontier = 0, uncommitted_rows = 0;
+  std::string content_digest, snapshot_digest;  // of the committed rows [0, committed_frontier)
+  json to_json() const;
+};
+DumpVerification verify_dump(const std::string& path);
+
+// What verify_artifact checked in a valid artifact; --json is to_json().
+struct ArtifactVerification {
+  std::string path, kind, manifest_sha256;
+  size_t sections_verified = 0;
+  bool is_signed = false;
+  std::string key_id;              // the signer's key id; "" when unsigned (and absent from the JSON)
+  bool signature_trusted = false;  // signed and checked against --pubkey / --trusted-keys
+  std::string content_digest;      // of the covered rows [0, coverage_end)
+  int64_t coverage_end = 0;
+  std::string source_checked;      // the --source dump the binding was checked against; "" = none
+  bool strict_snapshot = false;    // in the JSON only when source_checked is set
+  json to_json() const;
+};
+ArtifactVerification verify_artifact(const std::string& path, const VerifyOptions& opt);
 
 // Writes every section as an HDF5 dataset (plus the manifest as a root attribute), atomically.
 json export_artifact(const std::string& artifact_path, const std::string& out_path);

@@ -173,6 +173,23 @@ void check_query_settings(const KindSpec& kind, const QuerySettings& s);
 // The value of `name` in `s`, or the option's default.
 std::string setting_or_default(const KindSpec& kind, const QuerySettings& s, const std::string& name);
 
+const KindSpec* find_kind(const std::string& name);
+
+// The common part of every kind's registration: its selector type answers load().
+template <typename Selector>
+KindSpec make_kind_spec(std::string name, std::string summary, SelectionMode mode,
+                        std::function<void(const ArtifactReader&)> validate) {
+  KindSpec k;
+  k.name = std::move(name);
+  k.summary = std::move(summary);
+  k.mode = mode;
+  k.validate = std::move(validate);
+  k.load = [](const ArtifactReader& r, int64_t layer, int64_t kv_head) -> std::unique_ptr<PartSelector> {
+    return std::make_unique<Selector>(r, layer, kv_head);
+  };
+  return k;
+}
+
 // Option values as text, parsed strictly (USAGE naming the option on anything else).
 int64_t parse_int_option(const std::string& name, const std::string& text);
 double parse_double_option(const std::string& name, const std::string& text);
@@ -187,6 +204,16 @@ struct BudgetParams : QueryParams {
 };
 std::vector<QueryOption> budget_query_options();
 std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const QuerySettings& s);
+
+// A budget kind (budget_top_k, the one option "budget"): pq and clusterkv register with this.
+template <typename Selector>
+KindSpec make_budget_kind_spec(const std::string& name, std::string summary,
+                               std::function<void(const ArtifactReader&)> validate) {
+  KindSpec k = make_kind_spec<Selector>(name, std::move(summary), SelectionMode::budget_top_k, std::move(validate));
+  k.query_options = budget_query_options();
+  k.parse_query = [name](const ArtifactReader&, const QuerySettings& s) { return parse_budget_params(*find_kind(name), s); };
+  return k;
+}
 
 const KindSpec* find_kind(const std::string& name);
 // The kind of an artifact after its structural validation (UNKNOWN_KIND, or the kind's reason).
