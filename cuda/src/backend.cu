@@ -14,8 +14,7 @@ class CudaTransfer : public Transfer {
   ~CudaTransfer() override {
     try {
       copy_wait(h_);  // never release a stream with a copy still reading or writing
-    } catch (...) {
-    }
+    } catch (...) {}
     copy_release(h_);
   }
   bool ready() override { return copy_ready(h_); }
@@ -55,19 +54,22 @@ class CudaBackend : public DeviceBackend {
   void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) override {
     run([&] { return dot_scores_device(centroids, count, d, q, out); });
   }
-  void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale, const float* q,
-                      double* out) override {
+  void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                      const float* q, double* out) override {
     run([&] { return dot_scores_f64_device(centroids, rows, count, d, scale, q, out); });
   }
-  void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d, int64_t bits,
-                          int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes, uint16_t* count) override {
-    run([&] { return simhash_collisions_device(w, offsets, ids, id_bytes, d, bits, tables, n, base, q, codes, count); });
+  void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
+                          int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
+                          uint16_t* count) override {
+    run([&] {
+      return simhash_collisions_device(w, offsets, ids, id_bytes, d, bits, tables, n, base, q, codes, count);
+    });
   }
   void product_code_top_k(const ProductCodes& p, const float* q, int64_t k, std::vector<int64_t>& ids,
-                std::vector<float>& scores) override {
+                          std::vector<float>& scores) override {
     run([&] {
-      return pq_top_k_device(static_cast<const float*>(p.centroids), p.codes, p.code_bytes, p.m, p.k, p.dsub, p.n, q, k, ids,
-                             scores);
+      return pq_top_k_device(static_cast<const float*>(p.centroids), p.codes, p.code_bytes, p.m, p.k, p.dsub, p.n, q, k,
+                             ids, scores);
     });
   }
 

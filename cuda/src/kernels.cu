@@ -36,7 +36,8 @@ unsigned blocks_for(int64_t n, int threads = 256) {
 }
 
 __global__ void to_f32_kernel(int kind, const void* in, float* out, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     if (kind == 0) {
       out[i] = static_cast<const float*>(in)[i];
     } else {
@@ -71,8 +72,8 @@ __global__ void pq_score_kernel(const float* lut, const Code* codes, int64_t n, 
   }
 }
 
-__global__ void dot_f64_kernel(const float* q, const float* cen, const int64_t* rows, int64_t count, int64_t d, double scale,
-                               double* out) {
+__global__ void dot_f64_kernel(const float* q, const float* cen, const int64_t* rows, int64_t count, int64_t d,
+                               double scale, double* out) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= count) return;
   const float* c = cen + (rows ? rows[i] : i) * d;
@@ -160,7 +161,8 @@ bool pq_top_k_device(const float* d_centroids, const void* d_codes, int code_byt
   const int64_t b = top < 0 ? 0 : (top < n ? top : n);
   std::vector<unsigned long long> best(static_cast<size_t>(b));
   std::vector<float> all(static_cast<size_t>(n));
-  if (b) check(cudaMemcpy(best.data(), keys.p, b * sizeof(unsigned long long), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  if (b)
+    check(cudaMemcpy(best.data(), keys.p, b * sizeof(unsigned long long), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   check(cudaMemcpy(all.data(), score.p, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   for (unsigned long long key : best) {
     const int64_t i = static_cast<int64_t>(key & 0xffffffffull);
@@ -229,11 +231,11 @@ bool simhash_collisions_device(const float* d_w, const uint32_t* d_offsets, cons
   check(cudaMemset(dcount.p, 0, (n ? n : 1) * sizeof(unsigned)), "cudaMemset");
   simhash_kernel<<<blocks_for(cols), 256>>>(dq.p, d, d_w, cols, ds.p);
   if (id_bytes == 2)
-    collide_kernel<<<static_cast<unsigned>(tables), 128>>>(ds.p, bits, tables, d_offsets, static_cast<const uint16_t*>(d_ids),
-                                                           buckets, n, base, dcodes.p, dcount.p);
+    collide_kernel<<<static_cast<unsigned>(tables), 128>>>(
+        ds.p, bits, tables, d_offsets, static_cast<const uint16_t*>(d_ids), buckets, n, base, dcodes.p, dcount.p);
   else
-    collide_kernel<<<static_cast<unsigned>(tables), 128>>>(ds.p, bits, tables, d_offsets, static_cast<const uint32_t*>(d_ids),
-                                                           buckets, n, base, dcodes.p, dcount.p);
+    collide_kernel<<<static_cast<unsigned>(tables), 128>>>(
+        ds.p, bits, tables, d_offsets, static_cast<const uint32_t*>(d_ids), buckets, n, base, dcodes.p, dcount.p);
   if (n) widen_count_kernel<<<blocks_for(n), 256>>>(dcount.p, dc16.p, n);
   check(cudaGetLastError(), "simhash kernels");
   check(cudaMemcpy(codes, dcodes.p, tables * sizeof(uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
@@ -241,12 +243,14 @@ bool simhash_collisions_device(const float* d_w, const uint32_t* d_offsets, cons
   return true;
 }
 
-bool simhash_collisions(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, const uint32_t* offsets,
-                        const uint32_t* ids, int64_t n, int64_t base, uint32_t* codes, uint16_t* count) {
+bool simhash_collisions(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables,
+                        const uint32_t* offsets, const uint32_t* ids, int64_t n, int64_t base, uint32_t* codes,
+                        uint16_t* count) {
   if (device_count() == 0) return false;
   const int64_t buckets = int64_t{1} << bits;
   DevBuf<float> dw(w, static_cast<size_t>(d * bits * tables));
-  DevBuf<uint32_t> doff(offsets, static_cast<size_t>(tables * (buckets + 1))), dids(ids, static_cast<size_t>(tables * n));
+  DevBuf<uint32_t> doff(offsets, static_cast<size_t>(tables * (buckets + 1))),
+      dids(ids, static_cast<size_t>(tables * n));
   return simhash_collisions_device(dw.p, doff.p, dids.p, 4, d, bits, tables, n, base, q, codes, count);
 }
 

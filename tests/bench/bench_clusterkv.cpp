@@ -25,9 +25,12 @@ int main(int argc, char** argv) {
   int threads = cli::default_threads();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--dump" && i + 1 < argc) dump = argv[++i];
-    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--layers" && i + 1 < argc) layers = argv[++i];
+    if (a == "--dump" && i + 1 < argc)
+      dump = argv[++i];
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (a == "--layers" && i + 1 < argc)
+      layers = argv[++i];
     else {
       std::fprintf(stderr, "usage: kvtool_bench_clusterkv [--dump PATH] [--threads N] [--layers A-B]\n");
       return 2;
@@ -42,9 +45,10 @@ int main(int argc, char** argv) {
   const int64_t k = std::max<int64_t>(1, std::llround(n / 80.0));
   const int64_t parts = (ll - lf + 1) * g.kv_heads;
   const double rows_heads = static_cast<double>(n) * static_cast<double>(parts);
-  std::printf("dump [%lld, %lld, %lld, %lld] %s, layers %lld-%lld; %lld clusters per part, %lld iterations; %d threads\n",
-              (long long)g.layers, (long long)g.kv_heads, (long long)g.tokens, (long long)g.head_dim, dtype_name(g.dtype),
-              (long long)lf, (long long)ll, (long long)k, (long long)iters, threads);
+  std::printf(
+      "dump [%lld, %lld, %lld, %lld] %s, layers %lld-%lld; %lld clusters per part, %lld iterations; %d threads\n",
+      (long long)g.layers, (long long)g.kv_heads, (long long)g.tokens, (long long)g.head_dim, dtype_name(g.dtype),
+      (long long)lf, (long long)ll, (long long)k, (long long)iters, threads);
 
   std::string out = bench::bench_dir() + "/bench.ckv.kvi";
   bench::ChildRun child = bench::run_child({bin_dir + "/kvtool-clusterkv", "build", dump, "-o", out, "--threads",
@@ -54,18 +58,21 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  double t_faiss = bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim), [&](int64_t p, std::vector<float>& x) {
+  double t_faiss =
+      bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim), [&](int64_t p, std::vector<float>& x) {
         reader.read_k(lf + p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
         bench::normalize_rows(x.data(), n, g.head_dim);
         faiss::ClusteringParameters cp = bench::spherical_kmeans_params(iters, p);
         faiss::Clustering clus(static_cast<int>(g.head_dim), static_cast<int>(k), cp);
         faiss::IndexFlatIP index(g.head_dim);
         clus.train(n, x.data(), index);
-  });
+      });
   double thr_k = rows_heads / child.seconds, thr_f = rows_heads / t_faiss;
-  std::printf("kvtool-clusterkv build : %8.2f s  %10.0f rows*heads/s  peak RSS %.0f MiB\n", child.seconds, thr_k, child.peak_rss_mib);
+  std::printf("kvtool-clusterkv build : %8.2f s  %10.0f rows*heads/s  peak RSS %.0f MiB\n", child.seconds, thr_k,
+              child.peak_rss_mib);
   std::printf("faiss spherical k-means: %8.2f s  %10.0f rows*heads/s\n", t_faiss, thr_f);
-  std::printf("ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS %s 1 GiB\n", thr_k / thr_f, child.peak_rss_mib < 1024 ? "<" : ">=");
+  std::printf("ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS %s 1 GiB\n", thr_k / thr_f,
+              child.peak_rss_mib < 1024 ? "<" : ">=");
   std::remove(out.c_str());
   return (thr_k / thr_f >= 0.9 && child.peak_rss_mib < 1024) ? 0 : 1;
 }

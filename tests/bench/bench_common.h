@@ -32,8 +32,14 @@ inline std::string ensure_dump(int64_t tokens = 32768) {
   std::string dump = bench_dir() + "/synth-8x8x" + std::to_string(tokens) + "x128-f16.h5";
   if (access(dump.c_str(), R_OK) != 0) {
     SynthOptions o;
-    o.layers = 8; o.kv_heads = 8; o.q_heads = 32; o.head_dim = 128; o.tokens = tokens; o.seed = 1;
-    o.dtype = DType::f16; o.query_count = 16;
+    o.layers = 8;
+    o.kv_heads = 8;
+    o.q_heads = 32;
+    o.head_dim = 128;
+    o.tokens = tokens;
+    o.seed = 1;
+    o.dtype = DType::f16;
+    o.query_count = 16;
     auto t0 = std::chrono::steady_clock::now();
     synth_dump(o, {}, dump, true, false);
     std::printf("synthesized %s in %.1f s\n", dump.c_str(),

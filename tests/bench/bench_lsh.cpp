@@ -23,10 +23,14 @@ int main(int argc, char** argv) {
   int64_t nq = 2000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--dump" && i + 1 < argc) dump = argv[++i];
-    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--layers" && i + 1 < argc) layers = argv[++i];
-    else if (a == "--queries" && i + 1 < argc) nq = std::atoll(argv[++i]);
+    if (a == "--dump" && i + 1 < argc)
+      dump = argv[++i];
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (a == "--layers" && i + 1 < argc)
+      layers = argv[++i];
+    else if (a == "--queries" && i + 1 < argc)
+      nq = std::atoll(argv[++i]);
     else {
       std::fprintf(stderr, "usage: kvtool_bench_lsh [--dump PATH] [--threads N] [--layers A-B] [--queries N]\n");
       return 2;
@@ -34,8 +38,8 @@ int main(int argc, char** argv) {
   }
   if (dump.empty()) dump = bench::ensure_dump();
   std::string out = bench::bench_dir() + "/bench.lsh.kvi";
-  bench::ChildRun child = bench::run_child({bin_dir + "/kvtool-lsh", "build", dump, "-o", out, "--threads", std::to_string(threads),
-                                            "--layers", layers, "--quiet"});
+  bench::ChildRun child = bench::run_child({bin_dir + "/kvtool-lsh", "build", dump, "-o", out, "--threads",
+                                            std::to_string(threads), "--layers", layers, "--quiet"});
   if (!child.ok) {
     std::fprintf(stderr, "kvtool-lsh build failed\n");
     return 1;
@@ -48,10 +52,11 @@ int main(int argc, char** argv) {
   double rows_tables = static_cast<double>(rows.count()) * L * parts;
   std::printf("kvtool-lsh build (K=10, L=150, %lld parts, %d threads): %.2f s, %.3g rows*tables/s, peak RSS %.0f MiB\n",
               (long long)parts, threads, child.seconds, rows_tables / child.seconds, child.peak_rss_mib);
-  std::printf("table bytes: %.1f MiB raw, %.1f MiB stored (zstd); artifact %.1f MiB; empty buckets %.3f, max bucket %lld\n",
-              ks["table_bytes_raw"].get<double>() / 1048576, ks["table_bytes_stored"].get<double>() / 1048576,
-              static_cast<double>(art.file_size()) / 1048576, ks["bucket_empty_fraction_mean"].get<double>(),
-              (long long)ks["bucket_max"].get<int64_t>());
+  std::printf(
+      "table bytes: %.1f MiB raw, %.1f MiB stored (zstd); artifact %.1f MiB; empty buckets %.3f, max bucket %lld\n",
+      ks["table_bytes_raw"].get<double>() / 1048576, ks["table_bytes_stored"].get<double>() / 1048576,
+      static_cast<double>(art.file_size()) / 1048576, ks["bucket_empty_fraction_mean"].get<double>(),
+      (long long)ks["bucket_max"].get<int64_t>());
 
   DumpReader d(dump);
   const auto& dg = d.info().geo;

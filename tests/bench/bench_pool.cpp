@@ -90,9 +90,11 @@ int main() {
     pool.retire("big", true);
   }
   const double mb = static_cast<double>(n) / 1e6;
-  std::printf("publish %.1f MiB artifact (host tier): %.0f MB/s (%.1f ms; read %.1f, validate %.1f, decompress %.1f ms)\n",
-              n / 1048576.0, mb / best_pub, best_pub * 1e3, last.read_s * 1e3, last.validate_s * 1e3, last.decompress_s * 1e3);
-  std::printf("baseline read + SHA-256 + memcpy of the same bytes: %.0f MB/s (%.1f ms)\n", mb / best_base, best_base * 1e3);
+  std::printf(
+      "publish %.1f MiB artifact (host tier): %.0f MB/s (%.1f ms; read %.1f, validate %.1f, decompress %.1f ms)\n",
+      n / 1048576.0, mb / best_pub, best_pub * 1e3, last.read_s * 1e3, last.validate_s * 1e3, last.decompress_s * 1e3);
+  std::printf("baseline read + SHA-256 + memcpy of the same bytes: %.0f MB/s (%.1f ms)\n", mb / best_base,
+              best_base * 1e3);
   const double ratio = best_base / best_pub;
   std::printf("publish / baseline throughput: %.2fx (target >= 0.80x) %s\n", ratio, ratio >= 0.8 ? "PASS" : "FAIL");
 
@@ -101,9 +103,15 @@ int main() {
   if (access(part.c_str(), R_OK) != 0) {
     synth_f32(pdump, 1, 1, 32768, 3);
     BuildOptions b;
-    b.output = part; b.sink = 0; b.local = 0; b.quiet = true; b.threads = 2;
+    b.output = part;
+    b.sink = 0;
+    b.local = 0;
+    b.quiet = true;
+    b.threads = 2;
     PqParams p;
-    p.subspaces = 16; p.bits = 8; p.iters = 10;
+    p.subspaces = 16;
+    p.bits = 8;
+    p.iters = 10;
     build_artifact(pdump, b, PqBuilder(p));
   }
   pool.publish(test::publish_request("pq", part));
@@ -128,9 +136,10 @@ int main() {
       return 1;
     }
   }
-  std::printf("PQ top-2048 of %lld rows (m=16, 8 bits, d=128): pool p50 %.0f us p99 %.0f us; file selector p50 %.0f us "
-              "p99 %.0f us (%.0f Mrows/s at p50)\n",
-              static_cast<long long>(lease.query(0, 0, q.data(), 32767, *budget).indexed_rows), pct(lp, 0.5) * 1e6,
-              pct(lp, 0.99) * 1e6, pct(ld, 0.5) * 1e6, pct(ld, 0.99) * 1e6, 32768 / pct(lp, 0.5) / 1e6);
+  std::printf(
+      "PQ top-2048 of %lld rows (m=16, 8 bits, d=128): pool p50 %.0f us p99 %.0f us; file selector p50 %.0f us "
+      "p99 %.0f us (%.0f Mrows/s at p50)\n",
+      static_cast<long long>(lease.query(0, 0, q.data(), 32767, *budget).indexed_rows), pct(lp, 0.5) * 1e6,
+      pct(lp, 0.99) * 1e6, pct(ld, 0.5) * 1e6, pct(ld, 0.99) * 1e6, 32768 / pct(lp, 0.5) / 1e6);
   return ratio >= 0.8 ? 0 : 1;
 }

@@ -34,9 +34,12 @@ int main(int argc, char** argv) {
   bool keep = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--dump" && i + 1 < argc) dump = argv[++i];
-    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--keep") keep = true;
+    if (a == "--dump" && i + 1 < argc)
+      dump = argv[++i];
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (a == "--keep")
+      keep = true;
     else {
       std::fprintf(stderr, "usage: kvtool_bench_pq [--dump PATH] [--threads N] [--keep]\n");
       return 2;
@@ -54,8 +57,8 @@ int main(int argc, char** argv) {
 
   // 1. kvtool-pq build as its own process (peak RSS of that process alone).
   std::string out = bench::bench_dir() + "/bench.pq.kvi";
-  bench::ChildRun child = bench::run_child({bin_dir + "/kvtool-pq", "build", dump, "-o", out, "--threads",
-                                            std::to_string(threads), "--quiet"});
+  bench::ChildRun child = bench::run_child(
+      {bin_dir + "/kvtool-pq", "build", dump, "-o", out, "--threads", std::to_string(threads), "--quiet"});
   if (!child.ok) {
     std::fprintf(stderr, "kvtool-pq build failed\n");
     return 1;
@@ -63,23 +66,25 @@ int main(int argc, char** argv) {
   double t_kvtool = child.seconds, rss_mib = child.peak_rss_mib;
 
   // 2. faiss::ProductQuantizer directly: same rows, same k-means settings, same thread count.
-  double t_faiss = bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim), [&](int64_t p, std::vector<float>& x) {
-    reader.read_k(p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
-    faiss::ProductQuantizer pq(g.head_dim, m, bits);
-    pq.cp.niter = iters;
-    pq.cp.max_points_per_centroid = 256;
-    pq.cp.min_points_per_centroid = 1;
-    pq.cp.seed = static_cast<int>(p);
-    pq.verbose = false;
-    pq.train(n, x.data());
-    std::vector<uint8_t> codes(static_cast<size_t>(n) * pq.code_size);
-    pq.compute_codes(x.data(), codes.data(), n);
-  });
+  double t_faiss =
+      bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim), [&](int64_t p, std::vector<float>& x) {
+        reader.read_k(p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
+        faiss::ProductQuantizer pq(g.head_dim, m, bits);
+        pq.cp.niter = iters;
+        pq.cp.max_points_per_centroid = 256;
+        pq.cp.min_points_per_centroid = 1;
+        pq.cp.seed = static_cast<int>(p);
+        pq.verbose = false;
+        pq.train(n, x.data());
+        std::vector<uint8_t> codes(static_cast<size_t>(n) * pq.code_size);
+        pq.compute_codes(x.data(), codes.data(), n);
+      });
 
   double thr_k = rows_heads / t_kvtool, thr_f = rows_heads / t_faiss;
   std::printf("kvtool-pq build : %8.2f s  %12.0f rows*heads/s  peak RSS %.0f MiB\n", t_kvtool, thr_k, rss_mib);
   std::printf("faiss PQ direct : %8.2f s  %12.0f rows*heads/s\n", t_faiss, thr_f);
-  std::printf("ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS %s 1 GiB\n", thr_k / thr_f, rss_mib < 1024 ? "<" : ">=");
+  std::printf("ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS %s 1 GiB\n", thr_k / thr_f,
+              rss_mib < 1024 ? "<" : ">=");
   if (!keep) std::remove(out.c_str());
   return (thr_k / thr_f >= 0.9 && rss_mib < 1024) ? 0 : 1;
 }

@@ -23,8 +23,10 @@ int main(int argc, char** argv) {
   int threads = cli::default_threads();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--dump" && i + 1 < argc) dump = argv[++i];
-    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    if (a == "--dump" && i + 1 < argc)
+      dump = argv[++i];
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: kvtool_bench_squeeze [--dump PATH] [--threads N]\n");
       return 2;
@@ -38,8 +40,8 @@ int main(int argc, char** argv) {
   const int64_t kc = std::max<int64_t>(1, std::llround(0.25 * kf));
   const int64_t parts = g.layers * g.kv_heads;
   std::printf("dump [%lld, %lld, %lld, %lld]; %lld fine clusters, %lld coarse groups, %lld iterations; %d threads\n",
-              (long long)g.layers, (long long)g.kv_heads, (long long)g.tokens, (long long)d, (long long)kf, (long long)kc,
-              (long long)iters, threads);
+              (long long)g.layers, (long long)g.kv_heads, (long long)g.tokens, (long long)d, (long long)kf,
+              (long long)kc, (long long)iters, threads);
   std::string out = bench::bench_dir() + "/bench.sq.kvi";
   bench::ChildRun child = bench::run_child({bin_dir + "/kvtool-squeeze", "build", dump, "-o", out, "--threads",
                                             std::to_string(threads), "--iters", std::to_string(iters), "--quiet"});
@@ -47,7 +49,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvtool-squeeze build failed\n");
     return 1;
   }
-  double t_faiss = bench::timed_parts(threads, parts, static_cast<size_t>(n * d), [&](int64_t p, std::vector<float>& x) {
+  double t_faiss =
+      bench::timed_parts(threads, parts, static_cast<size_t>(n * d), [&](int64_t p, std::vector<float>& x) {
         reader.read_k(p / g.kv_heads, p % g.kv_heads, 0, n, x.data());
         bench::normalize_rows(x.data(), n, d);
         faiss::ClusteringParameters cp = bench::spherical_kmeans_params(iters, p);
@@ -58,11 +61,12 @@ int main(int argc, char** argv) {
         faiss::Clustering coarse(static_cast<int>(d), static_cast<int>(kc), cp);
         faiss::IndexFlatL2 l2(d);
         coarse.train(kf, fine.centroids.data(), l2);
-  });
+      });
   double ratio = t_faiss / child.seconds;
   std::printf("kvtool-squeeze build : %7.2f s  peak RSS %.0f MiB\n", child.seconds, child.peak_rss_mib);
   std::printf("faiss direct         : %7.2f s\n", t_faiss);
-  std::printf("speed ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS %s 1 GiB\n", ratio, child.peak_rss_mib < 1024 ? "<" : ">=");
+  std::printf("speed ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS %s 1 GiB\n", ratio,
+              child.peak_rss_mib < 1024 ? "<" : ">=");
   std::remove(out.c_str());
   return ratio >= 0.9 && child.peak_rss_mib < 1024 ? 0 : 1;
 }

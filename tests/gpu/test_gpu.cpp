@@ -87,15 +87,16 @@ void check_pq(int64_t m, int64_t bits, int64_t dsub, int64_t n, bool ties) {
     const int64_t top = n / 16;
     std::vector<int64_t> hid = sc::top_k(host.data(), n, top), did;
     std::vector<float> ds, dall;
-    cuda::pq_top_k(cen.data(), cb == 1 ? static_cast<const void*>(c8.data()) : c16.data(), cb, m, k, dsub, n, q.data(), top,
-                   did, ds, &dall);
+    cuda::pq_top_k(cen.data(), cb == 1 ? static_cast<const void*>(c8.data()) : c16.data(), cb, m, k, dsub, n, q.data(),
+                   top, did, ds, &dall);
     bad += did != hid;
     for (int64_t i = 0; i < n; ++i) bad += std::fabs(dall[i] - host[i]) > 1e-4f * std::max(1.f, std::fabs(host[i]));
     for (size_t i = 0; i < did.size() && i < hid.size(); ++i) bad += ds[i] != host[static_cast<size_t>(hid[i])];
   }
   char what[160];
-  std::snprintf(what, sizeof what, "PQ LUT scoring + top-k (m=%lld, %lld bits, n=%lld%s) equals the host: ids and scores",
-                (long long)m, (long long)bits, (long long)n, ties ? ", many ties" : "");
+  std::snprintf(what, sizeof what,
+                "PQ LUT scoring + top-k (m=%lld, %lld bits, n=%lld%s) equals the host: ids and scores", (long long)m,
+                (long long)bits, (long long)n, ties ? ", many ties" : "");
   expect(bad == 0, what);
 }
 
@@ -130,7 +131,8 @@ void check_simhash() {
   // Build CSR tables from the keys' codes, as lsh.cpp does.
   std::vector<uint32_t> offsets(static_cast<size_t>(tables * (buckets + 1)), 0), ids(static_cast<size_t>(tables * n));
   std::vector<uint32_t> kc(static_cast<size_t>(n * tables));
-  for (int64_t i = 0; i < n; ++i) sc::simhash_codes(keys.data() + i * d, d, w.data(), bits, tables, kc.data() + i * tables);
+  for (int64_t i = 0; i < n; ++i)
+    sc::simhash_codes(keys.data() + i * d, d, w.data(), bits, tables, kc.data() + i * tables);
   for (int64_t t = 0; t < tables; ++t) {
     uint32_t* off = offsets.data() + t * (buckets + 1);
     for (int64_t i = 0; i < n; ++i) ++off[kc[i * tables + t] + 1];
@@ -147,18 +149,20 @@ void check_simhash() {
     std::vector<uint16_t> hn(n, 0), gn(n, 0);
     sc::simhash_codes(q.data(), d, w.data(), bits, tables, hc.data());
     sc::collision_counts(hc.data(), offsets.data(), ids.data(), tables, buckets, n, base, hn.data());
-    cuda::simhash_collisions(q.data(), d, w.data(), bits, tables, offsets.data(), ids.data(), n, base, gc.data(), gn.data());
+    cuda::simhash_collisions(q.data(), d, w.data(), bits, tables, offsets.data(), ids.data(), n, base, gc.data(),
+                             gn.data());
     bad += hc != gc || hn != gn;
     // u16 ids resident in device memory, as the pool's device tier holds small lsh parts.
     std::vector<uint16_t> ids16(ids.begin(), ids.end());
-    void *dw = cuda::device_alloc(w.size() * 4), *doff = cuda::device_alloc(offsets.size() * 4), *did = cuda::device_alloc(ids16.size() * 2);
+    void *dw = cuda::device_alloc(w.size() * 4), *doff = cuda::device_alloc(offsets.size() * 4),
+         *did = cuda::device_alloc(ids16.size() * 2);
     cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(doff, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(did, ids16.data(), ids16.size() * 2, cudaMemcpyHostToDevice);
     std::vector<uint32_t> gc16(tables);
     std::vector<uint16_t> gn16(n, 7);
-    cuda::simhash_collisions_device(static_cast<const float*>(dw), static_cast<const uint32_t*>(doff), did, 2, d, bits, tables, n,
-                                    base, q.data(), gc16.data(), gn16.data());
+    cuda::simhash_collisions_device(static_cast<const float*>(dw), static_cast<const uint32_t*>(doff), did, 2, d, bits,
+                                    tables, n, base, q.data(), gc16.data(), gn16.data());
     bad += hc != gc16 || hn != gn16;
     cuda::device_free(dw);
     cuda::device_free(doff);
@@ -187,7 +191,8 @@ void bench(std::ostringstream& out) {
   }
   double gb = static_cast<double>(bytes) / 1e9;
   char line[256];
-  std::snprintf(line, sizeof line, "H2D 512 MiB: pool copy path %.1f GB/s, plain pinned cudaMemcpy %.1f GB/s (ratio %.2f)\n",
+  std::snprintf(line, sizeof line,
+                "H2D 512 MiB: pool copy path %.1f GB/s, plain pinned cudaMemcpy %.1f GB/s (ratio %.2f)\n",
                 gb / best_async, gb / best_plain, best_plain / best_async);
   out << line;
   cuda::pinned_free(h);
@@ -221,11 +226,12 @@ void bench(std::ostringstream& out) {
     sc::top_k(score.data(), n, top);
   }
   double host = secs(t0) / 20;
-  std::snprintf(line, sizeof line,
-                "PQ top-%lld of %lld rows (m=16, 8 bits): device p50 %.3f ms p99 %.3f ms (%.1f Mrows/s incl. launch+copy-back); "
-                "host %.3f ms (%.1f Mrows/s)\n",
-                (long long)top, (long long)n, lat[lat.size() / 2] * 1e3, lat[lat.size() * 99 / 100] * 1e3,
-                n / lat[lat.size() / 2] / 1e6, host * 1e3, n / host / 1e6);
+  std::snprintf(
+      line, sizeof line,
+      "PQ top-%lld of %lld rows (m=16, 8 bits): device p50 %.3f ms p99 %.3f ms (%.1f Mrows/s incl. launch+copy-back); "
+      "host %.3f ms (%.1f Mrows/s)\n",
+      (long long)top, (long long)n, lat[lat.size() / 2] * 1e3, lat[lat.size() * 99 / 100] * 1e3,
+      n / lat[lat.size() / 2] / 1e6, host * 1e3, n / host / 1e6);
   out << line;
   cuda::device_free(dc);
   cuda::device_free(dk);

@@ -62,8 +62,7 @@ int main(int argc, char** argv) {
     for (const auto& k : keys) {  // start with every key published (some get evicted at once)
       try {
         pool.publish(publish_request(k, art));
-      } catch (const Error&) {
-      }
+      } catch (const Error&) {}
     }
     std::atomic<bool> stop{false};
     std::vector<std::thread> th;
@@ -83,7 +82,8 @@ int main(int argc, char** argv) {
               ++publishes;
             }
           } catch (const Error& e) {
-            if (e.reason() != kvtool::Reason::HOST_BUDGET_EXCEEDED && e.reason() != kvtool::Reason::DEVICE_BUDGET_EXCEEDED) {
+            if (e.reason() != kvtool::Reason::HOST_BUDGET_EXCEEDED &&
+                e.reason() != kvtool::Reason::DEVICE_BUDGET_EXCEEDED) {
               std::fprintf(stderr, "publish failed: %s: %s\n", e.reason_name(), e.what());
               ++wrong;
             }
@@ -129,11 +129,12 @@ int main(int argc, char** argv) {
                  static_cast<long long>(dev->device_bytes_live()), static_cast<long long>(dev->host_bytes_live()));
     ++wrong;
   }
-  std::printf("pool stress %.1fs: %lld queries (%lld found nothing published), %lld publishes, %lld cancels, %lld refusals, "
-              "%lld retires, %lld wrong\n",
-              seconds, static_cast<long long>(queries.load()), static_cast<long long>(misses.load()),
-              static_cast<long long>(publishes.load()),
-              static_cast<long long>(cancels.load()), static_cast<long long>(refusals.load()),
-              static_cast<long long>(retires.load()), static_cast<long long>(wrong.load()));
+  std::printf(
+      "pool stress %.1fs: %lld queries (%lld found nothing published), %lld publishes, %lld cancels, %lld refusals, "
+      "%lld retires, %lld wrong\n",
+      seconds, static_cast<long long>(queries.load()), static_cast<long long>(misses.load()),
+      static_cast<long long>(publishes.load()), static_cast<long long>(cancels.load()),
+      static_cast<long long>(refusals.load()), static_cast<long long>(retires.load()),
+      static_cast<long long>(wrong.load()));
   return wrong == 0 && queries > 0 && publishes > 0 ? 0 : 1;
 }

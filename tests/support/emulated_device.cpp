@@ -27,7 +27,7 @@ struct EmulatedDevice::State {
   int64_t device_live = 0, host_live = 0;
   std::atomic<int64_t> scoring_calls{0};
   std::vector<std::pair<void*, size_t>> sizes;  // live allocations (device and host)
-  void land(Copy& c) {  // caller holds mu
+  void land(Copy& c) {                          // caller holds mu
     if (c.done) return;
     if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
     c.done = true;
@@ -71,7 +71,9 @@ class EmulatedDevice::EmulatedTransfer : public Transfer {
   std::shared_ptr<State::Copy> c_;
 };
 
-EmulatedDevice::EmulatedDevice(bool auto_complete) : st_(std::make_shared<State>()) { st_->auto_complete = auto_complete; }
+EmulatedDevice::EmulatedDevice(bool auto_complete) : st_(std::make_shared<State>()) {
+  st_->auto_complete = auto_complete;
+}
 // Copies still pending would leave their waiters blocked forever: land them first.
 EmulatedDevice::~EmulatedDevice() { deliver_all(); }
 
@@ -93,7 +95,7 @@ void EmulatedDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
 }
 
 void EmulatedDevice::product_code_top_k(const ProductCodes& p, const float* q, int64_t k, std::vector<int64_t>& ids,
-                              std::vector<float>& scores) {
+                                        std::vector<float>& scores) {
   ++st_->scoring_calls;
   std::vector<float> lut(static_cast<size_t>(p.m * p.k)), score(static_cast<size_t>(p.n));
   scoring::pq_lut(q, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, lut.data());
@@ -117,9 +119,9 @@ void EmulatedDevice::dot_scores_f64(const float* centroids, const int64_t* rows,
   scoring::dot_scores_f64(q, centroids, rows, count, d, scale, out);
 }
 
-void EmulatedDevice::simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
-                                        int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
-                                        uint16_t* count) {
+void EmulatedDevice::simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes,
+                                        int64_t d, int64_t bits, int64_t tables, int64_t n, int64_t base,
+                                        const float* q, uint32_t* codes, uint16_t* count) {
   ++st_->scoring_calls;
   // The host arithmetic takes u32 ids; the device image may store u16.
   std::vector<uint32_t> wide(static_cast<size_t>(tables * n));

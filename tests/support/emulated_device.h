@@ -26,12 +26,13 @@ class EmulatedDevice : public DeviceBackend {
   std::unique_ptr<Transfer> copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void product_code_top_k(const ProductCodes& part, const float* q, int64_t k, std::vector<int64_t>& ids,
-                std::vector<float>& scores) override;
+                          std::vector<float>& scores) override;
   void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) override;
-  void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale, const float* q,
-                      double* out) override;
-  void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d, int64_t bits,
-                          int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes, uint16_t* count) override;
+  void dot_scores_f64(const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
+                      const float* q, double* out) override;
+  void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
+                          int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
+                          uint16_t* count) override;
   int64_t scoring_calls() const;  // device scoring calls so far (tests: the device path was taken)
 
   // Test controls. Copies started while auto_complete is off wait for deliver(i) (i = start order).

@@ -16,7 +16,7 @@ TEST_CASE("float16 conversion matches IEEE half on known values and round-trips 
   CHECK(f32_to_f16(1.0f) == 0x3c00);
   CHECK(f32_to_f16(-2.0f) == 0xc000);
   CHECK(f32_to_f16(65504.0f) == 0x7bff);
-  CHECK(f32_to_f16(1e6f) == 0x7c00);  // overflow to +Inf
+  CHECK(f32_to_f16(1e6f) == 0x7c00);                    // overflow to +Inf
   CHECK(f32_to_f16(5.960464477539063e-08f) == 0x0001);  // smallest subnormal
   CHECK(f16_to_f32(0x3555) == Approx(0.333251953125f));
   CHECK(std::isnan(f16_to_f32(f32_to_f16(NAN))));
@@ -78,8 +78,14 @@ TEST_CASE("canonical encoding is typed and length-prefixed (no concatenation amb
     f(c);
     return c.finish();
   };
-  Digest a = h([](CanonicalHasher& c) { c.str(1, "ab"); c.str(2, "c"); });
-  Digest b = h([](CanonicalHasher& c) { c.str(1, "a"); c.str(2, "bc"); });
+  Digest a = h([](CanonicalHasher& c) {
+    c.str(1, "ab");
+    c.str(2, "c");
+  });
+  Digest b = h([](CanonicalHasher& c) {
+    c.str(1, "a");
+    c.str(2, "bc");
+  });
   Digest c1 = h([](CanonicalHasher& c) { c.u64(1, 5); });
   Digest c2 = h([](CanonicalHasher& c) { c.i64(1, 5); });
   Digest t1 = h([](CanonicalHasher& c) { c.str(1, "x"); });

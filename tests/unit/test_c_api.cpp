@@ -48,7 +48,10 @@ TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a p
   CHECK(kvtool_pool_acquire(pool, "nope", &lease) == KVTOOL_ERR_INVALID);
   CHECK(std::string(kvtool_last_reason()) == "NOT_PUBLISHED");
   // Reasons are per thread: another thread's success does not clear this one's.
-  std::thread([&] { kvtool_version(); kvtool_pool_usage(pool, nullptr, nullptr); }).join();
+  std::thread([&] {
+    kvtool_version();
+    kvtool_pool_usage(pool, nullptr, nullptr);
+  }).join();
   CHECK(std::string(kvtool_last_reason()) == "NOT_PUBLISHED");
   REQUIRE(kvtool_pool_acquire(pool, "doc", &lease) == KVTOOL_OK);
   CHECK(kvtool_lease_generation(lease) == 1);
@@ -90,8 +93,8 @@ TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a p
   Store(tmp.file("st"), true).put(tmp.file("a.kvi"));
   ArtifactReader r(tmp.file("a.kvi"));
   const auto& src = r.manifest()["source"];
-  std::string model = src["model_artifact_sha256"], adapter = src["adapter_set_sha256"], prefix = src["prefix_tokens_sha256"],
-              tenant = src["tenant_namespace"];
+  std::string model = src["model_artifact_sha256"], adapter = src["adapter_set_sha256"],
+              prefix = src["prefix_tokens_sha256"], tenant = src["tenant_namespace"];
   kvtool_store_key sk{tenant.c_str(), model.c_str(), adapter.c_str(), prefix.c_str(), "pq", nullptr, nullptr};
   REQUIRE(kvtool_pool_publish_stored(pool, "stored", tmp.file("st").c_str(), &sk, nullptr, &gen) == KVTOOL_OK);
   CHECK(gen == 2);

@@ -22,7 +22,8 @@ BuildOptions opts(const std::string& out, int threads = 1) { return quiet_build(
 
 }  // namespace
 
-TEST_CASE("clusterkv: members partition the indexed rows, sorted by (cluster, position); deterministic across threads") {
+TEST_CASE(
+    "clusterkv: members partition the indexed rows, sorted by (cluster, position); deterministic across threads") {
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
   ClusterKvParams p;
@@ -102,12 +103,14 @@ TEST_CASE("clusterkv: dense layers, raw-mean vs spherical centroids, bad paramet
   CHECK_NOTHROW(verify_artifact(tmp.file("s.kvi"), {}));
   SelectorSet sel(r);
   std::vector<float> q(16, 1.f);
-  CHECK(sel.query(0, 0, q.data(), 699, *sel.params({{"budget", "5"}})).candidates.size() == 684);  // dense layer: every row
+  CHECK(sel.query(0, 0, q.data(), 699, *sel.params({{"budget", "5"}})).candidates.size() ==
+        684);  // dense layer: every row
   CHECK(reason_of([] { parse_centroid_rule("median"); }) == "USAGE");
   CHECK(parse_layer_list("0-1,3") == std::vector<int64_t>({0, 1, 3}));
   ClusterKvParams bad;
   bad.tokens_per_cluster = 0;
-  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), ClusterKvBuilder(bad)); }) == "USAGE");
+  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), ClusterKvBuilder(bad)); }) ==
+        "USAGE");
   CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
 }
 
@@ -119,7 +122,8 @@ TEST_CASE("clusterkv append: sealed windows become a new generation, a partial w
   BuildOptions o = opts(tmp.file("g1.kvi"));
   o.prefix = 300;
   build_artifact(tmp.file("d.h5"), o, ClusterKvBuilder(p));
-  ClusterKvAppendSummary j = clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
+  ClusterKvAppendSummary j =
+      clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
   CHECK(j.windows == 3);
   CHECK(j.to_json()["coverage"] == json({0, 660}));
   CHECK(j.uncovered_rows == 30);
@@ -139,11 +143,15 @@ TEST_CASE("clusterkv append: sealed windows become a new generation, a partial w
   std::vector<float> q(16, 0.2f);
   CandidateReceipt rc = sel.query(1, 2, q.data(), 690, *sel.params({{"budget", "0.1"}}));
   CHECK(rc.always_included.size() == 16 + 31);  // sink + the uncovered partial window up to the position
-  CHECK(reason_of([&] { clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 400, 120, 4, "", true); }) == "USAGE");
+  CHECK(reason_of([&] {
+          clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 400, 120, 4, "", true);
+        }) == "USAGE");
   copy_dump(tmp.file("d.h5"), tmp.file("changed.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {
     if (l == 1 && h == 1) k[200 * 16] += 1.f;
   });
-  CHECK(reason_of([&] { clusterkv_append(tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 690, 120, 4, "", true); }) == "PAYLOAD_MISMATCH");
+  CHECK(reason_of([&] {
+          clusterkv_append(tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 690, 120, 4, "", true);
+        }) == "PAYLOAD_MISMATCH");
   CHECK_FALSE(fs::exists(tmp.file("g3.kvi")));
 }
 
@@ -160,7 +168,9 @@ TEST_CASE("clusterkv verify: forged partitions, prefix sums and generations are 
   forge_artifact(r, tmp.file("pre.kvi"), 0, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "ckv_prefix_sums") b[0] ^= 1;
   });
-  forge_artifact(r, tmp.file("gen.kvi"), 0, 0, [](const SectionEntry&, auto&) {}, [](json& kd) { kd["parts"][0]["generations"][0]["rows"][0] = 17; });
+  forge_artifact(
+      r, tmp.file("gen.kvi"), 0, 0, [](const SectionEntry&, auto&) {},
+      [](json& kd) { kd["parts"][0]["generations"][0]["rows"][0] = 17; });
   forge_artifact(r, tmp.file("nan.kvi"), 0, 0, [](const SectionEntry& s, auto& b) {
     if (s.name == "ckv_centroids") {
       float x = NAN;

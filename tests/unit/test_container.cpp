@@ -147,7 +147,7 @@ TEST_CASE("mutation corpus: every single mutation is rejected with its expected 
   generate_keypair(tmp.file("b.pem"));
   SigningKey ka = SigningKey::load(tmp.file("a.pem"));
   SigningKey kb = SigningKey::load(tmp.file("b.pem"));
-  write_test_artifact(tmp.file("d.h5"), tmp.file("plain.kvi"), nullptr, 40, 0);   // uncompressed sections
+  write_test_artifact(tmp.file("d.h5"), tmp.file("plain.kvi"), nullptr, 40, 0);  // uncompressed sections
   write_test_artifact(tmp.file("d.h5"), tmp.file("zstd.kvi"), nullptr, 40, 3);
   write_test_artifact(tmp.file("d.h5"), tmp.file("signed.kvi"), &ka, 40, 3);
   const auto plain = read_bytes(tmp.file("plain.kvi"));
@@ -198,73 +198,243 @@ TEST_CASE("mutation corpus: every single mutation is rejected with its expected 
 
   std::vector<Case> cases = {
       {"header magic", "BAD_MAGIC", [&] { return flip(plain, 0); }, {}},
-      {"header major version", "UNSUPPORTED_VERSION", [&] { auto b = plain; b[4] = 2; return bytes_case(b); }, {}},
-      {"header size field", "BAD_LAYOUT", [&] { auto b = plain; b[12] = 65; return bytes_case(b); }, {}},
+      {"header major version",
+       "UNSUPPORTED_VERSION",
+       [&] {
+         auto b = plain;
+         b[4] = 2;
+         return bytes_case(b);
+       },
+       {}},
+      {"header size field",
+       "BAD_LAYOUT",
+       [&] {
+         auto b = plain;
+         b[12] = 65;
+         return bytes_case(b);
+       },
+       {}},
       {"footer magic", "BAD_MAGIC", [&] { return flip(plain, fsz - 1); }, {}},
-      {"footer version", "UNSUPPORTED_VERSION", [&] { auto b = plain; b[fsz - 80 + 68] = 3; return bytes_case(b); }, {}},
+      {"footer version",
+       "UNSUPPORTED_VERSION",
+       [&] {
+         auto b = plain;
+         b[fsz - 80 + 68] = 3;
+         return bytes_case(b);
+       },
+       {}},
       {"footer size field", "BAD_LAYOUT", [&] { return flip(plain, fsz - 80 + 64); }, {}},
       {"truncated to 0 bytes", "TRUNCATED", [&] { return bytes_case({}); }, {}},
-      {"truncated to 3 bytes", "TRUNCATED", [&] { return bytes_case({plain.begin(), plain.begin() + 3}); }, {}},
-      {"truncated inside header", "TRUNCATED", [&] { return bytes_case({plain.begin(), plain.begin() + 40}); }, {}},
-      {"truncated inside sections", "TRUNCATED", [&] { return bytes_case({plain.begin(), plain.begin() + static_cast<long>(fsz / 3)}); }, {}},
-      {"truncated by one byte", "TRUNCATED", [&] { return bytes_case({plain.begin(), plain.end() - 1}); }, {}},
-      {"trailing garbage", "BAD_LAYOUT", [&] { auto b = plain; b.push_back(0); return bytes_case(b); }, {}},
+      {"truncated to 3 bytes",
+       "TRUNCATED",
+       [&] {
+         return bytes_case({plain.begin(), plain.begin() + 3});
+       },
+       {}},
+      {"truncated inside header",
+       "TRUNCATED",
+       [&] {
+         return bytes_case({plain.begin(), plain.begin() + 40});
+       },
+       {}},
+      {"truncated inside sections",
+       "TRUNCATED",
+       [&] {
+         return bytes_case({plain.begin(), plain.begin() + static_cast<long>(fsz / 3)});
+       },
+       {}},
+      {"truncated by one byte",
+       "TRUNCATED",
+       [&] {
+         return bytes_case({plain.begin(), plain.end() - 1});
+       },
+       {}},
+      {"trailing garbage",
+       "BAD_LAYOUT",
+       [&] {
+         auto b = plain;
+         b.push_back(0);
+         return bytes_case(b);
+       },
+       {}},
       {"manifest byte", "MANIFEST_DIGEST", [&] { return flip(plain, moff + 10); }, {}},
       {"footer manifest digest", "MANIFEST_DIGEST", [&] { return flip(plain, fsz - 80 + 40); }, {}},
-      {"footer manifest offset", "BAD_LAYOUT", [&] { auto b = plain; b[fsz - 80 + 5] = 0x7f; return bytes_case(b); }, {}},
-      {"footer manifest size", "BAD_LAYOUT", [&] { auto b = plain; b[fsz - 80 + 8 + 6] = 1; return bytes_case(b); }, {}},
+      {"footer manifest offset",
+       "BAD_LAYOUT",
+       [&] {
+         auto b = plain;
+         b[fsz - 80 + 5] = 0x7f;
+         return bytes_case(b);
+       },
+       {}},
+      {"footer manifest size",
+       "BAD_LAYOUT",
+       [&] {
+         auto b = plain;
+         b[fsz - 80 + 8 + 6] = 1;
+         return bytes_case(b);
+       },
+       {}},
       {"section byte (uncompressed)", "SECTION_DIGEST", [&] { return flip(plain, s0.offset + 5); }, {}},
-      {"swapped sections", "SECTION_DIGEST", [&] {
+      {"swapped sections",
+       "SECTION_DIGEST",
+       [&] {
          auto b = plain;
          REQUIRE(s0.stored_size == s2.stored_size);
-         std::swap_ranges(b.begin() + static_cast<long>(s0.offset), b.begin() + static_cast<long>(s0.offset + s0.stored_size),
+         std::swap_ranges(b.begin() + static_cast<long>(s0.offset),
+                          b.begin() + static_cast<long>(s0.offset + s0.stored_size),
                           b.begin() + static_cast<long>(s2.offset));
          return bytes_case(b);
-       }, {}},
-      {"section digest in manifest", "SECTION_DIGEST", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][1]["sha256"] = std::string(64, '0'); }); }, {}},
-      {"codec claims zstd", "DECOMPRESS_FAILED", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][0]["codec"] = "zstd"; }); }, {}},
-      {"section offset unaligned", "BAD_LAYOUT", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][1]["offset"] = m["sections"][1]["offset"].get<uint64_t>() + 8; }); }, {}},
-      {"section beyond manifest", "BAD_LAYOUT", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][8]["stored_size"] = 1u << 30; m["sections"][8]["raw_size"] = 1u << 30; m["sections"][8]["shape"] = {1u << 30}; }); }, {}},
-      {"overlapping sections", "BAD_LAYOUT", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][1]["offset"] = m["sections"][0]["offset"]; }); }, {}},
-      {"raw size vs shape", "SHAPE_MISMATCH", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][0]["shape"] = {40, 15}; }); }, {}},
-      {"unknown section dtype", "BAD_MANIFEST", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][0]["dtype"] = "f64"; }); }, {}},
-      {"params changed", "PARAMS_DIGEST", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["params"]["zstd_level"] = 9; }); }, {}},
-      {"unknown kind", "UNKNOWN_KIND", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["kind"] = "btree"; }); }, {}},
-      {"non-canonical manifest", "BAD_MANIFEST", [&] { return manifest_case(tmp.file("plain.kvi"), [](json&) {}, false); }, {}},
-      {"semantics changed", "BAD_MANIFEST", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["semantics"] = "reconstructed_keys"; }); }, {}},
-      {"schema version 2", "UNSUPPORTED_VERSION", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["schema_version"] = 2; }); }, {}},
-      {"coverage disagrees with binding", "BAD_MANIFEST", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["coverage"] = {0, 41}; }); }, {}},
-      {"source binding field missing", "BAD_MANIFEST", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["source"].erase("payload_sha256"); }); }, {}},
-      {"part outside geometry", "SHAPE_MISMATCH", [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][0]["layer"] = 7; }); }, {}},
-      {"signed manifest rewritten", "BAD_SIGNATURE", [&] { return manifest_case(tmp.file("signed.kvi"), [](json& m) { m["index_generation"] = 2; }); }, {}},
-      {"signature byte", "BAD_SIGNATURE", [&] { return flip(signed_bytes, le64(signed_bytes, signed_bytes.size() - 80 + 16) + 50); }, {}},
-      {"signature block magic", "BAD_SIGNATURE", [&] { return flip(signed_bytes, le64(signed_bytes, signed_bytes.size() - 80 + 16)); }, {}},
-      {"signed public key swapped", "BAD_SIGNATURE", [&] {
+       },
+       {}},
+      {"section digest in manifest",
+       "SECTION_DIGEST",
+       [&] {
+         return manifest_case(tmp.file("plain.kvi"),
+                              [](json& m) { m["sections"][1]["sha256"] = std::string(64, '0'); });
+       },
+       {}},
+      {"codec claims zstd",
+       "DECOMPRESS_FAILED",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][0]["codec"] = "zstd"; }); },
+       {}},
+      {"section offset unaligned",
+       "BAD_LAYOUT",
+       [&] {
+         return manifest_case(tmp.file("plain.kvi"), [](json& m) {
+           m["sections"][1]["offset"] = m["sections"][1]["offset"].get<uint64_t>() + 8;
+         });
+       },
+       {}},
+      {"section beyond manifest",
+       "BAD_LAYOUT",
+       [&] {
+         return manifest_case(tmp.file("plain.kvi"), [](json& m) {
+           m["sections"][8]["stored_size"] = 1u << 30;
+           m["sections"][8]["raw_size"] = 1u << 30;
+           m["sections"][8]["shape"] = {1u << 30};
+         });
+       },
+       {}},
+      {"overlapping sections",
+       "BAD_LAYOUT",
+       [&] {
+         return manifest_case(tmp.file("plain.kvi"),
+                              [](json& m) { m["sections"][1]["offset"] = m["sections"][0]["offset"]; });
+       },
+       {}},
+      {"raw size vs shape",
+       "SHAPE_MISMATCH",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) {
+               m["sections"][0]["shape"] = {40, 15};
+             }); },
+       {}},
+      {"unknown section dtype",
+       "BAD_MANIFEST",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][0]["dtype"] = "f64"; }); },
+       {}},
+      {"params changed",
+       "PARAMS_DIGEST",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["params"]["zstd_level"] = 9; }); },
+       {}},
+      {"unknown kind",
+       "UNKNOWN_KIND",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["kind"] = "btree"; }); },
+       {}},
+      {"non-canonical manifest",
+       "BAD_MANIFEST",
+       [&] {
+         return manifest_case(
+             tmp.file("plain.kvi"), [](json&) {}, false);
+       },
+       {}},
+      {"semantics changed",
+       "BAD_MANIFEST",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["semantics"] = "reconstructed_keys"; }); },
+       {}},
+      {"schema version 2",
+       "UNSUPPORTED_VERSION",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["schema_version"] = 2; }); },
+       {}},
+      {"coverage disagrees with binding",
+       "BAD_MANIFEST",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) {
+               m["coverage"] = {0, 41};
+             }); },
+       {}},
+      {"source binding field missing",
+       "BAD_MANIFEST",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["source"].erase("payload_sha256"); }); },
+       {}},
+      {"part outside geometry",
+       "SHAPE_MISMATCH",
+       [&] { return manifest_case(tmp.file("plain.kvi"), [](json& m) { m["sections"][0]["layer"] = 7; }); },
+       {}},
+      {"signed manifest rewritten",
+       "BAD_SIGNATURE",
+       [&] { return manifest_case(tmp.file("signed.kvi"), [](json& m) { m["index_generation"] = 2; }); },
+       {}},
+      {"signature byte",
+       "BAD_SIGNATURE",
+       [&] { return flip(signed_bytes, le64(signed_bytes, signed_bytes.size() - 80 + 16) + 50); },
+       {}},
+      {"signature block magic",
+       "BAD_SIGNATURE",
+       [&] { return flip(signed_bytes, le64(signed_bytes, signed_bytes.size() - 80 + 16)); },
+       {}},
+      {"signed public key swapped",
+       "BAD_SIGNATURE",
+       [&] {
          auto b = signed_bytes;
          size_t off = le64(b, b.size() - 80 + 16) + 8;
          std::memcpy(b.data() + off, kb.public_key().data(), 32);
          return bytes_case(b);
-       }, {}},
+       },
+       {}},
       {"wrong key", "UNTRUSTED_KEY", [&] { return tmp.file("signed.kvi"); }, trust_b},
       {"unsigned but required", "SIGNATURE_REQUIRED", [&] { return tmp.file("zstd.kvi"); }, require},
-      {"wrong tenant", "TENANT_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.tenant_namespace = "other"; }))},
-      {"other model", "MODEL_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.model_artifact_sha256 = std::string(64, 'f'); }))},
-      {"other checkpoint", "CHECKPOINT_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.checkpoint_generation = 3; }))},
-      {"other adapter", "ADAPTER_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.adapter_set_sha256 = std::string(64, 'e'); }))},
-      {"other rope", "ROPE_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.rope_config = R"({"theta":500000.0})"; }))},
-      {"other position contract", "POSITION_CONTRACT_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.position_contract = "post-rope-relative-v1"; }))},
-      {"other representation", "REPRESENTATION_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.representation = "x"; }))},
-      {"other head map", "HEAD_MAP_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.q_to_kv_head = {1, 1, 0, 0}; }))},
-      {"other geometry", "GEOMETRY_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.geo.head_dim = 8; }))},
-      {"frontier below coverage", "COVERAGE_BEYOND_FRONTIER", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.committed_frontier = 39; }))},
-      {"stale payload", "PAYLOAD_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case({}, [](int64_t l, int64_t h, auto& k, auto&) { if (l == 1 && h == 0) k[39 * 16 + 2] *= 1.001f; }))},
-      {"strict snapshot, new generation", "SNAPSHOT_MISMATCH", [&] { return tmp.file("zstd.kvi"); }, with_source(dump_case([](DumpSpec& s) { s.id.request_generation = 4; }), true)},
-      {"recorded content digest forged", "STALE_SOURCE", [&] { return manifest_case(tmp.file("zstd.kvi"), [](json& m) { m["source"]["content_digest"] = std::string(64, '1'); }); }, with_source(tmp.file("d.h5"))},
+      {"wrong tenant", "TENANT_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.id.tenant_namespace = "other"; }))},
+      {"other model", "MODEL_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.id.model_artifact_sha256 = std::string(64, 'f'); }))},
+      {"other checkpoint", "CHECKPOINT_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.id.checkpoint_generation = 3; }))},
+      {"other adapter", "ADAPTER_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.id.adapter_set_sha256 = std::string(64, 'e'); }))},
+      {"other rope", "ROPE_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.id.rope_config = R"({"theta":500000.0})"; }))},
+      {"other position contract", "POSITION_CONTRACT_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.id.position_contract = "post-rope-relative-v1"; }))},
+      {"other representation", "REPRESENTATION_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.id.representation = "x"; }))},
+      {"other head map", "HEAD_MAP_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) {
+         s.id.q_to_kv_head = {1, 1, 0, 0};
+       }))},
+      {"other geometry", "GEOMETRY_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.geo.head_dim = 8; }))},
+      {"frontier below coverage", "COVERAGE_BEYOND_FRONTIER", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.committed_frontier = 39; }))},
+      {"stale payload", "PAYLOAD_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case({},
+                             [](int64_t l, int64_t h, auto& k, auto&) {
+                               if (l == 1 && h == 0) k[39 * 16 + 2] *= 1.001f;
+                             }))},
+      {"strict snapshot, new generation", "SNAPSHOT_MISMATCH", [&] { return tmp.file("zstd.kvi"); },
+       with_source(dump_case([](DumpSpec& s) { s.id.request_generation = 4; }), true)},
+      {"recorded content digest forged", "STALE_SOURCE",
+       [&] {
+         return manifest_case(tmp.file("zstd.kvi"),
+                              [](json& m) { m["source"]["content_digest"] = std::string(64, '1'); });
+       },
+       with_source(tmp.file("d.h5"))},
   };
   // Sanity: the unmutated artifacts pass, and rows beyond coverage may change freely.
   CHECK(verify_reason(tmp.file("plain.kvi")) == "OK");
-  CHECK(verify_reason(tmp.file("signed.kvi"), with_source(dump_case({}, [](int64_t, int64_t, auto& k, auto&) { k[45 * 16] = 9; }))) == "OK");
-  CHECK(verify_reason(tmp.file("zstd.kvi"), with_source(dump_case([](DumpSpec& s) { s.id.request_generation = 4; }))) == "OK");
+  CHECK(verify_reason(tmp.file("signed.kvi"),
+                      with_source(dump_case({}, [](int64_t, int64_t, auto& k, auto&) { k[45 * 16] = 9; }))) == "OK");
+  CHECK(verify_reason(tmp.file("zstd.kvi"), with_source(dump_case([](DumpSpec& s) { s.id.request_generation = 4; }))) ==
+        "OK");
   std::set<std::string> names;
   for (auto& c : cases) {
     INFO("mutation: " << c.name);

@@ -26,7 +26,10 @@ TEST_CASE("content digest: every content field changes it, generations and front
       {"rope", [](auto& i, auto&) { i.rope_config = R"({"theta":500000.0})"; }},
       {"representation", [](auto& i, auto&) { i.representation = "full-kv-bf16-post-rope-v1"; }},
       {"tenant", [](auto& i, auto&) { i.tenant_namespace = "acme"; }},
-      {"head map", [](auto& i, auto&) { i.q_to_kv_head = {0, 1, 0, 1}; }},
+      {"head map",
+       [](auto& i, auto&) {
+         i.q_to_kv_head = {0, 1, 0, 1};
+       }},
       {"layers", [](auto&, auto& geo) { geo.layers = 3; }},
       {"kv heads", [](auto&, auto& geo) { geo.kv_heads = 1; }},
       {"head dim", [](auto&, auto& geo) { geo.head_dim = 32; }},
@@ -74,7 +77,12 @@ TEST_CASE("content digest over real rows: any K/V element in range changes it, r
     DumpReader r(tmp.file("base.h5"));
     base = bind_source(r, E).content_digest;
   }
-  struct Poke { int64_t l, h; bool k; int64_t row, ch; bool changes; };
+  struct Poke {
+    int64_t l, h;
+    bool k;
+    int64_t row, ch;
+    bool changes;
+  };
   std::vector<Poke> pokes = {{0, 0, true, 0, 0, true},   {1, 1, true, 31, 15, true}, {0, 1, false, 5, 7, true},
                              {1, 0, false, 31, 0, true}, {1, 1, true, 32, 0, false}, {0, 0, false, 47, 15, false}};
   int n = 0;

@@ -69,11 +69,18 @@ TEST_CASE("the dump reader rejects structural problems with their own reasons") 
     w.commit();
     return p;
   };
-  CHECK(reason_of([&] { DumpReader r(make("f.h5", [](DumpSpec& s) { s.committed_frontier = 6; })); }) == "FRONTIER_BEYOND_T");
-  CHECK(reason_of([&] { DumpReader r(make("h1.h5", [](DumpSpec& s) { s.id.q_to_kv_head = {0, 0, 2, 1}; })); }) == "BAD_HEAD_MAP");
-  CHECK(reason_of([&] { DumpReader r(make("h2.h5", [](DumpSpec& s) { s.id.q_to_kv_head = {0, 0, 1}; })); }) == "BAD_HEAD_MAP");
-  CHECK(reason_of([&] { verify_dump(make("m.h5", [](DumpSpec& s) { s.id.model_artifact_sha256 = "nope"; })); }) == "BAD_ATTRIBUTE");
-  CHECK(reason_of([&] { verify_dump(make("r.h5", [](DumpSpec& s) { s.id.rope_config = "theta=1"; })); }) == "BAD_ATTRIBUTE");
+  CHECK(reason_of([&] { DumpReader r(make("f.h5", [](DumpSpec& s) { s.committed_frontier = 6; })); }) ==
+        "FRONTIER_BEYOND_T");
+  CHECK(reason_of([&] {
+          DumpReader r(make("h1.h5", [](DumpSpec& s) { s.id.q_to_kv_head = {0, 0, 2, 1}; }));
+        }) == "BAD_HEAD_MAP");
+  CHECK(reason_of([&] {
+          DumpReader r(make("h2.h5", [](DumpSpec& s) { s.id.q_to_kv_head = {0, 0, 1}; }));
+        }) == "BAD_HEAD_MAP");
+  CHECK(reason_of([&] { verify_dump(make("m.h5", [](DumpSpec& s) { s.id.model_artifact_sha256 = "nope"; })); }) ==
+        "BAD_ATTRIBUTE");
+  CHECK(reason_of([&] { verify_dump(make("r.h5", [](DumpSpec& s) { s.id.rope_config = "theta=1"; })); }) ==
+        "BAD_ATTRIBUTE");
   CHECK(reason_of([&] { DumpReader r(tmp.file("missing.h5")); }) == "IO_ERROR");
   write_bytes(tmp.file("junk.h5"), std::vector<uint8_t>(100, 7));
   CHECK(reason_of([&] { DumpReader r(tmp.file("junk.h5")); }) == "NOT_A_DUMP");
@@ -92,10 +99,11 @@ TEST_CASE("verify finds NaN/Inf below the frontier but tolerates it in uncommitt
   copy_dump(tmp.file("base.h5"), tmp.file("nan.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {
     if (l == 1 && h == 1) k[10 * 16 + 3] = NAN;
   });
-  copy_dump(tmp.file("base.h5"), tmp.file("inf_tail.h5"), [](DumpSpec& s) { s.committed_frontier = 40; },
-            [](int64_t l, int64_t h, auto&, auto& v) {
-              if (l == 0 && h == 1) v[45 * 16] = INFINITY;
-            });
+  copy_dump(
+      tmp.file("base.h5"), tmp.file("inf_tail.h5"), [](DumpSpec& s) { s.committed_frontier = 40; },
+      [](int64_t l, int64_t h, auto&, auto& v) {
+        if (l == 0 && h == 1) v[45 * 16] = INFINITY;
+      });
   try {
     verify_dump(tmp.file("nan.h5"));
     FAIL("NaN not detected");

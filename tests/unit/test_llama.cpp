@@ -10,7 +10,8 @@ using namespace kvtool;
 using namespace kvtool::test;
 
 static const char* kStory =
-    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball.";
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a "
+    "big, red ball.";
 
 TEST_CASE("stories260K greedy decoding from BOS reproduces the README sentence") {
   TempDir tmp;

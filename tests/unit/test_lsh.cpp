@@ -43,8 +43,9 @@ TEST_CASE("lsh inclusion probability equals brute-force enumeration of collision
           CHECK(lsh_inclusion_probability(cosv, K, L, c) == Approx(brute).margin(1e-12).epsilon(1e-9));
         }
   // c = 2 closed form against the general formula at a large L.
-  CHECK(lsh_inclusion_probability(0.7, 10, 150, 2) == Approx(1 - std::pow(1 - std::pow(1 - std::acos(0.7) / M_PI, 10), 149) *
-                                                              (1 + 149 * std::pow(1 - std::acos(0.7) / M_PI, 10))));
+  CHECK(lsh_inclusion_probability(0.7, 10, 150, 2) ==
+        Approx(1 - std::pow(1 - std::pow(1 - std::acos(0.7) / M_PI, 10), 149) *
+                       (1 + 149 * std::pow(1 - std::acos(0.7) / M_PI, 10))));
 }
 
 TEST_CASE("merging two partial softmax states equals attention over the union") {
@@ -243,6 +244,8 @@ TEST_CASE("lsh eval reports the estimator next to plain renormalization") {
     CHECK(b["retained_mass_mean"].get<double>() <= b["oracle_retained_mass_mean"].get<double>() + 1e-12);
   }
   // More required collisions sample fewer rows.
-  CHECK(e["budgets"][0]["sampled_fraction_mean"].get<double>() >= e["budgets"][1]["sampled_fraction_mean"].get<double>());
-  CHECK(e["budgets"][1]["sampled_fraction_mean"].get<double>() >= e["budgets"][2]["sampled_fraction_mean"].get<double>());
+  CHECK(e["budgets"][0]["sampled_fraction_mean"].get<double>() >=
+        e["budgets"][1]["sampled_fraction_mean"].get<double>());
+  CHECK(e["budgets"][1]["sampled_fraction_mean"].get<double>() >=
+        e["budgets"][2]["sampled_fraction_mean"].get<double>());
 }

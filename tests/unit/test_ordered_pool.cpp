@@ -72,8 +72,7 @@ TEST_CASE("ordered pool: the items produced ahead of the consumer never exceed t
           40, OrderedPoolOptions{threads, in_flight},
           [&](int64_t i, int) {
             int64_t now = ++live;
-            for (int64_t p = peak.load(); now > p && !peak.compare_exchange_weak(p, now);) {
-            }
+            for (int64_t p = peak.load(); now > p && !peak.compare_exchange_weak(p, now);) {}
             jitter(i);
             return i;
           },

@@ -39,8 +39,8 @@ struct Fixture {
 };
 
 // Every dumped query of every layer and query head: the pool's receipts equal SelectorSet's.
-void check_queries_equal(const Lease& lease, const std::string& art, const std::string& dump, int64_t* compared = nullptr,
-                         const char* tier = nullptr) {
+void check_queries_equal(const Lease& lease, const std::string& art, const std::string& dump,
+                         int64_t* compared = nullptr, const char* tier = nullptr) {
   ArtifactReader r(art);
   SelectorSet direct(r);
   DumpReader d(dump);
@@ -154,7 +154,9 @@ TEST_CASE("pool: refusals name a reason and leave nothing visible or allocated")
   Fixture f;
   TempDir t2;
   Pool pool(PoolOptions{});
-  SECTION("missing file") { CHECK(reason_of([&] { pool.publish(publish_request("k", f.tmp.file("none.kvi"))); }) == "IO_ERROR"); }
+  SECTION("missing file") {
+    CHECK(reason_of([&] { pool.publish(publish_request("k", f.tmp.file("none.kvi"))); }) == "IO_ERROR");
+  }
   SECTION("wrong content digest") {
     PublishRequest r = publish_request("k", f.pq);
     r.expected_content_digest = std::string(64, '0');
@@ -189,7 +191,9 @@ TEST_CASE("pool: refusals name a reason and leave nothing visible or allocated")
     CHECK(pool.publish(r).generation > 0);
     CHECK(pool.retire("k"));
   }
-  SECTION("device tier without a device") { CHECK(reason_of([&] { pool.publish(publish_request("k", f.pq, true)); }) == "DEVICE_UNAVAILABLE"); }
+  SECTION("device tier without a device") {
+    CHECK(reason_of([&] { pool.publish(publish_request("k", f.pq, true)); }) == "DEVICE_UNAVAILABLE");
+  }
   SECTION("corrupted byte in the copied image") {
     PoolHooks h;
     h.after_host_copy = [](uint8_t* p, size_t n) { p[n / 3] ^= 0x40; };

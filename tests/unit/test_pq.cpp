@@ -129,13 +129,16 @@ TEST_CASE("bad pq inputs get their reasons and leave no output") {
   o = opts(tmp.file("x.kvi"));
   o.prefix = 301;
   CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq())); }) == "USAGE");
-  CHECK(reason_of([&] { build_artifact(tmp.file("none.h5"), opts(tmp.file("x.kvi")), PqBuilder(small_pq())); }) == "IO_ERROR");
+  CHECK(reason_of([&] { build_artifact(tmp.file("none.h5"), opts(tmp.file("x.kvi")), PqBuilder(small_pq())); }) ==
+        "IO_ERROR");
   copy_dump(tmp.file("d.h5"), tmp.file("nan.h5"), {}, [](int64_t l, int64_t h, auto&, auto& v) {
     if (l == 1 && h == 0) v[100 * 16] = NAN;
   });
-  CHECK(reason_of([&] { build_artifact(tmp.file("nan.h5"), opts(tmp.file("x.kvi")), PqBuilder(small_pq())); }) == "NON_FINITE");
+  CHECK(reason_of([&] { build_artifact(tmp.file("nan.h5"), opts(tmp.file("x.kvi")), PqBuilder(small_pq())); }) ==
+        "NON_FINITE");
   CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
-  for (const auto& e : fs::directory_iterator(tmp.path)) CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
+  for (const auto& e : fs::directory_iterator(tmp.path))
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
 }
 
 TEST_CASE("sharded builds merge into the unsharded artifact, byte for byte; bad merges are refused") {
@@ -156,19 +159,25 @@ TEST_CASE("sharded builds merge into the unsharded artifact, byte for byte; bad 
   CHECK(read_bytes(tmp.file("merged.kvi")) == read_bytes(tmp.file("full.kvi")));
   CHECK(reason_of([&] { merge_artifacts({shards[0], shards[2]}, tmp.file("m.kvi"), "", true); }) == "MERGE_INCOMPLETE");
   CHECK(reason_of([&] { merge_artifacts({shards[0], shards[1]}, tmp.file("m.kvi"), "", true); }) == "MERGE_INCOMPLETE");
-  CHECK(reason_of([&] { merge_artifacts({shards[0], shards[0], shards[1], shards[2]}, tmp.file("m.kvi"), "", true); }) == "MERGE_OVERLAP");
+  CHECK(reason_of([&] {
+          merge_artifacts({shards[0], shards[0], shards[1], shards[2]}, tmp.file("m.kvi"), "", true);
+        }) == "MERGE_OVERLAP");
   BuildOptions other = opts(tmp.file("o1.kvi"));
   other.shard_index = 1;
   other.shard_count = 3;
   other.seed = 99;
   build_artifact(tmp.file("d.h5"), other, PqBuilder(small_pq()));
-  CHECK(reason_of([&] { merge_artifacts({shards[0], tmp.file("o1.kvi"), shards[2]}, tmp.file("m.kvi"), "", true); }) == "MERGE_MISMATCH");
+  CHECK(reason_of([&] {
+          merge_artifacts({shards[0], tmp.file("o1.kvi"), shards[2]}, tmp.file("m.kvi"), "", true);
+        }) == "MERGE_MISMATCH");
   pq_dump(tmp.file("d2.h5"), 6);
   BuildOptions os = opts(tmp.file("o2.kvi"));
   os.shard_index = 1;
   os.shard_count = 3;
   build_artifact(tmp.file("d2.h5"), os, PqBuilder(small_pq()));
-  CHECK(reason_of([&] { merge_artifacts({shards[0], tmp.file("o2.kvi"), shards[2]}, tmp.file("m.kvi"), "", true); }) == "MERGE_MISMATCH");
+  CHECK(reason_of([&] {
+          merge_artifacts({shards[0], tmp.file("o2.kvi"), shards[2]}, tmp.file("m.kvi"), "", true);
+        }) == "MERGE_MISMATCH");
   CHECK_FALSE(fs::exists(tmp.file("m.kvi")));
 }
 
@@ -195,8 +204,10 @@ TEST_CASE("pq append encodes new rows with the old codebooks and refuses a chang
   copy_dump(tmp.file("d.h5"), tmp.file("changed.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {
     if (l == 0 && h == 1) k[150 * 16 + 3] += 1.0f;
   });
-  CHECK(reason_of([&] { pq_append(tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 260, "", true); }) == "PAYLOAD_MISMATCH");
-  CHECK(reason_of([&] { pq_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 150, "", true); }) == "USAGE");
+  CHECK(reason_of([&] { pq_append(tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 260, "", true); }) ==
+        "PAYLOAD_MISMATCH");
+  CHECK(reason_of([&] { pq_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 150, "", true); }) ==
+        "USAGE");
   CHECK_FALSE(fs::exists(tmp.file("g3.kvi")));
 }
 

@@ -104,7 +104,8 @@ TEST_CASE("squeeze queries: hierarchical scores fewer centroids; flat scores all
   eo.sweep["quantile"] = {"0.5", "0.9"};
   json e = evaluate(r, d, eo);
   REQUIRE(e["budgets"].size() == 4);
-  CHECK(e["budgets"][0]["centroids_scored_mean"].get<double>() <= e["budgets"][1]["centroids_scored_mean"].get<double>() + 9);
+  CHECK(e["budgets"][0]["centroids_scored_mean"].get<double>() <=
+        e["budgets"][1]["centroids_scored_mean"].get<double>() + 9);
   CHECK(e["budgets"][1]["centroids_scored_mean"].get<double>() == 36);
 }
 
@@ -141,7 +142,8 @@ TEST_CASE("squeeze binds the prefix tokens; verify rejects forged hierarchies an
       std::memcpy(b.data(), &x, 4);
     }
   });
-  forge_artifact(r, tmp.file("th.kvi"), 0, 1, [](const SectionEntry&, auto&) {}, [](json& kd) { kd["thresholds"]["0.8"] = 0.5; });
+  forge_artifact(
+      r, tmp.file("th.kvi"), 0, 1, [](const SectionEntry&, auto&) {}, [](json& kd) { kd["thresholds"]["0.8"] = 0.5; });
   forge_artifact(r, tmp.file("lab.kvi"), 0, 1, [](const SectionEntry& s, auto& b) {
     if (s.name == "sq_labels") b[0] ^= 1;
   });

@@ -20,8 +20,9 @@ TEST_CASE("store keys never name paths: '/', '..', NUL and control characters ar
   k.kind = "squeeze";
   CHECK(reason_of([&] { check_store_key(k, false); }) == "OK");
   CHECK(reason_of([&] { check_store_key(k, true); }) == "BAD_STORE_KEY");  // params digest required
-  for (std::string bad : {std::string("a/b"), std::string(".."), std::string("."), std::string("x\\y"),
-                          std::string("nul\0byte", 8), std::string("tab\there"), std::string(300, 'x'), std::string()}) {
+  for (std::string bad :
+       {std::string("a/b"), std::string(".."), std::string("."), std::string("x\\y"), std::string("nul\0byte", 8),
+        std::string("tab\there"), std::string(300, 'x'), std::string()}) {
     StoreKey b = k;
     b.tenant = bad;
     INFO("tenant of " << bad.size() << " bytes");

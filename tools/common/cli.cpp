@@ -15,7 +15,8 @@ namespace {
 void print_error(const std::string& tool, const std::string& reason, const std::string& msg, bool as_json) {
   std::cerr << tool << ": error [" << reason << "]: " << msg << "\n";
   if (as_json)
-    std::cout << json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}}.dump(2)
+    std::cout << json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}}.dump(
+                     2)
               << std::endl;
 }
 }  // namespace
@@ -59,7 +60,8 @@ void add_identity_options(CLI::App* cmd, IdentityOptions& o) {
   cmd->add_option("--namespace-generation", o.namespace_generation, "namespace generation")->capture_default_str();
   cmd->add_option("--request-generation", o.request_generation, "request generation")->capture_default_str();
   cmd->add_option("--cache-generation", o.cache_generation, "cache generation")->capture_default_str();
-  cmd->add_option("--publication-generation", o.publication_generation, "publication generation")->capture_default_str();
+  cmd->add_option("--publication-generation", o.publication_generation, "publication generation")
+      ->capture_default_str();
   cmd->add_option("--frontier", o.frontier, "committed frontier (default: all rows)");
 }
 
@@ -67,13 +69,20 @@ void add_builder_options(CLI::App* cmd, BuilderCli& b) {
   cmd->add_option("-o,--output", b.opt.output, "output artifact (.kvi)")->required();
   cmd->add_option("--prefix", b.opt.prefix, "coverage [0, N) (default: the dump's committed frontier)");
   cmd->add_option("--sink", b.opt.sink, "first N rows are sinks: not indexed, always included (default: per kind)");
-  cmd->add_option("--local", b.opt.local, "last N covered rows are the local window: not indexed, always included (default: per kind)");
+  cmd->add_option("--local", b.opt.local,
+                  "last N covered rows are the local window: not indexed, always included (default: per kind)");
   cmd->add_option("--layers", b.layers, "layer range A-B (inclusive; default: all layers)");
-  cmd->add_option("--seed", b.opt.seed, "seed of every random choice (per part: seed, layer, kv head)")->capture_default_str();
-  cmd->add_option("--threads", b.opt.threads, "worker threads (default: the CPUs this process may use)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--shard", b.shard, "build only shard I/N of the parts (contiguous ranges in (layer, kv head) order), or 'auto' from the Slurm job array");
+  cmd->add_option("--seed", b.opt.seed, "seed of every random choice (per part: seed, layer, kv head)")
+      ->capture_default_str();
+  cmd->add_option("--threads", b.opt.threads, "worker threads (default: the CPUs this process may use)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--shard", b.shard,
+                  "build only shard I/N of the parts (contiguous ranges in (layer, kv head) order), or 'auto' from the "
+                  "Slurm job array");
   cmd->add_option("--sign-key", b.opt.sign_key, "Ed25519 private key (PEM) to sign the artifact");
-  cmd->add_option("--zstd-level", b.opt.zstd_level, "zstd level of the sections (0 = store raw)")->capture_default_str()->check(CLI::Range(0, 19));
+  cmd->add_option("--zstd-level", b.opt.zstd_level, "zstd level of the sections (0 = store raw)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 19));
   cmd->add_flag("--json", b.json, "print a JSON summary on stdout");
   cmd->add_flag("-q,--quiet", b.opt.quiet, "no progress on stderr");
 }
@@ -81,7 +90,8 @@ void add_builder_options(CLI::App* cmd, BuilderCli& b) {
 void finish_builder_options(BuilderCli& b) {
   if (!b.layers.empty()) parse_layers(b.layers, b.opt.layer_first, b.opt.layer_last);
   if (!b.shard.empty()) parse_shard(b.shard, b.opt.shard_index, b.opt.shard_count);
-  KVT_CHECK(b.opt.prefix >= -1 && b.opt.sink >= -1 && b.opt.local >= -1, USAGE, "--prefix, --sink and --local must be >= 0");
+  KVT_CHECK(b.opt.prefix >= -1 && b.opt.sink >= -1 && b.opt.local >= -1, USAGE,
+            "--prefix, --sink and --local must be >= 0");
   if (b.opt.threads == 0) b.opt.threads = default_threads();
 }
 
@@ -172,8 +182,8 @@ void print_artifact_inspection(const ArtifactInspection& a) {
   std::cout << "    snapshot digest  " << src.snapshot_digest << "\n";
   std::cout << "    model            " << src.id.model_artifact_sha256 << "\n";
   std::cout << "    tenant           " << src.id.tenant_namespace << "\n";
-  std::cout << "    geometry         [L=" << src.geo.layers << ", H_kv=" << src.geo.kv_heads << ", d=" << src.geo.head_dim
-            << "] " << dtype_name(src.geo.dtype) << "\n";
+  std::cout << "    geometry         [L=" << src.geo.layers << ", H_kv=" << src.geo.kv_heads
+            << ", d=" << src.geo.head_dim << "] " << dtype_name(src.geo.dtype) << "\n";
   if (a.kind_summary) {
     std::cout << "  " << a.kind << " summary";
     for (const auto& [k, v] : a.kind_summary->items()) std::cout << "  " << k << " " << v.dump();
@@ -218,8 +228,8 @@ void print_verify_result(const DumpVerification& v) {
 namespace kvtool::cli {
 
 void print_eval(const json& j) {
-  std::cout << "kvtool eval: " << j["kind"].get<std::string>() << " artifact " << j["artifact"].get<std::string>() << " on "
-            << j["source"].get<std::string>() << "\n";
+  std::cout << "kvtool eval: " << j["kind"].get<std::string>() << " artifact " << j["artifact"].get<std::string>()
+            << " on " << j["source"].get<std::string>() << "\n";
   std::cout << "  support = covered rows [0, " << j["coverage"][1] << "): " << j["indexed_rows"] << " indexed, "
             << j["always_included_rows"] << " always included (sink + local); " << j["query_positions"]
             << " query positions x query heads x layers\n";
@@ -227,62 +237,72 @@ void print_eval(const json& j) {
   auto label = [](const json& b) {
     const json& s = b["selector"];
     if (s.contains("quantile")) return "q=" + s["quantile"].dump() + (s["mode"] == "flat" ? " flat" : " hier");
-    return s.contains("min_collisions") ? "c=" + std::to_string(s["min_collisions"].get<int64_t>()) : s["budget"].get<std::string>();
+    return s.contains("min_collisions") ? "c=" + std::to_string(s["min_collisions"].get<int64_t>())
+                                        : s["budget"].get<std::string>();
   };
   bool centroids = !j["budgets"].empty() && j["budgets"][0].contains("centroids_scored_mean");
-  std::printf("  %-12s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s%s\n", sampling || centroids ? "setting" : "budget", "sel.frac",
-              "retained", "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err", "rows bytes",
+  std::printf("  %-12s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s%s\n", sampling || centroids ? "setting" : "budget",
+              "sel.frac", "retained", "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err", "rows bytes",
               sampling ? "  est.err  sampled" : "", centroids ? "  centroids" : "");
   for (const auto& b : j["budgets"]) {
     std::printf("  %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(b).c_str(),
                 b["selected_fraction_mean"].get<double>(), b["retained_mass_mean"].get<double>(),
                 b["retained_mass_p10"].get<double>(), b["oracle_retained_mass_mean"].get<double>(),
-                b["quality_ratio"].get<double>(), b["recall_support_mean"].get<double>(), b["output_error_mean"].get<double>(),
-                b["relative_output_error_mean"].get<double>(), b["selected_row_bytes_mean"].get<double>());
+                b["quality_ratio"].get<double>(), b["recall_support_mean"].get<double>(),
+                b["output_error_mean"].get<double>(), b["relative_output_error_mean"].get<double>(),
+                b["selected_row_bytes_mean"].get<double>());
     if (sampling)
-      std::printf("  %7.4f  %7.4f", b["estimator_output_error_mean"].get<double>(), b["sampled_fraction_mean"].get<double>());
+      std::printf("  %7.4f  %7.4f", b["estimator_output_error_mean"].get<double>(),
+                  b["sampled_fraction_mean"].get<double>());
     if (centroids) std::printf("  %9.1f", b["centroids_scored_mean"].get<double>());
     std::printf("\n");
   }
   if (sampling)
     std::cout << "  out.err: top-k renormalization over the sampled set; est.err: importance-sampling estimator\n";
   const auto& b0 = j["budgets"][0];
-  std::cout << "  index bytes " << human_bytes(b0["index_bytes"]) << ", metadata bytes " << human_bytes(b0["metadata_bytes"])
-            << ", selected full-row bytes " << j["selected_row_bytes_per_row"] << " per row per head\n";
+  std::cout << "  index bytes " << human_bytes(b0["index_bytes"]) << ", metadata bytes "
+            << human_bytes(b0["metadata_bytes"]) << ", selected full-row bytes " << j["selected_row_bytes_per_row"]
+            << " per row per head\n";
   std::cout << "  per layer (" << label(b0) << "):";
   for (const auto& l : b0["per_layer"])
-    std::printf(" L%lld %.3f/%.3f", static_cast<long long>(l["layer"].get<int64_t>()), l["retained_mass_mean"].get<double>(),
-                l["oracle_retained_mass_mean"].get<double>());
+    std::printf(" L%lld %.3f/%.3f", static_cast<long long>(l["layer"].get<int64_t>()),
+                l["retained_mass_mean"].get<double>(), l["oracle_retained_mass_mean"].get<double>());
   std::cout << "  (retained/oracle)\n";
 }
 
 void print_load(const json& j) {
   std::ios saved(nullptr);
   saved.copyfmt(std::cout);
-  std::cout << "pool: host tier" << (j["device"].is_null() ? std::string(" only (no GPU in use)") : " + device tier (" + j["device"].get<std::string>() + ")")
+  std::cout << "pool: host tier"
+            << (j["device"].is_null() ? std::string(" only (no GPU in use)")
+                                      : " + device tier (" + j["device"].get<std::string>() + ")")
             << "\n";
   for (const auto& r : j["receipts"]) {
     const auto& t = r["seconds"];
-    std::cout << "published " << r["key"].get<std::string>() << " as generation " << r["generation"] << " (" << r["kind"].get<std::string>()
-              << ", index generation " << r["index_generation"] << "): host " << human_bytes(r["bytes"]["host"])
-              << ", device " << human_bytes(r["bytes"]["device"]) << "; read " << std::fixed << std::setprecision(1)
-              << t["read"].get<double>() * 1e3 << " ms, validate " << t["validate"].get<double>() * 1e3 << " ms, decompress "
-              << t["decompress"].get<double>() * 1e3 << " ms, copy " << t["copy"].get<double>() * 1e3 << " ms\n";
+    std::cout << "published " << r["key"].get<std::string>() << " as generation " << r["generation"] << " ("
+              << r["kind"].get<std::string>() << ", index generation " << r["index_generation"] << "): host "
+              << human_bytes(r["bytes"]["host"]) << ", device " << human_bytes(r["bytes"]["device"]) << "; read "
+              << std::fixed << std::setprecision(1) << t["read"].get<double>() * 1e3 << " ms, validate "
+              << t["validate"].get<double>() * 1e3 << " ms, decompress " << t["decompress"].get<double>() * 1e3
+              << " ms, copy " << t["copy"].get<double>() * 1e3 << " ms\n";
     if (!r["evicted"].empty()) std::cout << "  evicted to make room: " << r["evicted"].dump() << "\n";
   }
   const auto& tiers = j["tiers"];
   std::cout << "tiers: host " << human_bytes(tiers["host"]["used"]) << " of " << human_bytes(tiers["host"]["budget"])
-            << ", device " << human_bytes(tiers["device"]["used"]) << " of " << human_bytes(tiers["device"]["budget"]) << "\n";
+            << ", device " << human_bytes(tiers["device"]["used"]) << " of " << human_bytes(tiers["device"]["budget"])
+            << "\n";
   std::cout << "publish: " << human_bytes(j["publish"]["bytes"]) << " in " << std::setprecision(3)
-            << j["publish"]["seconds"].get<double>() << " s (" << std::setprecision(1) << j["publish"]["mb_per_s"].get<double>()
-            << " MB/s)\n";
+            << j["publish"]["seconds"].get<double>() << " s (" << std::setprecision(1)
+            << j["publish"]["mb_per_s"].get<double>() << " MB/s)\n";
   const auto& q = j["queries"];
   if (q["count"] == 0)
-    std::cout << "queries: none replayed" << " (give --source DUMP with /kv/q; a query counts at or after an artifact's coverage end)" << "\n";
+    std::cout << "queries: none replayed"
+              << " (give --source DUMP with /kv/q; a query counts at or after an artifact's coverage end)"
+              << "\n";
   else
     std::cout << "queries: " << q["count"] << " replayed (" << q["host"] << " host, " << q["device"]
-              << " device), every candidate list equals kvtool query's; latency p50 " << q["latency_us"]["p50"].get<double>()
-              << " us, p99 " << q["latency_us"]["p99"].get<double>() << " us\n";
+              << " device), every candidate list equals kvtool query's; latency p50 "
+              << q["latency_us"]["p50"].get<double>() << " us, p99 " << q["latency_us"]["p99"].get<double>() << " us\n";
   std::cout.copyfmt(saved);
 }
 

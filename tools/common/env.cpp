@@ -47,7 +47,8 @@ int default_threads() {
 void slurm_array_shard(int64_t& index, int64_t& count) {
   const char* id = std::getenv("SLURM_ARRAY_TASK_ID");
   const char* cnt = std::getenv("SLURM_ARRAY_TASK_COUNT");
-  KVT_CHECK(id && cnt, USAGE, "--shard auto needs SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (run inside a Slurm job array)");
+  KVT_CHECK(id && cnt, USAGE,
+            "--shard auto needs SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (run inside a Slurm job array)");
   const char* mn = std::getenv("SLURM_ARRAY_TASK_MIN");
   index = parse_int(id, "SLURM_ARRAY_TASK_ID") - (mn ? parse_int(mn, "SLURM_ARRAY_TASK_MIN") : 0);
   count = parse_int(cnt, "SLURM_ARRAY_TASK_COUNT");

@@ -27,7 +27,8 @@ void write_plot(AtomicOutput& out, const json& budgets, const std::string& title
   auto X = [&](double f) { return L + (W - L - R) * f / xmax; };
   auto Y = [&](double m) { return T + (H - T - B) * (1 - m); };
   std::ostringstream s;
-  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' font-size='12'>\n";
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='12'>\n";
   s << "<rect width='100%' height='100%' fill='white'/>\n";
   s << "<text x='" << W / 2 - 60 << "' y='25' font-size='15'>" << title << "</text>\n";
   for (int i = 0; i <= 10; ++i) {
@@ -37,7 +38,8 @@ void write_plot(AtomicOutput& out, const json& budgets, const std::string& title
     s << "<line y1='" << T << "' y2='" << H - B << "' x1='" << X(f) << "' x2='" << X(f) << "' stroke='#eee'/>\n";
     s << "<text x='" << X(f) - 12 << "' y='" << H - B + 18 << "'>" << fmt(f) << "</text>\n";
   }
-  s << "<rect x='" << L << "' y='" << T << "' width='" << W - L - R << "' height='" << H - T - B << "' fill='none' stroke='black'/>\n";
+  s << "<rect x='" << L << "' y='" << T << "' width='" << W - L - R << "' height='" << H - T - B
+    << "' fill='none' stroke='black'/>\n";
   s << "<text x='" << (L + W - R) / 2 - 80 << "' y='" << H - 15 << "'>selected fraction of covered rows</text>\n";
   s << "<text transform='translate(20," << (T + H - B) / 2 + 60 << ") rotate(-90)'>retained attention mass</text>\n";
   auto series = [&](const char* key, const char* color, const char* label, double ly) {
@@ -48,8 +50,8 @@ void write_plot(AtomicOutput& out, const json& budgets, const std::string& title
     for (auto& [f, m] : pts) s << X(f) << "," << Y(m) << " ";
     s << "'/>\n";
     for (auto& [f, m] : pts) s << "<circle cx='" << X(f) << "' cy='" << Y(m) << "' r='4' fill='" << color << "'/>\n";
-    s << "<line x1='" << W - R + 15 << "' x2='" << W - R + 40 << "' y1='" << ly << "' y2='" << ly << "' stroke='" << color
-      << "' stroke-width='2'/><text x='" << W - R + 45 << "' y='" << ly + 4 << "'>" << label << "</text>\n";
+    s << "<line x1='" << W - R + 15 << "' x2='" << W - R + 40 << "' y1='" << ly << "' y2='" << ly << "' stroke='"
+      << color << "' stroke-width='2'/><text x='" << W - R + 45 << "' y='" << ly + 4 << "'>" << label << "</text>\n";
   };
   series("oracle_retained_mass_mean", "#888888", "dense top-k oracle", T + 20);
   series("retained_mass_mean", "#1f77b4", "index (mean)", T + 40);
@@ -70,10 +72,11 @@ void write_eval_csv(AtomicOutput& out, const std::vector<EvalRecord>& records) {
       "selector,layer,q_head,kv_head,position,selected_rows,selected_fraction,retained_mass,oracle_retained_mass,"
       "recall_support,output_error,relative_output_error,estimator_output_error\n";
   for (const auto& r : records)
-    text += r.selector + "," + std::to_string(r.layer) + "," + std::to_string(r.q_head) + "," + std::to_string(r.kv_head) +
-            "," + std::to_string(r.position) + "," + std::to_string(r.selected_rows) + "," + fmt(r.selected_fraction) + "," +
-            fmt(r.retained_mass) + "," + fmt(r.oracle_retained_mass) + "," + fmt(r.recall_support) + "," +
-            fmt(r.output_error) + "," + fmt(r.relative_output_error) + "," + fmt(r.estimator_output_error) + "\n";
+    text += r.selector + "," + std::to_string(r.layer) + "," + std::to_string(r.q_head) + "," +
+            std::to_string(r.kv_head) + "," + std::to_string(r.position) + "," + std::to_string(r.selected_rows) + "," +
+            fmt(r.selected_fraction) + "," + fmt(r.retained_mass) + "," + fmt(r.oracle_retained_mass) + "," +
+            fmt(r.recall_support) + "," + fmt(r.output_error) + "," + fmt(r.relative_output_error) + "," +
+            fmt(r.estimator_output_error) + "\n";
   write_text(out, text);
 }
 

@@ -13,7 +13,8 @@ const std::vector<KindCli>& kind_clis() {
        add_clusterkv_commands},
       {"lsh", "kvtool-lsh: MagicPIG SimHash sampling tables over K/V dumps (see kvtool-lsh(1))", add_lsh_commands},
       {"squeeze",
-       "kvtool-squeeze: SqueezedAttention fine/coarse centroid indexes over shared-prefix K/V dumps (see kvtool-squeeze(1))",
+       "kvtool-squeeze: SqueezedAttention fine/coarse centroid indexes over shared-prefix K/V dumps (see "
+       "kvtool-squeeze(1))",
        add_squeeze_commands}};
   return kinds;
 }
@@ -74,8 +75,10 @@ Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json) {
             as_json = a->b.json;
             finish_builder_options(a->b);
             BuildSummary s = build_artifact(a->dump, a->b.opt, *make());
-            if (a->b.json) print_json(s.to_json());
-            else if (!a->b.opt.quiet) print_build_summary(s);
+            if (a->b.json)
+              print_json(s.to_json());
+            else if (!a->b.opt.quiet)
+              print_build_summary(s);
             return 0;
           }};
 }

@@ -35,8 +35,8 @@ int run_kind_build(const std::string& kind, const std::vector<std::string>& args
 // finishes the options, builds the artifact and prints its summary.
 struct BuildCommand {
   std::string about, dump_help;
-  std::function<void(CLI::App*)> options;                // declares the kind's parameters
-  std::function<std::unique_ptr<KindBuilder>()> make;    // after the builder options are checked
+  std::function<void(CLI::App*)> options;              // declares the kind's parameters
+  std::function<std::unique_ptr<KindBuilder>()> make;  // after the builder options are checked
 };
 Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json);
 
@@ -66,8 +66,10 @@ Command add_append_command(CLI::App& app, AppendCommand<Summary> spec, bool& as_
   CLI::App* sub = add_append_options(app, spec.help, *a, as_json);
   return {sub, [a, &as_json, append = std::move(spec.append), summary = std::move(spec.summary)] {
             Summary s = append(*a, a->quiet || as_json);
-            if (as_json) print_json(s.to_json());
-            else if (!a->quiet) summary(*a, s);
+            if (as_json)
+              print_json(s.to_json());
+            else if (!a->quiet)
+              summary(*a, s);
             return 0;
           }};
 }

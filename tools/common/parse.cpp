@@ -51,16 +51,15 @@ int64_t parse_bytes(const std::string& s) {
   double v = -1;
   try {
     v = std::stod(s, &pos);
-  } catch (...) {
-  }
+  } catch (...) {}
   std::string unit = s.substr(std::min(pos, s.size()));
   for (const char* tail : {"iB", "B"})
     if (unit.size() >= std::char_traits<char>::length(tail) && unit.ends_with(tail)) {
       unit.resize(unit.size() - std::char_traits<char>::length(tail));
       break;
     }
-  static const std::map<std::string, double> mult{{"", 1}, {"K", 1024.0}, {"M", 1024.0 * 1024}, {"G", 1024.0 * 1024 * 1024},
-                                                  {"T", 1024.0 * 1024 * 1024 * 1024}};
+  static const std::map<std::string, double> mult{
+      {"", 1}, {"K", 1024.0}, {"M", 1024.0 * 1024}, {"G", 1024.0 * 1024 * 1024}, {"T", 1024.0 * 1024 * 1024 * 1024}};
   auto it = mult.find(unit);
   KVT_CHECK(pos > 0 && v >= 0 && std::isfinite(v) && it != mult.end() && v * it->second < 9.2e18, USAGE,
             "'" << s << "' is not a byte size (examples: 4096, 512M, 8G)");
@@ -77,8 +76,7 @@ int64_t parse_duration(const std::string& s) {
     if (unit == "m") return v * 60;
     if (unit == "h") return v * 3600;
     if (unit == "d") return v * 86400;
-  } catch (...) {
-  }
+  } catch (...) {}
   KVT_THROW(USAGE, "duration '" << s << "' must be a number with an optional unit s, m, h or d (e.g. 15m)");
 }
 

@@ -13,7 +13,6 @@ namespace kvtool::cli {
 
 std::vector<float> read_query_vector(const std::string& path, int64_t d);
 
-
 std::vector<float> read_query_vector(const std::string& path, int64_t d) {
   std::ifstream f(path, std::ios::binary);
   KVT_CHECK(f.good(), IO_ERROR, "cannot open query vector file '" << path << "'");
@@ -21,8 +20,9 @@ std::vector<float> read_query_vector(const std::string& path, int64_t d) {
   std::vector<float> v;
   bool binary = path.size() > 4 && (path.substr(path.size() - 4) == ".f32" || path.substr(path.size() - 4) == ".bin");
   if (binary) {
-    KVT_CHECK(data.size() == static_cast<size_t>(d) * 4, SHAPE_MISMATCH,
-              "'" << path << "' has " << data.size() << " bytes; a float32 query of head dim " << d << " has " << d * 4);
+    KVT_CHECK(
+        data.size() == static_cast<size_t>(d) * 4, SHAPE_MISMATCH,
+        "'" << path << "' has " << data.size() << " bytes; a float32 query of head dim " << d << " has " << d * 4);
     v.resize(static_cast<size_t>(d));
     std::memcpy(v.data(), data.data(), data.size());
   } else {
@@ -48,6 +48,5 @@ std::vector<float> read_query_vector(const std::string& path, int64_t d) {
   for (float x : v) KVT_CHECK(std::isfinite(x), NON_FINITE, "the query vector in '" << path << "' has NaN/Inf");
   return v;
 }
-
 
 }  // namespace kvtool::cli

@@ -37,8 +37,9 @@ bool dot_scores_f64(const float* q, const float* centroids, int64_t centroid_row
                     int64_t d, double scale, double* out);
 
 // SimHash codes of q for every table, then collision counts of every indexed row (CSR tables).
-bool simhash_collisions(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, const uint32_t* offsets,
-                        const uint32_t* ids, int64_t n, int64_t base, uint32_t* codes, uint16_t* count);
+bool simhash_collisions(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables,
+                        const uint32_t* offsets, const uint32_t* ids, int64_t n, int64_t base, uint32_t* codes,
+                        uint16_t* count);
 
 // The same three with the centroids / tables already in device memory (the pool's device tier);
 // q, rows and the outputs are host arrays. lsh ids may be u16 or u32 (id_bytes 2 or 4).

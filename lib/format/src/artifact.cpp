@@ -16,9 +16,16 @@ namespace kvtool {
 
 namespace {
 
-void put_u16(uint8_t* p, uint16_t v) { p[0] = v & 0xff; p[1] = v >> 8; }
-void put_u32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i)); }
-void put_u64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i)); }
+void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = v & 0xff;
+  p[1] = v >> 8;
+}
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
 uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 uint32_t get_u32(const uint8_t* p) {
   uint32_t v = 0;
@@ -70,7 +77,8 @@ bool checked_mul(uint64_t a, uint64_t b, uint64_t& out) {
 }
 
 std::string req_str(const json& j, const char* k, const std::string& where) {
-  KVT_CHECK(j.contains(k) && j[k].is_string(), BAD_MANIFEST, where << " field '" << k << "' is missing or not a string");
+  KVT_CHECK(j.contains(k) && j[k].is_string(), BAD_MANIFEST,
+            where << " field '" << k << "' is missing or not a string");
   return j[k].get<std::string>();
 }
 uint64_t req_u64(const json& j, const char* k, const std::string& where) {
@@ -79,7 +87,8 @@ uint64_t req_u64(const json& j, const char* k, const std::string& where) {
   return j[k].get<uint64_t>();
 }
 int64_t req_i64(const json& j, const char* k, const std::string& where) {
-  KVT_CHECK(j.contains(k) && j[k].is_number_integer(), BAD_MANIFEST, where << " field '" << k << "' is missing or not an integer");
+  KVT_CHECK(j.contains(k) && j[k].is_number_integer(), BAD_MANIFEST,
+            where << " field '" << k << "' is missing or not an integer");
   return j[k].get<int64_t>();
 }
 
@@ -94,9 +103,10 @@ size_t section_dtype_size(const std::string& t) {
 }
 
 json SectionEntry::to_json() const {
-  return json{{"name", name},       {"dtype", dtype},     {"shape", shape},         {"codec", codec},
-              {"offset", offset},   {"stored_size", stored_size}, {"raw_size", raw_size},
-              {"sha256", sha256},   {"layer", layer},     {"kv_head", kv_head}};
+  return json{{"name", name},         {"dtype", dtype},   {"shape", shape},
+              {"codec", codec},       {"offset", offset}, {"stored_size", stored_size},
+              {"raw_size", raw_size}, {"sha256", sha256}, {"layer", layer},
+              {"kv_head", kv_head}};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -299,8 +309,7 @@ void ArtifactReader::parse() {
             "the manifest of '" << path << "' does not match its SHA-256 in the footer (modified or damaged)");
   if (ssize) {
     const uint8_t* b = data_ + soff;
-    KVT_CHECK(std::memcmp(b, "KVIS", 4) == 0 && get_u32(b + 4) == 1, BAD_SIGNATURE,
-              "the signature block is malformed");
+    KVT_CHECK(std::memcmp(b, "KVIS", 4) == 0 && get_u32(b + 4) == 1, BAD_SIGNATURE, "the signature block is malformed");
     PublicKeyRaw pub;
     std::memcpy(pub.data(), b + 8, 32);
     std::memcpy(signature_.data(), b + 40, 64);
@@ -324,13 +333,14 @@ void ArtifactReader::parse() {
             PARAMS_DIGEST, "the params digest does not match the manifest's params");
   KVT_CHECK(manifest_.contains("source"), BAD_MANIFEST, "manifest has no source binding");
   source_ = SourceBinding::from_json(manifest_["source"]);
-  KVT_CHECK(manifest_.contains("coverage") && manifest_["coverage"] == json({0, source_.coverage_end}),
-            BAD_MANIFEST, "manifest coverage does not match the source binding's coverage_end");
+  KVT_CHECK(manifest_.contains("coverage") && manifest_["coverage"] == json({0, source_.coverage_end}), BAD_MANIFEST,
+            "manifest coverage does not match the source binding's coverage_end");
   KVT_CHECK(req_i64(manifest_, "index_generation", where) >= 1 && req_i64(manifest_, "selector_generation", where) >= 1,
             BAD_MANIFEST, "generations must be >= 1");
   KVT_CHECK(req_str(manifest_, "semantics", where) == "candidate_ids_only", BAD_MANIFEST,
             "manifest semantics must be 'candidate_ids_only'");
-  KVT_CHECK(manifest_.contains("sections") && manifest_["sections"].is_array(), BAD_MANIFEST, "manifest sections missing");
+  KVT_CHECK(manifest_.contains("sections") && manifest_["sections"].is_array(), BAD_MANIFEST,
+            "manifest sections missing");
   uint64_t prev_end = kKviHeaderSize;
   for (const auto& js : manifest_["sections"]) {
     KVT_CHECK(js.is_object(), BAD_MANIFEST, "section entry is not an object");
@@ -363,7 +373,9 @@ void ArtifactReader::parse() {
     KVT_CHECK(from_hex(s.sha256, tmp), BAD_MANIFEST, w << " sha256 is not 64 hex digits");
     KVT_CHECK(s.offset % kKviAlign == 0 && s.offset >= prev_end && s.offset <= manifest_off_ &&
                   s.stored_size <= manifest_off_ - s.offset,
-              BAD_LAYOUT, w << " at offset " << s.offset << " (" << s.stored_size << " bytes) is out of bounds, unaligned or overlapping");
+              BAD_LAYOUT,
+              w << " at offset " << s.offset << " (" << s.stored_size
+                << " bytes) is out of bounds, unaligned or overlapping");
     prev_end = s.offset + s.stored_size;
     sections_.push_back(std::move(s));
   }
@@ -396,8 +408,8 @@ std::vector<uint8_t> ArtifactReader::read_section(const SectionEntry& s) const {
   } else {
     unsigned long long fcs = ZSTD_getFrameContentSize(src, s.stored_size);
     KVT_CHECK(fcs == s.raw_size, DECOMPRESS_FAILED,
-              "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head << ") is not a zstd frame of "
-                          << s.raw_size << " bytes");
+              "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head
+                          << ") is not a zstd frame of " << s.raw_size << " bytes");
     size_t r = ZSTD_decompress(out.data(), out.size(), src, s.stored_size);
     KVT_CHECK(!ZSTD_isError(r) && r == s.raw_size, DECOMPRESS_FAILED,
               "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head
@@ -428,8 +440,7 @@ void ArtifactReader::verify_sections() const {
 void ArtifactReader::verify_signature(const std::vector<PublicKeyRaw>& trusted, bool require) const {
   if (!signer_) {
     KVT_CHECK(!require, SIGNATURE_REQUIRED, "'" << path_ << "' is not signed and a signature is required");
-    KVT_CHECK(trusted.empty(), SIGNATURE_REQUIRED,
-              "'" << path_ << "' is not signed but trusted keys were given");
+    KVT_CHECK(trusted.empty(), SIGNATURE_REQUIRED, "'" << path_ << "' is not signed but trusted keys were given");
     return;
   }
   KVT_CHECK(kvtool::verify_signature(*signer_, dsse_pae(manifest_digest_), signature_), BAD_SIGNATURE,

@@ -26,9 +26,9 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> Inf
-  if (absu < 0x38800000u) {  // subnormal or zero in half
+  if (absu < 0x38800000u) {                                               // subnormal or zero in half
     if (absu < 0x33000000u) return static_cast<uint16_t>(sign);
     uint32_t e = absu >> 23;
     uint32_t m = (absu & 0x7fffffu) | 0x800000u;
@@ -42,7 +42,7 @@ uint16_t f32_to_f16(float f) {
     return static_cast<uint16_t>(sign | half_m);
   }
   uint32_t r = absu + 0xfffu + ((absu >> 13) & 1u);  // round to nearest even
-  r -= 0x38000000u;                                   // rebias 127 -> 15
+  r -= 0x38000000u;                                  // rebias 127 -> 15
   return static_cast<uint16_t>(sign | (r >> 13));
 }
 

@@ -14,11 +14,27 @@ namespace kvtool {
 namespace {
 
 enum Tag : uint16_t {
-  kModel = 1, kCheckpoint = 2, kAdapter = 3, kPositionContract = 4, kRope = 5, kRepresentation = 6,
-  kTenant = 7, kHeadMap = 8, kLayers = 9, kKvHeads = 10, kHeadDim = 11, kDtype = 12, kRangeEnd = 13,
+  kModel = 1,
+  kCheckpoint = 2,
+  kAdapter = 3,
+  kPositionContract = 4,
+  kRope = 5,
+  kRepresentation = 6,
+  kTenant = 7,
+  kHeadMap = 8,
+  kLayers = 9,
+  kKvHeads = 10,
+  kHeadDim = 11,
+  kDtype = 12,
+  kRangeEnd = 13,
   kPayload = 14,
-  kNamespaceGen = 20, kRequestGen = 21, kCacheGen = 22, kPublicationGen = 23, kTokens = 24,
-  kFrontier = 25, kContent = 26,
+  kNamespaceGen = 20,
+  kRequestGen = 21,
+  kCacheGen = 22,
+  kPublicationGen = 23,
+  kTokens = 24,
+  kFrontier = 25,
+  kContent = 26,
 };
 
 void identity_fields(CanonicalHasher& h, const DumpIdentity& id, const DumpGeometry& g) {
@@ -37,7 +53,8 @@ void identity_fields(CanonicalHasher& h, const DumpIdentity& id, const DumpGeome
 }
 
 std::string get_str(const json& j, const char* k) {
-  KVT_CHECK(j.contains(k) && j[k].is_string(), BAD_MANIFEST, "source binding field '" << k << "' is missing or not a string");
+  KVT_CHECK(j.contains(k) && j[k].is_string(), BAD_MANIFEST,
+            "source binding field '" << k << "' is missing or not a string");
   return j[k].get<std::string>();
 }
 int64_t get_int(const json& j, const char* k) {
@@ -50,9 +67,12 @@ int64_t get_int(const json& j, const char* k) {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "float32";
-    case DType::f16: return "float16";
-    case DType::bf16: return "bfloat16";
+    case DType::f32:
+      return "float32";
+    case DType::f16:
+      return "float16";
+    case DType::bf16:
+      return "bfloat16";
   }
   return "?";
 }
@@ -73,7 +93,6 @@ std::string canonical_rope_config(const std::string& rope) {
   KVT_CHECK(j.is_object(), BAD_ATTRIBUTE, "rope_config must be a JSON object");
   return canonical_json(j);
 }
-
 
 Digest content_digest(const DumpIdentity& id, const DumpGeometry& g, int64_t end, const Digest& payload) {
   CanonicalHasher h("kvtool.content.v1");

@@ -11,22 +11,21 @@
 namespace kvtool {
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  KVT_CHECK(ctx_ && EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) == 1,
-            INTERNAL, "cannot initialise SHA-256");
+  KVT_CHECK(ctx_ && EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) == 1, INTERNAL,
+            "cannot initialise SHA-256");
 }
 Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
 
 void Sha256::update(const void* data, size_t n) {
   if (n == 0) return;
-  KVT_CHECK(EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, n) == 1, INTERNAL,
-            "SHA-256 update failed");
+  KVT_CHECK(EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, n) == 1, INTERNAL, "SHA-256 update failed");
 }
 
 Digest Sha256::finish() {
   Digest d{};
   unsigned int len = 0;
-  KVT_CHECK(EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.data(), &len) == 1 && len == 32,
-            INTERNAL, "SHA-256 finish failed");
+  KVT_CHECK(EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.data(), &len) == 1 && len == 32, INTERNAL,
+            "SHA-256 finish failed");
   return d;
 }
 

@@ -47,7 +47,8 @@ PublicKeyRaw raw_public(EVP_PKEY* p, const std::string& path) {
 void write_new_file(const std::string& path, const std::string& data, mode_t mode) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, mode);
   KVT_CHECK(fd >= 0, errno == EEXIST ? OUTPUT_EXISTS : IO_ERROR,
-            "cannot create '" << path << "': " << std::strerror(errno) << (errno == EEXIST ? " (refusing to overwrite)" : ""));
+            "cannot create '" << path << "': " << std::strerror(errno)
+                              << (errno == EEXIST ? " (refusing to overwrite)" : ""));
   fchmod(fd, mode);
   size_t off = 0;
   while (off < data.size()) {
@@ -118,8 +119,10 @@ std::string public_key_path_for(const std::string& priv) {
 std::string generate_keypair(const std::string& priv_path) {
   std::string pub_path = public_key_path_for(priv_path);
   struct stat st {};
-  KVT_CHECK(stat(priv_path.c_str(), &st) != 0, OUTPUT_EXISTS, "'" << priv_path << "' already exists; refusing to overwrite a key");
-  KVT_CHECK(stat(pub_path.c_str(), &st) != 0, OUTPUT_EXISTS, "'" << pub_path << "' already exists; refusing to overwrite a key");
+  KVT_CHECK(stat(priv_path.c_str(), &st) != 0, OUTPUT_EXISTS,
+            "'" << priv_path << "' already exists; refusing to overwrite a key");
+  KVT_CHECK(stat(pub_path.c_str(), &st) != 0, OUTPUT_EXISTS,
+            "'" << pub_path << "' already exists; refusing to overwrite a key");
   std::unique_ptr<EVP_PKEY_CTX, void (*)(EVP_PKEY_CTX*)> ctx(EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nullptr),
                                                              &EVP_PKEY_CTX_free);
   EVP_PKEY* raw = nullptr;

@@ -20,7 +20,7 @@ struct ClusterKvParams {
   std::vector<int64_t> dense_layers;  // layers left unindexed (queries return all their rows)
 };
 
-CentroidRule parse_centroid_rule(const std::string& s);  // "raw-mean" | "spherical"; USAGE otherwise
+CentroidRule parse_centroid_rule(const std::string& s);       // "raw-mean" | "spherical"; USAGE otherwise
 std::vector<int64_t> parse_layer_list(const std::string& s);  // "0,1" or "0-1,5"; USAGE otherwise
 
 class ClusterKvBuilder : public KindBuilder {

@@ -48,8 +48,7 @@ std::vector<int64_t> parse_layer_list(const std::string& s) {
       long long v = 0;
       try {
         v = std::stoll(t, &pos);
-      } catch (...) {
-      }
+      } catch (...) {}
       KVT_CHECK(pos == t.size(), USAGE, "'" << t << "' is not an integer (--layers)");
       return v;
     };
@@ -121,7 +120,8 @@ PartOutput ClusterKvBuilder::build_part(const PartInput& in) const {
   ClusterSet s;
   s.d = in.head_dim;
   add_clusters(s, in.keys + rb * in.head_dim, rb, n, cluster_count(p_, n), p_.iters, in.seed, p_.centroid);
-  out.meta["generations"] = json::array({{{"index_generation", 1}, {"rows", {rb, rb + n}}, {"clusters", {0, s.clusters()}}}});
+  out.meta["generations"] =
+      json::array({{{"index_generation", 1}, {"rows", {rb, rb + n}}, {"clusters", {0, s.clusters()}}}});
   cluster_sections(s, out.sections);
   return out;
 }
@@ -162,8 +162,9 @@ class ClusterKvAppender : public KindAppender {
       const uint64_t seed = part_seed(seed_, layer, head, static_cast<uint64_t>(in.index_generation * 1000003 + wi));
       add_clusters(s, in.rows + (r0 - in.rows_begin) * in.head_dim, r0, window_, window_clusters_, iters_, seed, rule_);
     }
-    out.meta["generations"].push_back(
-        {{"index_generation", in.index_generation}, {"rows", {before_.end(), new_end_}}, {"clusters", {c0, s.clusters()}}});
+    out.meta["generations"].push_back({{"index_generation", in.index_generation},
+                                       {"rows", {before_.end(), new_end_}},
+                                       {"clusters", {c0, s.clusters()}}});
     cluster_sections(s, out.sections);
   }
 
@@ -172,8 +173,12 @@ class ClusterKvAppender : public KindAppender {
   }
   json generation(int64_t gen) const override {
     json wins = json::array();
-    for (int64_t wi = 0; wi < windows_; ++wi) wins.push_back({before_.end() + wi * window_, before_.end() + (wi + 1) * window_});
-    return {{"index_generation", gen}, {"rows", {before_.end(), new_end_}}, {"windows", wins}, {"window", window_},
+    for (int64_t wi = 0; wi < windows_; ++wi)
+      wins.push_back({before_.end() + wi * window_, before_.end() + (wi + 1) * window_});
+    return {{"index_generation", gen},
+            {"rows", {before_.end(), new_end_}},
+            {"windows", wins},
+            {"window", window_},
             {"window_clusters", window_clusters_}};
   }
 

@@ -85,10 +85,12 @@ void validate_clusterkv(const ArtifactReader& r) {
                   pm["indexed_rows"].is_number_unsigned() && pm.contains("generations") && pm["generations"].is_array(),
               PART_INVALID, "clusterkv part (" << layer << ", " << head << ") lacks dense/indexed_rows/generations");
     KVT_CHECK(pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
-              "clusterkv part (" << layer << ", " << head << ") indexes " << pm["indexed_rows"] << " rows, the coverage has " << rows.count());
+              "clusterkv part (" << layer << ", " << head << ") indexes " << pm["indexed_rows"]
+                                 << " rows, the coverage has " << rows.count());
     if (pm["dense"].get<bool>()) {
       for (const char* n : {"ckv_centroids", "ckv_sizes", "ckv_prefix_sums", "ckv_members"})
-        KVT_CHECK(!r.find(n, layer, head), PART_INVALID, "dense clusterkv part (" << layer << ", " << head << ") has clusters");
+        KVT_CHECK(!r.find(n, layer, head), PART_INVALID,
+                  "dense clusterkv part (" << layer << ", " << head << ") has clusters");
       continue;
     }
     sections += 4;
@@ -98,10 +100,12 @@ void validate_clusterkv(const ArtifactReader& r) {
     for (int64_t c = 0; c < C; ++c) {
       run += s.sizes[c];
       KVT_CHECK(s.prefix[c] == run, PREFIX_SUM_MISMATCH,
-                "cluster " << c << " of part (" << layer << ", " << head << "): prefix sum " << s.prefix[c] << ", sizes add up to " << run);
+                "cluster " << c << " of part (" << layer << ", " << head << "): prefix sum " << s.prefix[c]
+                           << ", sizes add up to " << run);
     }
     KVT_CHECK(static_cast<int64_t>(s.members.size()) == rows.count() && run == s.members.size(), MEMBERS_NOT_PARTITION,
-              "part (" << layer << ", " << head << ") has " << s.members.size() << " members for " << rows.count() << " indexed rows");
+              "part (" << layer << ", " << head << ") has " << s.members.size() << " members for " << rows.count()
+                       << " indexed rows");
     for (float x : s.centroids)
       KVT_CHECK(std::isfinite(x), NON_FINITE, "a centroid of part (" << layer << ", " << head << ") is not finite");
     std::vector<char> seen(static_cast<size_t>(rows.count()), 0);
@@ -117,7 +121,8 @@ void validate_clusterkv(const ArtifactReader& r) {
           KVT_CHECK(m[i] >= r0 && m[i] < r1, MEMBERS_NOT_PARTITION,
                     "cluster " << c << " of part (" << layer << ", " << head << ") holds row " << m[i]
                                << " outside its generation's rows [" << r0 << ", " << r1 << ")");
-          KVT_CHECK(i == 0 || m[i] > m[i - 1], MEMBERS_NOT_PARTITION, "members of cluster " << c << " are not in row order");
+          KVT_CHECK(i == 0 || m[i] > m[i - 1], MEMBERS_NOT_PARTITION,
+                    "members of cluster " << c << " are not in row order");
           KVT_CHECK(!seen[m[i] - rows.begin()], MEMBERS_NOT_PARTITION, "row " << m[i] << " is a member twice");
           seen[m[i] - rows.begin()] = 1;
         }
@@ -126,9 +131,11 @@ void validate_clusterkv(const ArtifactReader& r) {
       next_cluster = c1;
     }
     KVT_CHECK(next_row == rows.end() && next_cluster == C, GENERATIONS_NOT_CONTIGUOUS,
-              "generations of part (" << layer << ", " << head << ") end at row " << next_row << " / cluster " << next_cluster);
+              "generations of part (" << layer << ", " << head << ") end at row " << next_row << " / cluster "
+                                      << next_cluster);
   }
-  KVT_CHECK(sections == r.sections().size(), PART_INVALID, "the artifact has sections that belong to no clusterkv part");
+  KVT_CHECK(sections == r.sections().size(), PART_INVALID,
+            "the artifact has sections that belong to no clusterkv part");
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ struct ClusterSet {
     return vector_bytes(centroids) + vector_bytes(sizes) + vector_bytes(prefix) + vector_bytes(members);
   }
 
-  static ClusterSet load(const ArtifactReader& r, int64_t layer, int64_t head, int64_t d, const std::string& pre = "ckv") {
+  static ClusterSet load(const ArtifactReader& r, int64_t layer, int64_t head, int64_t d,
+                         const std::string& pre = "ckv") {
     ClusterSet s;
     s.d = d;
     auto get = [&](const char* suffix, const char* dtype) {
@@ -39,8 +40,9 @@ struct ClusterSet {
     auto [pe, pb] = get("_prefix_sums", "u32");
     auto [me, mb] = get("_members", "u32");
     int64_t C = se->shape.empty() ? 0 : se->shape[0];
-    KVT_CHECK(ce->shape == std::vector<int64_t>({C, d}) && pe->shape == std::vector<int64_t>({C}) && me->shape.size() == 1,
-              SHAPE_MISMATCH, "cluster sections of part (" << layer << ", " << head << ") have inconsistent shapes");
+    KVT_CHECK(
+        ce->shape == std::vector<int64_t>({C, d}) && pe->shape == std::vector<int64_t>({C}) && me->shape.size() == 1,
+        SHAPE_MISMATCH, "cluster sections of part (" << layer << ", " << head << ") have inconsistent shapes");
     s.centroids.resize(static_cast<size_t>(C * d));
     s.sizes.resize(static_cast<size_t>(C));
     s.prefix.resize(static_cast<size_t>(C));
@@ -52,6 +54,5 @@ struct ClusterSet {
     return s;
   }
 };
-
 
 }  // namespace kvtool

@@ -9,9 +9,9 @@
 #include "kvtool/error.h"
 #include "lsh/lsh_internal.h"
 
-extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
-                      const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
-                      const int* ldc);
+extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                      const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                      const float* beta, float* c, const int* ldc);
 
 namespace kvtool {
 
@@ -44,7 +44,9 @@ void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, 
 
 }  // namespace
 
-json LshBuilder::params() const { return {{"bits", p_.bits}, {"tables", p_.tables}, {"centering", "mean-of-indexed-keys"}}; }
+json LshBuilder::params() const {
+  return {{"bits", p_.bits}, {"tables", p_.tables}, {"centering", "mean-of-indexed-keys"}};
+}
 
 void LshBuilder::check(int64_t) const {
   KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, USAGE, "--bits must be in 1..16 (got " << p_.bits << ")");

@@ -71,7 +71,8 @@ struct LshParams : QueryParams {
 
 class LshSelector : public PartSelector {
  public:
-  LshSelector(const ArtifactReader& r, int64_t layer, int64_t head) : lay_(LshLayout::of(r)), rows_(IndexedRows::of(r)) {
+  LshSelector(const ArtifactReader& r, int64_t layer, int64_t head)
+      : lay_(LshLayout::of(r)), rows_(IndexedRows::of(r)) {
     const json& pm = part_meta(r, layer, head);
     n_ = pm["indexed_rows"];
     if (n_ > 0) t_ = LshTables::load(r, layer, head, lay_, n_);
@@ -83,8 +84,8 @@ class LshSelector : public PartSelector {
     std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
     std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
     scoring::simhash_codes(req.q, lay_.d, t_.w.data(), lay_.bits, lay_.tables, qcodes.data());
-    scoring::collision_counts(qcodes.data(), t_.offsets.data(), t_.ids.data(), lay_.tables, lay_.buckets, n_, rows_.begin(),
-                              count.data());
+    scoring::collision_counts(qcodes.data(), t_.offsets.data(), t_.ids.data(), lay_.tables, lay_.buckets, n_,
+                              rows_.begin(), count.data());
     emit(req, count, out);
   }
   bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
@@ -103,8 +104,7 @@ class LshSelector : public PartSelector {
   }
   void check(const SelectRequest& req) const {
     const int64_t c = params_of<LshParams>(req).min_collisions;
-    KVT_CHECK(c >= 1 && c <= lay_.tables, USAGE,
-              "--min-collisions must be in 1.." << lay_.tables);
+    KVT_CHECK(c >= 1 && c <= lay_.tables, USAGE, "--min-collisions must be in 1.." << lay_.tables);
   }
   // Every row with >= c collisions, with its inclusion probability when the full keys are given.
   void emit(const SelectRequest& req, const std::vector<uint16_t>& count, Selection& out) const {
@@ -149,17 +149,20 @@ void validate_lsh(const ArtifactReader& r) {
   size_t sections = 0;
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
     int64_t layer = pm["layer"], head = pm["kv_head"];
-    KVT_CHECK(pm.contains("indexed_rows") && pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
-              "lsh part (" << layer << ", " << head << ") does not index the " << rows.count() << " rows of its coverage");
+    KVT_CHECK(
+        pm.contains("indexed_rows") && pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
+        "lsh part (" << layer << ", " << head << ") does not index the " << rows.count() << " rows of its coverage");
     const int64_t n = rows.count();
     if (n == 0) continue;
     sections += 4;
     LshTables t = LshTables::load(r, layer, head, lay, n);
     KVT_CHECK(r.find("lsh_ids", layer, head)->dtype == id_dtype(rows.coverage_end), SHAPE_MISMATCH,
               "lsh ids of part (" << layer << ", " << head << ") should be " << id_dtype(rows.coverage_end));
-    for (float x : t.mu) KVT_CHECK(std::isfinite(x), NON_FINITE, "the key mean of part (" << layer << ", " << head << ") is not finite");
-    KVT_CHECK(t.w == lsh_projections(seed, layer, head, lay.d, lay.bits, lay.tables), PROJECTION_MISMATCH,
-              "the projections of part (" << layer << ", " << head << ") are not the ones the seed " << seed << " generates");
+    for (float x : t.mu)
+      KVT_CHECK(std::isfinite(x), NON_FINITE, "the key mean of part (" << layer << ", " << head << ") is not finite");
+    KVT_CHECK(
+        t.w == lsh_projections(seed, layer, head, lay.d, lay.bits, lay.tables), PROJECTION_MISMATCH,
+        "the projections of part (" << layer << ", " << head << ") are not the ones the seed " << seed << " generates");
     std::vector<int64_t> seen(static_cast<size_t>(n), -1);
     for (int64_t tb = 0; tb < lay.tables; ++tb) {
       const uint32_t* off = t.offsets.data() + tb * (lay.buckets + 1);
@@ -167,12 +170,14 @@ void validate_lsh(const ArtifactReader& r) {
                 "table " << tb << " of part (" << layer << ", " << head << "): offsets run from " << off[0] << " to "
                          << off[lay.buckets] << ", not 0 to " << n);
       for (int64_t b = 0; b < lay.buckets; ++b) {
-        KVT_CHECK(off[b] <= off[b + 1], BUCKET_TABLE_INVALID, "table " << tb << " offsets are not monotone at bucket " << b);
+        KVT_CHECK(off[b] <= off[b + 1], BUCKET_TABLE_INVALID,
+                  "table " << tb << " offsets are not monotone at bucket " << b);
         for (uint32_t i = off[b]; i < off[b + 1]; ++i) {
           int64_t id = t.ids[tb * n + i];
           KVT_CHECK(id >= rows.begin() && id < rows.end(), BUCKET_TABLE_INVALID,
                     "table " << tb << " holds row " << id << " outside the indexed rows");
-          KVT_CHECK(seen[id - rows.begin()] != tb, BUCKET_TABLE_INVALID, "table " << tb << " holds row " << id << " twice");
+          KVT_CHECK(seen[id - rows.begin()] != tb, BUCKET_TABLE_INVALID,
+                    "table " << tb << " holds row " << id << " twice");
           KVT_CHECK(i == off[b] || t.ids[tb * n + i] > t.ids[tb * n + i - 1], BUCKET_TABLE_INVALID,
                     "bucket " << b << " of table " << tb << " is not sorted by id");
           seen[id - rows.begin()] = tb;
@@ -195,13 +200,16 @@ json summarize_lsh(const ArtifactReader& r) {
     max_bucket = std::max<int64_t>(max_bucket, pm["bucket_max"]);
     ++parts;
   }
-  return {{"table_bytes_raw", raw}, {"table_bytes_stored", stored},
-          {"bucket_empty_fraction_mean", parts ? empty / parts : 0.0}, {"bucket_max", max_bucket}};
+  return {{"table_bytes_raw", raw},
+          {"table_bytes_stored", stored},
+          {"bucket_empty_fraction_mean", parts ? empty / parts : 0.0},
+          {"bucket_max", max_bucket}};
 }
 
 }  // namespace
 
-std::vector<float> lsh_projections(uint64_t seed, int64_t layer, int64_t kv_head, int64_t d, int64_t bits, int64_t tables) {
+std::vector<float> lsh_projections(uint64_t seed, int64_t layer, int64_t kv_head, int64_t d, int64_t bits,
+                                   int64_t tables) {
   SplitMix64 g(part_seed(seed, static_cast<uint64_t>(layer), static_cast<uint64_t>(kv_head), kProjectionStream));
   std::vector<float> w(static_cast<size_t>(d * bits * tables));
   for (auto& x : w) x = static_cast<float>(g.normal());
@@ -224,7 +232,8 @@ double lsh_inclusion_probability(double cosine, int64_t bits, int64_t tables, in
 }
 
 KindSpec kinds::lsh_kind() {
-  KindSpec k = make_kind_spec<LshSelector>("lsh", "MagicPIG SimHash tables", SelectionMode::collision_sampling, validate_lsh);
+  KindSpec k =
+      make_kind_spec<LshSelector>("lsh", "MagicPIG SimHash tables", SelectionMode::collision_sampling, validate_lsh);
   k.query_options = {{"min_collisions", "emit rows colliding with the query in at least c tables", "2"}};
   k.parse_query = [](const ArtifactReader& r, const QuerySettings& s) -> std::unique_ptr<QueryParams> {
     const KindSpec& self = *find_kind("lsh");

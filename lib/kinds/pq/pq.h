@@ -9,9 +9,9 @@
 namespace kvtool {
 
 struct PqParams {
-  int64_t subspaces = 2;  // m; must divide d
-  int64_t bits = 6;       // b; 1..16 (codes uint8 up to 8, uint16 above)
-  int64_t iters = 25;     // Lloyd iterations per subspace (fixed count, the stopping rule)
+  int64_t subspaces = 2;                  // m; must divide d
+  int64_t bits = 6;                       // b; 1..16 (codes uint8 up to 8, uint16 above)
+  int64_t iters = 25;                     // Lloyd iterations per subspace (fixed count, the stopping rule)
   int64_t max_points_per_centroid = 256;  // training sample cap per centroid (FAISS's rule)
 };
 

@@ -22,7 +22,8 @@ using pq::code_dtype;
 using pq::PqLayout;
 
 // Nearest centroid of every row (L2), by FAISS' flat index: the codes of the actual rows.
-void encode_subspace(const float* x, int64_t n, int64_t dsub, const float* centroids, int64_t k, std::vector<int64_t>& labels) {
+void encode_subspace(const float* x, int64_t n, int64_t dsub, const float* centroids, int64_t k,
+                     std::vector<int64_t>& labels) {
   faiss::IndexFlatL2 index(static_cast<faiss::Index::idx_t>(dsub));
   index.add(k, centroids);
   std::vector<float> dist(static_cast<size_t>(n));
@@ -43,15 +44,19 @@ void store_codes(const std::vector<int64_t>& labels, int64_t j, int64_t m, int64
 }  // namespace
 
 json PqBuilder::params() const {
-  return {{"subspaces", p_.subspaces}, {"bits", p_.bits}, {"iters", p_.iters},
-          {"max_points_per_centroid", p_.max_points_per_centroid}, {"metric", "l2-train-ip-score"}};
+  return {{"subspaces", p_.subspaces},
+          {"bits", p_.bits},
+          {"iters", p_.iters},
+          {"max_points_per_centroid", p_.max_points_per_centroid},
+          {"metric", "l2-train-ip-score"}};
 }
 
 void PqBuilder::check(int64_t d) const {
   KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, USAGE, "--bits must be in 1..16 (got " << p_.bits << ")");
   KVT_CHECK(p_.subspaces >= 1, USAGE, "--subspaces must be positive");
-  KVT_CHECK(d % p_.subspaces == 0, USAGE,
-            "--subspaces " << p_.subspaces << " does not divide the head dim " << d << " (choose a divisor of " << d << ")");
+  KVT_CHECK(
+      d % p_.subspaces == 0, USAGE,
+      "--subspaces " << p_.subspaces << " does not divide the head dim " << d << " (choose a divisor of " << d << ")");
   KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "--iters must be in 1..10000");
   KVT_CHECK(p_.max_points_per_centroid >= 1, USAGE, "max points per centroid must be positive");
 }

@@ -15,7 +15,8 @@ struct PqLayout {
   int64_t m, bits, k, d, dsub;
   static PqLayout of(const ArtifactReader& r) {
     const json& p = r.manifest()["params"];
-    KVT_CHECK(p.contains("subspaces") && p["subspaces"].is_number_unsigned() && p.contains("bits") && p["bits"].is_number_unsigned(),
+    KVT_CHECK(p.contains("subspaces") && p["subspaces"].is_number_unsigned() && p.contains("bits") &&
+                  p["bits"].is_number_unsigned(),
               BAD_MANIFEST, "pq params need subspaces and bits");
     PqLayout l;
     l.m = p["subspaces"];

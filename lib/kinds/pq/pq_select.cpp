@@ -88,11 +88,13 @@ void validate_pq(const ArtifactReader& r) {
   size_t sections_seen = 0;
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
     int64_t layer = pm["layer"], head = pm["kv_head"];
-    KVT_CHECK(pm.contains("dense") && pm["dense"].is_boolean() && pm.contains("indexed_rows") && pm["indexed_rows"].is_number_unsigned(),
+    KVT_CHECK(pm.contains("dense") && pm["dense"].is_boolean() && pm.contains("indexed_rows") &&
+                  pm["indexed_rows"].is_number_unsigned(),
               PART_INVALID, "pq part (" << layer << ", " << head << ") lacks dense/indexed_rows");
     int64_t n = pm["indexed_rows"];
-    KVT_CHECK(n == rows.count(), PART_INVALID,
-              "pq part (" << layer << ", " << head << ") indexes " << n << " rows but the coverage has " << rows.count());
+    KVT_CHECK(
+        n == rows.count(), PART_INVALID,
+        "pq part (" << layer << ", " << head << ") indexes " << n << " rows but the coverage has " << rows.count());
     const SectionEntry* c = r.find("pq_centroids", layer, head);
     const SectionEntry* k = r.find("pq_codes", layer, head);
     if (pm["dense"].get<bool>()) {
@@ -102,9 +104,11 @@ void validate_pq(const ArtifactReader& r) {
     KVT_CHECK(c && k, PART_INVALID, "pq part (" << layer << ", " << head << ") lacks its centroids or codes");
     sections_seen += 2;
     KVT_CHECK(c->dtype == "f32" && c->shape == std::vector<int64_t>({lay.m, lay.k, lay.dsub}), SHAPE_MISMATCH,
-              "pq_centroids of (" << layer << ", " << head << ") must be f32 [" << lay.m << ", " << lay.k << ", " << lay.dsub << "]");
+              "pq_centroids of (" << layer << ", " << head << ") must be f32 [" << lay.m << ", " << lay.k << ", "
+                                  << lay.dsub << "]");
     KVT_CHECK(k->dtype == code_dtype(lay.bits) && k->shape == std::vector<int64_t>({n, lay.m}), SHAPE_MISMATCH,
-              "pq_codes of (" << layer << ", " << head << ") must be " << code_dtype(lay.bits) << " [" << n << ", " << lay.m << "]");
+              "pq_codes of (" << layer << ", " << head << ") must be " << code_dtype(lay.bits) << " [" << n << ", "
+                              << lay.m << "]");
     auto cb = r.read_section(*c);
     for (size_t i = 0; i < cb.size(); i += 4) {
       float x;

@@ -49,15 +49,19 @@ SqueezeBuilder::SqueezeBuilder(SqueezeParams p) : p_(std::move(p)) {
             "'" << p_.calibration_path << "' is not a float32 array (" << data.size() << " bytes)");
   calibration_.resize(data.size() / 4);
   std::memcpy(calibration_.data(), data.data(), data.size());
-  for (float x : calibration_)
-    KVT_CHECK(std::isfinite(x), NON_FINITE, "the calibration queries hold NaN/Inf");
+  for (float x : calibration_) KVT_CHECK(std::isfinite(x), NON_FINITE, "the calibration queries hold NaN/Inf");
   calibration_sha256_ = to_hex(sha256(data));
 }
 
 json SqueezeBuilder::params() const {
-  return {{"percent_clusters", p_.percent_clusters}, {"coarse_percent", p_.coarse_percent},
-          {"observation_window", p_.observation_window}, {"quantiles", p_.quantiles}, {"iters", p_.iters},
-          {"coarse_factor", p_.coarse_factor}, {"assignment", "cosine"}, {"centroid", "raw-mean"},
+  return {{"percent_clusters", p_.percent_clusters},
+          {"coarse_percent", p_.coarse_percent},
+          {"observation_window", p_.observation_window},
+          {"quantiles", p_.quantiles},
+          {"iters", p_.iters},
+          {"coarse_factor", p_.coarse_factor},
+          {"assignment", "cosine"},
+          {"centroid", "raw-mean"},
           {"calibration", calibration_.empty() ? "dump /kv/q in the observation window" : "file"},
           {"calibration_sha256", calibration_sha256_}};
 }
@@ -77,13 +81,15 @@ PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
   out.meta = {{"indexed_rows", n}};
   if (n == 0) return out;
   // Fine level: cosine k-means, stored centroid = mean of the raw keys of each final cluster.
-  const int64_t kf = std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::floor(p_.percent_clusters / 100.0 * n))));
+  const int64_t kf =
+      std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::floor(p_.percent_clusters / 100.0 * n))));
   ClusterSet fine;
   fine.d = d;
   add_clusters(fine, in.keys + rb * d, rb, n, kf, p_.iters, in.seed, CentroidRule::raw_mean);
   std::vector<uint32_t> labels(static_cast<size_t>(n));
   for (int64_t c = 0; c < fine.clusters(); ++c)
-    for (uint32_t i = fine.prefix[c] - fine.sizes[c]; i < fine.prefix[c]; ++i) labels[fine.members[i] - rb] = static_cast<uint32_t>(c);
+    for (uint32_t i = fine.prefix[c] - fine.sizes[c]; i < fine.prefix[c]; ++i)
+      labels[fine.members[i] - rb] = static_cast<uint32_t>(c);
   // Coarse level: L2 k-means of the fine centroids (unweighted); every fine centroid gets a parent.
   const int64_t kc = std::max<int64_t>(1, std::min<int64_t>(kf, std::llround(p_.coarse_percent / 100.0 * kf)));
   std::vector<float> coarse(static_cast<size_t>(kc * d));
@@ -130,15 +136,18 @@ PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
   };
   if (!calibration_.empty()) {
     const int64_t per = info.geo.layers * info.geo.q_heads * d;
-    KVT_CHECK(static_cast<int64_t>(calibration_.size()) % per == 0, SHAPE_MISMATCH,
-              "--calibration-queries holds " << calibration_.size() << " floats, not a multiple of L x H_q x d = " << per);
+    KVT_CHECK(
+        static_cast<int64_t>(calibration_.size()) % per == 0, SHAPE_MISMATCH,
+        "--calibration-queries holds " << calibration_.size() << " floats, not a multiple of L x H_q x d = " << per);
     const int64_t N = static_cast<int64_t>(calibration_.size()) / per;
     for (int64_t h = 0; h < info.geo.q_heads; ++h)
       if (info.id.q_to_kv_head[static_cast<size_t>(h)] == in.kv_head)
-        for (int64_t j = 0; j < N; ++j) calibrate(calibration_.data() + ((in.layer * info.geo.q_heads + h) * N + j) * d);
+        for (int64_t j = 0; j < N; ++j)
+          calibrate(calibration_.data() + ((in.layer * info.geo.q_heads + h) * N + j) * d);
   } else {
     // Queries of the observation window [E - window, E) of every query head mapped to this kv head.
-    KVT_CHECK(info.has_q, NO_QUERIES, "squeeze calibration needs /kv/q queries (dump with --queries) or --calibration-queries");
+    KVT_CHECK(info.has_q, NO_QUERIES,
+              "squeeze calibration needs /kv/q queries (dump with --queries) or --calibration-queries");
     std::vector<int64_t> qpos = dump.q_positions();
     const int64_t w0 = std::max<int64_t>(0, in.coverage_end - p_.observation_window);
     std::vector<size_t> qsel;

@@ -25,8 +25,8 @@ inline void normalize_scores(const std::vector<uint32_t>& sizes, std::vector<dou
   for (int64_t c = 0; c < C; ++c) out[c] = std::exp(out[c] - mx) / den;
 }
 
-inline void cluster_scores(const float* q, const std::vector<float>& cent, const std::vector<uint32_t>& sizes, int64_t d,
-                    std::vector<double>& out) {
+inline void cluster_scores(const float* q, const std::vector<float>& cent, const std::vector<uint32_t>& sizes,
+                           int64_t d, std::vector<double>& out) {
   out.assign(sizes.size(), 0.0);
   scoring::dot_scores_f64(q, cent.data(), nullptr, static_cast<int64_t>(sizes.size()), d,
                           1.0 / std::sqrt(static_cast<double>(d)), out.data());

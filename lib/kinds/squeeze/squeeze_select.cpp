@@ -43,7 +43,8 @@ class SqueezeSelector : public PartSelector {
     n_ = pm["indexed_rows"];
     d_ = r.source().geo.head_dim;
     const json& kd = r.manifest()["kind_data"];
-    KVT_CHECK(kd.contains("thresholds"), PART_INVALID, "the squeeze artifact has no calibrated thresholds (an unmerged shard?)");
+    KVT_CHECK(kd.contains("thresholds"), PART_INVALID,
+              "the squeeze artifact has no calibrated thresholds (an unmerged shard?)");
     thresholds_ = kd["thresholds"];
     coarse_factor_ = r.manifest()["params"]["coarse_factor"];
     if (n_ == 0) return;
@@ -143,16 +144,13 @@ class SqueezeSelector : public PartSelector {
       out.scores.push_back(s);
     }
   }
-  json describe() const override {
-    return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", children_.size()}};
-  }
+  json describe() const override { return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", children_.size()}}; }
   int64_t resident_bytes() const override {
     int64_t b = fine_.resident_bytes() + vector_bytes(coarse_) + vector_bytes(parent_) + vector_bytes(group_size_) +
                 vector_bytes(children_);
     for (const auto& c : children_) b += vector_bytes(c);
     return b;
   }
-
 
  private:
   IndexedRows rows_;
@@ -174,7 +172,8 @@ void validate_squeeze(const ArtifactReader& r) {
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
     int64_t layer = pm["layer"], head = pm["kv_head"];
     KVT_CHECK(pm.contains("indexed_rows") && pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
-              "squeeze part (" << layer << ", " << head << ") does not index the " << rows.count() << " rows of its coverage");
+              "squeeze part (" << layer << ", " << head << ") does not index the " << rows.count()
+                               << " rows of its coverage");
     if (rows.count() == 0) continue;
     sections += 7;
     ClusterSet f = ClusterSet::load(r, layer, head, d, "sq_fine");
@@ -182,10 +181,12 @@ void validate_squeeze(const ArtifactReader& r) {
     uint64_t run = 0;
     for (int64_t c = 0; c < C; ++c) {
       run += f.sizes[c];
-      KVT_CHECK(f.prefix[c] == run, PREFIX_SUM_MISMATCH, "fine cluster " << c << " of part (" << layer << ", " << head << ")");
+      KVT_CHECK(f.prefix[c] == run, PREFIX_SUM_MISMATCH,
+                "fine cluster " << c << " of part (" << layer << ", " << head << ")");
     }
     KVT_CHECK(run == static_cast<uint64_t>(rows.count()) && f.members.size() == run, MEMBERS_NOT_PARTITION,
-              "fine cluster sizes of part (" << layer << ", " << head << ") add up to " << run << ", not the " << rows.count() << " indexed rows");
+              "fine cluster sizes of part (" << layer << ", " << head << ") add up to " << run << ", not the "
+                                             << rows.count() << " indexed rows");
     const SectionEntry* le = r.find("sq_labels", layer, head);
     KVT_CHECK(le && le->dtype == "u32" && le->shape == std::vector<int64_t>({rows.count()}), PART_INVALID,
               "part (" << layer << ", " << head << ") lacks sq_labels u32 [" << rows.count() << "]");
@@ -198,7 +199,8 @@ void validate_squeeze(const ArtifactReader& r) {
       const uint32_t* m = f.members.data() + (f.prefix[c] - f.sizes[c]);
       for (uint32_t i = 0; i < f.sizes[c]; ++i) {
         KVT_CHECK(m[i] >= rows.begin() && m[i] < rows.end() && labels[m[i] - rows.begin()] == c, MEMBERS_NOT_PARTITION,
-                  "row " << m[i] << " of part (" << layer << ", " << head << ") is listed in cluster " << c << " but labelled otherwise");
+                  "row " << m[i] << " of part (" << layer << ", " << head << ") is listed in cluster " << c
+                         << " but labelled otherwise");
         ++count[c];
       }
     }
@@ -208,7 +210,9 @@ void validate_squeeze(const ArtifactReader& r) {
     const SectionEntry* pe = r.find("sq_parent", layer, head);
     KVT_CHECK(ce && pe && ce->dtype == "f32" && ce->shape.size() == 2 && ce->shape[1] == d && pe->dtype == "u32" &&
                   pe->shape == std::vector<int64_t>({C}),
-              HIERARCHY_NOT_COVERING, "part (" << layer << ", " << head << ") lacks a coarse level with a parent for each of its " << C << " fine centroids");
+              HIERARCHY_NOT_COVERING,
+              "part (" << layer << ", " << head << ") lacks a coarse level with a parent for each of its " << C
+                       << " fine centroids");
     auto pb = r.read_section(*pe);
     std::vector<uint32_t> parent(pb.size() / 4);
     std::memcpy(parent.data(), pb.data(), pb.size());
@@ -230,8 +234,7 @@ void validate_squeeze(const ArtifactReader& r) {
     json expect = kinds::squeeze_kind().finalize(r.manifest()["params"], kd["parts"]);
     KVT_CHECK(kd.contains("thresholds") && kd["thresholds"] == expect["thresholds"] &&
                   kd.value("calibration_set_sha256", std::string()) == expect["calibration_set_sha256"],
-              THRESHOLDS_MISMATCH,
-              "the recorded thresholds are not the quantiles of the recorded calibration scores");
+              THRESHOLDS_MISMATCH, "the recorded thresholds are not the quantiles of the recorded calibration scores");
   }
 }
 
@@ -270,10 +273,12 @@ json finalize_squeeze(const json& params, const json& parts) {
 }  // namespace
 
 KindSpec kinds::squeeze_kind() {
-  KindSpec k = make_kind_spec<SqueezeSelector>("squeeze", "SqueezedAttention fine/coarse centroid hierarchy with calibrated thresholds",
-                                                SelectionMode::quantile_threshold, validate_squeeze);
-  k.query_options = {{"quantile", "calibrated quantile whose threshold to apply (default: the first calibrated)", ""},
-                     {"flat", "score every fine centroid (the reference's lookup) instead of the two-level pass", "false"}};
+  KindSpec k = make_kind_spec<SqueezeSelector>(
+      "squeeze", "SqueezedAttention fine/coarse centroid hierarchy with calibrated thresholds",
+      SelectionMode::quantile_threshold, validate_squeeze);
+  k.query_options = {
+      {"quantile", "calibrated quantile whose threshold to apply (default: the first calibrated)", ""},
+      {"flat", "score every fine centroid (the reference's lookup) instead of the two-level pass", "false"}};
   k.parse_query = [](const ArtifactReader& r, const QuerySettings& s) -> std::unique_ptr<QueryParams> {
     const KindSpec& self = *find_kind("squeeze");
     check_query_settings(self, s);

@@ -70,8 +70,7 @@ inline std::string read_str_attr(hid_t loc, const char* name, bool required, con
   KVT_CHECK(H5Tget_class(ft) == H5T_STRING, MISSING_ATTRIBUTE,
             "attribute '" << name << "' of " << where << " must be a string");
   Hid sp(H5Aget_space(a), H5Sclose);
-  KVT_CHECK(H5Sget_simple_extent_npoints(sp) == 1, BAD_ATTRIBUTE,
-            "attribute '" << name << "' must be a single string");
+  KVT_CHECK(H5Sget_simple_extent_npoints(sp) == 1, BAD_ATTRIBUTE, "attribute '" << name << "' must be a single string");
   if (H5Tis_variable_str(ft) > 0) {
     Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mt, H5T_VARIABLE);
@@ -107,8 +106,7 @@ inline std::vector<int64_t> read_int_attr(hid_t loc, const char* name, bool requ
   KVT_CHECK(n >= 0 && n < (1 << 20), BAD_ATTRIBUTE, "attribute '" << name << "' has a bad size");
   std::vector<int64_t> v(static_cast<size_t>(n));
   if (n > 0)
-    KVT_CHECK(H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0, HDF5_ERROR,
-              "cannot read attribute '" << name << "'");
+    KVT_CHECK(H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0, HDF5_ERROR, "cannot read attribute '" << name << "'");
   return v;
 }
 
@@ -132,8 +130,7 @@ inline void write_str_attr(hid_t loc, const char* name, const std::string& value
 inline void write_i64_attr(hid_t loc, const char* name, int64_t v) {
   Hid sp(H5Screate(H5S_SCALAR), H5Sclose);
   Hid a(H5Acreate2(loc, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  KVT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0, IO_ERROR,
-            "cannot write attribute '" << name << "'");
+  KVT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0, IO_ERROR, "cannot write attribute '" << name << "'");
 }
 
 inline void write_i32_array_attr(hid_t loc, const char* name, const std::vector<int32_t>& v) {
@@ -151,6 +148,5 @@ inline std::vector<hsize_t> dims_of(hid_t ds) {
   if (r > 0) H5Sget_simple_extent_dims(sp, d.data(), nullptr);
   return d;
 }
-
 
 }  // namespace kvtool::h5

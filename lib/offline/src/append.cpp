@@ -45,7 +45,7 @@ json append_parts(const ArtifactReader& old, const DumpReader& dump, const Appen
 }  // namespace
 
 AppendSummary append_generation(const std::string& artifact, const std::string& dump_path, const std::string& output,
-                       int64_t prefix, const std::string& sign_key, bool quiet, KindAppender& kind) {
+                                int64_t prefix, const std::string& sign_key, bool quiet, KindAppender& kind) {
   ArtifactReader old(artifact);
   old.verify_sections();
   KVT_CHECK(old.kind() == kind.kind(), USAGE,
@@ -81,8 +81,12 @@ AppendSummary append_generation(const std::string& artifact, const std::string& 
 }
 
 json AppendSummary::to_json() const {
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output},
-          {"index_generation", index_generation}, {"coverage", {0, coverage_end}}, {"manifest_sha256", manifest_sha256}};
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"output", output},
+          {"index_generation", index_generation},
+          {"coverage", {0, coverage_end}},
+          {"manifest_sha256", manifest_sha256}};
 }
 
 }  // namespace kvtool

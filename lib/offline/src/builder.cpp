@@ -103,7 +103,8 @@ BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& op
   KVT_CHECK(opt.shard_count >= 1 && opt.shard_index >= 0 && opt.shard_index < opt.shard_count, USAGE, "bad shard");
   kind.check(g.head_dim);
   KVT_CHECK(opt.threads >= 0, USAGE, "--threads must be positive");
-  const int threads = opt.threads > 0 ? opt.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads =
+      opt.threads > 0 ? opt.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 
   // Parts in (layer, kv head) order; shard I of N gets the I-th contiguous range.
   const int64_t total = (ll - lf + 1) * g.kv_heads;
@@ -151,8 +152,8 @@ BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& op
   if (const KindSpec* ki = find_kind(kind.kind()); ki && ki->finalize && p0 == 0 && p1 == total)
     core.kind_data.update(ki->finalize(core.params, built.parts));
   Digest md = writer.finish(core, key.get());
-  return {opt.output, kind.kind(), total, p0, p1, E, binding.content_digest, to_hex(md), built.raw_bytes, threads,
-          key != nullptr};
+  return {opt.output,      kind.kind(), total,         p0, p1, E, binding.content_digest, to_hex(md),
+          built.raw_bytes, threads,     key != nullptr};
 }
 
 json BuildSummary::to_json() const {
@@ -207,7 +208,8 @@ MergeSummary merge_artifacts(const std::vector<std::string>& paths, const std::s
     KVT_CHECK(m["kind_data"]["parts_total"] == total, MERGE_MISMATCH, "'" << s->path() << "' has another part count");
     auto [a, b] = range_of(*s);
     KVT_CHECK(a >= expect, MERGE_OVERLAP,
-              "'" << s->path() << "' covers parts [" << a << ", " << b << ") which overlap parts already merged [0, " << expect << ")");
+              "'" << s->path() << "' covers parts [" << a << ", " << b << ") which overlap parts already merged [0, "
+                  << expect << ")");
     KVT_CHECK(a == expect, MERGE_INCOMPLETE, "parts [" << expect << ", " << a << ") are missing from the shards");
     for (const auto& pm : m["kind_data"]["parts"]) parts.push_back(pm);
     expect = b;
@@ -231,14 +233,20 @@ MergeSummary merge_artifacts(const std::vector<std::string>& paths, const std::s
   core.kind_data = m0["kind_data"];
   core.kind_data["parts"] = parts;
   core.kind_data["part_range"] = {0, total};
-  if (const KindSpec* ki = find_kind(core.kind); ki && ki->finalize) core.kind_data.update(ki->finalize(core.params, parts));
+  if (const KindSpec* ki = find_kind(core.kind); ki && ki->finalize)
+    core.kind_data.update(ki->finalize(core.params, parts));
   Digest md = writer.finish(core, key.get());
   return {output, to_hex(md), shards.size(), total, key != nullptr};
 }
 
 json MergeSummary::to_json() const {
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", output}, {"shards", shards},
-          {"parts_total", parts_total}, {"manifest_sha256", manifest_sha256}, {"signed", is_signed}};
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"output", output},
+          {"shards", shards},
+          {"parts_total", parts_total},
+          {"manifest_sha256", manifest_sha256},
+          {"signed", is_signed}};
 }
 
 }  // namespace kvtool

@@ -38,15 +38,18 @@ DType classify(hid_t ds, const char* name) {
               name << " is a 16-bit integer dataset without attribute dtype=bfloat16");
     return DType::bf16;
   }
-  KVT_THROW(UNSUPPORTED_DTYPE, name << " has an unsupported dtype (class " << static_cast<int>(c)
-                                       << ", " << sz << " bytes); expected float16, float32 or bfloat16");
+  KVT_THROW(UNSUPPORTED_DTYPE, name << " has an unsupported dtype (class " << static_cast<int>(c) << ", " << sz
+                                    << " bytes); expected float16, float32 or bfloat16");
 }
 
 hid_t mem_type(DType t) {
   switch (t) {
-    case DType::f32: return H5T_IEEE_F32LE;
-    case DType::f16: return f16_type();
-    case DType::bf16: return H5T_STD_U16LE;
+    case DType::f32:
+      return H5T_IEEE_F32LE;
+    case DType::f16:
+      return f16_type();
+    case DType::bf16:
+      return H5T_STD_U16LE;
   }
   return H5T_IEEE_F32LE;
 }
@@ -143,8 +146,8 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
   g.dtype = kt;
   g.q_heads = static_cast<int64_t>(id.q_to_kv_head.size());
   KVT_CHECK(g.layers > 0 && g.kv_heads > 0 && g.head_dim > 0, SHAPE_MISMATCH,
-            "/kv/k has an empty dimension [" << g.layers << ", " << g.kv_heads << ", " << g.tokens << ", "
-                                             << g.head_dim << "]");
+            "/kv/k has an empty dimension [" << g.layers << ", " << g.kv_heads << ", " << g.tokens << ", " << g.head_dim
+                                             << "]");
   KVT_CHECK(g.q_heads > 0, BAD_HEAD_MAP, "q_to_kv_head is empty");
   KVT_CHECK(g.q_heads % g.kv_heads == 0, BAD_HEAD_MAP,
             "q_to_kv_head has " << g.q_heads << " query heads, not a multiple of " << g.kv_heads << " kv heads");
@@ -158,9 +161,10 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
     impl_->q = Hid(H5Dopen2(f, "/kv/q", H5P_DEFAULT), H5Dclose);
     KVT_CHECK(impl_->q.ok(), NOT_A_DUMP, "/kv/q is not a dataset");
     auto qd = dims_of(impl_->q);
-    KVT_CHECK(qd.size() == 4 && static_cast<int64_t>(qd[0]) == g.layers &&
-                  static_cast<int64_t>(qd[1]) == g.q_heads && static_cast<int64_t>(qd[3]) == g.head_dim,
-              SHAPE_MISMATCH, "/kv/q must have shape [L=" << g.layers << ", H_q=" << g.q_heads << ", T_q, d=" << g.head_dim << "]");
+    KVT_CHECK(qd.size() == 4 && static_cast<int64_t>(qd[0]) == g.layers && static_cast<int64_t>(qd[1]) == g.q_heads &&
+                  static_cast<int64_t>(qd[3]) == g.head_dim,
+              SHAPE_MISMATCH,
+              "/kv/q must have shape [L=" << g.layers << ", H_q=" << g.q_heads << ", T_q, d=" << g.head_dim << "]");
     KVT_CHECK(classify(impl_->q, "/kv/q") == g.dtype, SHAPE_MISMATCH, "/kv/q has another dtype than /kv/k");
     g.q_tokens = qd[2];
     info_.has_q = true;
@@ -239,7 +243,8 @@ void DumpReader::read_q(int64_t l, int64_t qh, float* out) const {
     return;
   }
   std::vector<uint16_t> tmp(n);
-  read_rows(impl_->q, info_.geo.dtype, info_.geo, l, qh, 0, info_.geo.q_tokens, info_.geo.q_tokens, tmp.data(), "/kv/q");
+  read_rows(impl_->q, info_.geo.dtype, info_.geo, l, qh, 0, info_.geo.q_tokens, info_.geo.q_tokens, tmp.data(),
+            "/kv/q");
   convert_to_f32(info_.geo.dtype, tmp.data(), out, n);
 }
 
@@ -322,8 +327,8 @@ void write_int_dataset(hid_t group, const char* name, const std::vector<int64_t>
   Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_obj_track_times(dcpl, 0);
   Hid ds(H5Dcreate2(group, name, ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
-  KVT_CHECK(ds.ok() && H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0,
-            IO_ERROR, "cannot write " << name);
+  KVT_CHECK(ds.ok() && H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, IO_ERROR,
+            "cannot write " << name);
 }
 }  // namespace
 
@@ -334,8 +339,7 @@ DumpWriter::DumpWriter(const std::string& path, const DumpSpec& spec, bool overw
   auto& s = impl_->spec;
   s = spec;
   const auto& g = s.geo;
-  KVT_CHECK(g.layers > 0 && g.kv_heads > 0 && g.tokens > 0 && g.head_dim > 0, USAGE,
-            "dump geometry must be positive");
+  KVT_CHECK(g.layers > 0 && g.kv_heads > 0 && g.tokens > 0 && g.head_dim > 0, USAGE, "dump geometry must be positive");
   KVT_CHECK(!s.id.q_to_kv_head.empty(), USAGE, "q_to_kv_head must not be empty");
   if (s.committed_frontier < 0) s.committed_frontier = g.tokens;
   impl_->out = std::make_unique<AtomicOutput>(path, overwrite);

@@ -73,7 +73,9 @@ struct Acc {
   }
 };
 
-double mean(const std::vector<double>& v) { return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / v.size(); }
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+}
 double p10(const std::vector<double>& v) { return nearest_rank(v, 0.1); }
 
 json summary(const Acc& a, int64_t row_bytes) {
@@ -112,8 +114,8 @@ struct Totals {
 };
 
 // One query's receipt measured and recorded under setting `bi` (layer offset `li`).
-void record(Totals& t, size_t bi, size_t li, const eval::ReceiptMetrics& m, const CandidateReceipt& rc,
-            double est, bool sampling, int64_t indexed) {
+void record(Totals& t, size_t bi, size_t li, const eval::ReceiptMetrics& m, const CandidateReceipt& rc, double est,
+            bool sampling, int64_t indexed) {
   for (Acc* a : {&t.overall[bi], &t.per_layer[bi][li]}) {
     a->add(m.retained, m.oracle, m.recall, m.error, m.relative_error, m.fraction, static_cast<double>(m.rows));
     if (rc.centroids_scored >= 0) a->scored.push_back(static_cast<double>(rc.centroids_scored));
@@ -156,7 +158,8 @@ std::vector<size_t> eval_queries(const std::vector<int64_t>& qpos, int64_t E, in
 
 }  // namespace
 
-json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt, std::vector<EvalRecord>* records) {
+json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
+              std::vector<EvalRecord>* records) {
   check_source(art.source(), dump, false);
   const auto& info = dump.info();
   const auto& g = info.geo;
@@ -206,17 +209,18 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
   uint64_t index_bytes = 0;
   for (const auto& s : art.sections()) index_bytes += s.stored_size;
   const int64_t row_bytes = 2 * d * static_cast<int64_t>(dtype_size(g.dtype));
-  return {{"schema_version", kJsonSchemaVersion},
-          {"kind", art.kind()},
-          {"artifact", art.path()},
-          {"source", dump.path()},
-          {"coverage", {0, E}},
-          {"indexed_rows", rows.count()},
-          {"always_included_rows", E - rows.count()},
-          {"query_positions", qsel.size()},
-          {"layers", {lf, ll}},
-          {"selected_row_bytes_per_row", row_bytes},
-          {"budgets", setting_summaries(totals, settings, lf, ll, row_bytes, index_bytes, art.file_size() - index_bytes)}};
+  return {
+      {"schema_version", kJsonSchemaVersion},
+      {"kind", art.kind()},
+      {"artifact", art.path()},
+      {"source", dump.path()},
+      {"coverage", {0, E}},
+      {"indexed_rows", rows.count()},
+      {"always_included_rows", E - rows.count()},
+      {"query_positions", qsel.size()},
+      {"layers", {lf, ll}},
+      {"selected_row_bytes_per_row", row_bytes},
+      {"budgets", setting_summaries(totals, settings, lf, ll, row_bytes, index_bytes, art.file_size() - index_bytes)}};
 }
 
 }  // namespace kvtool

@@ -80,17 +80,28 @@ Llama2cModel::Llama2cModel(const std::string& path) {
   KVT_CHECK(f.read(reinterpret_cast<char*>(w_.data()), static_cast<std::streamsize>(4 * n)), BAD_MODEL,
             "cannot read the weights of '" << path << "'");
   const float* p = w_.data();
-  emb_ = p; p += V * D;
-  rms_att_ = p; p += L * D;
-  wq_ = p; p += L * D * D;
-  wk_ = p; p += L * KV * D;
-  wv_ = p; p += L * KV * D;
-  wo_ = p; p += L * D * D;
-  rms_ffn_ = p; p += L * D;
-  w1_ = p; p += L * Hd * D;
-  w2_ = p; p += L * D * Hd;
-  w3_ = p; p += L * Hd * D;
-  rms_final_ = p; p += D;
+  emb_ = p;
+  p += V * D;
+  rms_att_ = p;
+  p += L * D;
+  wq_ = p;
+  p += L * D * D;
+  wk_ = p;
+  p += L * KV * D;
+  wv_ = p;
+  p += L * KV * D;
+  wo_ = p;
+  p += L * D * D;
+  rms_ffn_ = p;
+  p += L * D;
+  w1_ = p;
+  p += L * Hd * D;
+  w2_ = p;
+  p += L * D * Hd;
+  w3_ = p;
+  p += L * Hd * D;
+  rms_final_ = p;
+  p += D;
   p += S * hs;  // the two RoPE tables (S * hs/2 each) are recomputed, not read
   wcls_ = c.shared_classifier ? emb_ : p;
   for (float x : w_) KVT_CHECK(std::isfinite(x), BAD_MODEL, "'" << path << "' contains NaN/Inf weights");
@@ -231,7 +242,8 @@ std::string Llama2cTokenizer::decode(int32_t prev, int32_t token) const {
   std::string piece = vocab_[token];
   if (prev == 1 && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
   unsigned int byte;
-  if (piece.size() == 6 && std::sscanf(piece.c_str(), "<0x%02X>", &byte) == 1) return std::string(1, static_cast<char>(byte));
+  if (piece.size() == 6 && std::sscanf(piece.c_str(), "<0x%02X>", &byte) == 1)
+    return std::string(1, static_cast<char>(byte));
   return piece;
 }
 

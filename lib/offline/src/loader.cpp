@@ -93,7 +93,10 @@ json load_artifacts(const LoadOptions& opt) {
     }
     KVT_CHECK(mismatches == 0, INTERNAL,
               mismatches << " of " << count << " pool answers differ from the artifact file's; please report this");
-    queries = {{"count", count}, {"mismatches", mismatches}, {"host", host}, {"device", device},
+    queries = {{"count", count},
+               {"mismatches", mismatches},
+               {"host", host},
+               {"device", device},
                {"latency_us", {{"p50", nearest_rank(lat, 0.5) * 1e6}, {"p99", nearest_rank(lat, 0.99) * 1e6}}}};
   }
   PoolStats s = pool.stats();
@@ -101,7 +104,10 @@ json load_artifacts(const LoadOptions& opt) {
           {"device", opt.pool.device ? json(opt.pool.device->name()) : json(nullptr)},
           {"receipts", receipts},
           {"tiers", s.to_json()},
-          {"publish", {{"bytes", file_bytes}, {"seconds", publish_s}, {"mb_per_s", publish_s > 0 ? file_bytes / publish_s / 1e6 : 0.0}}},
+          {"publish",
+           {{"bytes", file_bytes},
+            {"seconds", publish_s},
+            {"mb_per_s", publish_s > 0 ? file_bytes / publish_s / 1e6 : 0.0}}},
           {"queries", queries}};
 }
 

@@ -51,7 +51,8 @@ void apply_rope(float* v, int64_t d, int64_t pos, double theta) {
 }  // namespace
 
 std::string llama_rope_config(int64_t head_dim, double theta) {
-  return canonical_json(json{{"theta", theta}, {"scaling", "none"}, {"pairing", "interleaved"}, {"head_dim", head_dim}});
+  return canonical_json(
+      json{{"theta", theta}, {"scaling", "none"}, {"pairing", "interleaved"}, {"head_dim", head_dim}});
 }
 
 ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const IdentityOptions& ident,
@@ -134,8 +135,8 @@ ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const Ide
 
 void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::string& out_path, bool overwrite,
                 bool quiet) {
-  KVT_CHECK(o.layers >= 1 && o.kv_heads >= 1 && o.q_heads >= 1 && o.tokens >= 1 && o.head_dim >= 2,
-            USAGE, "synth geometry must be positive (head dim >= 2)");
+  KVT_CHECK(o.layers >= 1 && o.kv_heads >= 1 && o.q_heads >= 1 && o.tokens >= 1 && o.head_dim >= 2, USAGE,
+            "synth geometry must be positive (head dim >= 2)");
   KVT_CHECK(o.head_dim % 2 == 0, USAGE, "--head-dim must be even (RoPE rotates pairs)");
   KVT_CHECK(o.q_heads % o.kv_heads == 0, USAGE, "--q-heads must be a multiple of --kv-heads");
   KVT_CHECK(o.query_count >= 0, USAGE, "--query-count must be >= 0");
@@ -232,8 +233,7 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
     for (int64_t i = 0; i < n; ++i) {
       int64_t l = (base + i) / H, h = (base + i) % H;
       w.write_kv(l, h, batch[i].k.data(), batch[i].v.data());
-      for (int64_t j = 0; j < group && Tq > 0; ++j)
-        w.write_q(l, h * group + j, batch[i].q.data() + j * Tq * d);
+      for (int64_t j = 0; j < group && Tq > 0; ++j) w.write_q(l, h * group + j, batch[i].q.data() + j * Tq * d);
       progress.advance();
     }
   }

@@ -130,8 +130,9 @@ json DumpInspection::to_json() const {
   j["kvdump_version"] = 1;
   j["synthetic"] = synthetic;
   j["generator"] = generator;
-  j["geometry"] = {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"q_heads", g.q_heads}, {"tokens", g.tokens},
-                   {"head_dim", g.head_dim}, {"dtype", dtype_name(g.dtype)}, {"q_tokens", g.q_tokens}};
+  j["geometry"] = {{"layers", g.layers},    {"kv_heads", g.kv_heads}, {"q_heads", g.q_heads},
+                   {"tokens", g.tokens},    {"head_dim", g.head_dim}, {"dtype", dtype_name(g.dtype)},
+                   {"q_tokens", g.q_tokens}};
   j["identity"] = identity_json(identity);
   j["committed_frontier"] = committed_frontier;
   j["uncommitted_rows"] = uncommitted_rows;
@@ -145,8 +146,11 @@ json DumpInspection::to_json() const {
     parts.push_back({{"layer", p.layer}, {"kv_head", p.kv_head}, {"k", p.k.to_json()}, {"v", p.v.to_json()}});
   j["health"] = parts;
   const auto& s = health_summary;
-  j["health_summary"] = {{"nan", s.nan}, {"inf", s.inf}, {"nonfinite_committed", s.nonfinite_committed},
-                         {"max_abs_k", s.max_abs_k}, {"max_abs_v", s.max_abs_v}};
+  j["health_summary"] = {{"nan", s.nan},
+                         {"inf", s.inf},
+                         {"nonfinite_committed", s.nonfinite_committed},
+                         {"max_abs_k", s.max_abs_k},
+                         {"max_abs_v", s.max_abs_v}};
   return j;
 }
 
@@ -172,10 +176,10 @@ DumpVerification verify_dump(const std::string& path) {
           r.read_v(l, h, 0, info.committed_frontier, buf.data());
         for (size_t i = 0; i < buf.size(); ++i)
           KVT_CHECK(std::isfinite(buf[i]), NON_FINITE,
-                    (which == 0 ? "K" : "V") << " of layer " << l << ", kv head " << h << " has a non-finite value at row "
-                                             << static_cast<int64_t>(i) / g.head_dim << ", channel "
-                                             << static_cast<int64_t>(i) % g.head_dim << " (below the committed frontier "
-                                             << info.committed_frontier << ")");
+                    (which == 0 ? "K" : "V")
+                        << " of layer " << l << ", kv head " << h << " has a non-finite value at row "
+                        << static_cast<int64_t>(i) / g.head_dim << ", channel " << static_cast<int64_t>(i) % g.head_dim
+                        << " (below the committed frontier " << info.committed_frontier << ")");
       }
   if (info.has_positions) {
     auto p = r.positions();
@@ -316,12 +320,17 @@ json export_artifact(const std::string& artifact_path, const std::string& out_pa
                                       : "/sections/" + s.name;
       // A scalar section is stored as one element (built in one step: push_back on the empty
       // vector trips GCC 12's -Wfree-nonheap-object).
-      const std::vector<hsize_t> dims = s.shape.empty() ? std::vector<hsize_t>{1}
-                                                        : std::vector<hsize_t>(s.shape.begin(), s.shape.end());
+      const std::vector<hsize_t> dims =
+          s.shape.empty() ? std::vector<hsize_t>{1} : std::vector<hsize_t>(s.shape.begin(), s.shape.end());
       Hid sp(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-      hid_t t = s.dtype == "u8" ? H5T_STD_U8LE : s.dtype == "u16" ? H5T_STD_U16LE : s.dtype == "u32" ? H5T_STD_U32LE
-              : s.dtype == "u64" ? H5T_STD_U64LE : s.dtype == "i32" ? H5T_STD_I32LE : s.dtype == "i64" ? H5T_STD_I64LE
-              : s.dtype == "f32" ? H5T_IEEE_F32LE : f16_type();
+      hid_t t = s.dtype == "u8"    ? H5T_STD_U8LE
+                : s.dtype == "u16" ? H5T_STD_U16LE
+                : s.dtype == "u32" ? H5T_STD_U32LE
+                : s.dtype == "u64" ? H5T_STD_U64LE
+                : s.dtype == "i32" ? H5T_STD_I32LE
+                : s.dtype == "i64" ? H5T_STD_I64LE
+                : s.dtype == "f32" ? H5T_IEEE_F32LE
+                                   : f16_type();
       Hid ds(H5Dcreate2(f, name.c_str(), t, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
       KVT_CHECK(ds.ok(), IO_ERROR, "cannot create dataset " << name);
       if (!bytes.empty())
@@ -332,7 +341,10 @@ json export_artifact(const std::string& artifact_path, const std::string& out_pa
     KVT_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, IO_ERROR, "cannot flush '" << out_path << "'");
   }
   out.commit();
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"artifact", artifact_path}, {"output", out_path},
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"artifact", artifact_path},
+          {"output", out_path},
           {"sections", r.sections().size()}};
 }
 

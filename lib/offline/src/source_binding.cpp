@@ -13,7 +13,8 @@ namespace {
 
 // One pass over the dump feeding payload streams for several range ends at once.
 // With finite_below >= 0, also requires every K/V value of rows [0, finite_below) to be finite.
-std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<int64_t>& ends, int64_t finite_below = -1) {
+std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<int64_t>& ends,
+                                    int64_t finite_below = -1) {
   const auto& g = dump.info().geo;
   int64_t maxe = 0;
   for (auto e : ends) {
@@ -55,8 +56,9 @@ std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<in
                 if ((w[i] & mask) == mask) bad = i;
           }
           KVT_CHECK(bad == n, NON_FINITE,
-                    (which == 0 ? "K" : "V") << " of layer " << l << ", kv head " << h << " has a non-finite value at row "
-                                             << static_cast<int64_t>(bad) / g.head_dim << " (below the committed frontier)");
+                    (which == 0 ? "K" : "V")
+                        << " of layer " << l << ", kv head " << h << " has a non-finite value at row "
+                        << static_cast<int64_t>(bad) / g.head_dim << " (below the committed frontier)");
         }
       }
   std::vector<Digest> out;
@@ -96,16 +98,20 @@ void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_sn
   KVT_CHECK(d.tenant_namespace == r.id.tenant_namespace, TENANT_MISMATCH,
             "the dump belongs to tenant '" << d.tenant_namespace << "' but the artifact was built for tenant '"
                                            << r.id.tenant_namespace << "'");
-  KVT_CHECK(d.model_artifact_sha256 == r.id.model_artifact_sha256, MODEL_MISMATCH,
-            "the dump comes from model " << d.model_artifact_sha256 << ", the artifact from " << r.id.model_artifact_sha256);
+  KVT_CHECK(
+      d.model_artifact_sha256 == r.id.model_artifact_sha256, MODEL_MISMATCH,
+      "the dump comes from model " << d.model_artifact_sha256 << ", the artifact from " << r.id.model_artifact_sha256);
   KVT_CHECK(d.checkpoint_generation == r.id.checkpoint_generation, CHECKPOINT_MISMATCH,
-            "checkpoint generation " << d.checkpoint_generation << " differs from the artifact's " << r.id.checkpoint_generation);
-  KVT_CHECK(d.adapter_set_sha256 == r.id.adapter_set_sha256, ADAPTER_MISMATCH,
-            "the dump's adapter set " << d.adapter_set_sha256 << " differs from the artifact's " << r.id.adapter_set_sha256);
+            "checkpoint generation " << d.checkpoint_generation << " differs from the artifact's "
+                                     << r.id.checkpoint_generation);
+  KVT_CHECK(
+      d.adapter_set_sha256 == r.id.adapter_set_sha256, ADAPTER_MISMATCH,
+      "the dump's adapter set " << d.adapter_set_sha256 << " differs from the artifact's " << r.id.adapter_set_sha256);
   KVT_CHECK(canonical_rope_config(d.rope_config) == canonical_rope_config(r.id.rope_config), ROPE_MISMATCH,
             "the dump's rope_config " << d.rope_config << " differs from the artifact's " << r.id.rope_config);
   KVT_CHECK(d.position_contract == r.id.position_contract, POSITION_CONTRACT_MISMATCH,
-            "position contract '" << d.position_contract << "' differs from the artifact's '" << r.id.position_contract << "'");
+            "position contract '" << d.position_contract << "' differs from the artifact's '" << r.id.position_contract
+                                  << "'");
   KVT_CHECK(d.representation == r.id.representation, REPRESENTATION_MISMATCH,
             "representation '" << d.representation << "' differs from the artifact's '" << r.id.representation << "'");
   KVT_CHECK(d.q_to_kv_head == r.id.q_to_kv_head, HEAD_MAP_MISMATCH,
@@ -114,13 +120,14 @@ void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_sn
   KVT_CHECK(g.layers == r.geo.layers && g.kv_heads == r.geo.kv_heads && g.head_dim == r.geo.head_dim &&
                 g.dtype == r.geo.dtype,
             GEOMETRY_MISMATCH,
-            "the dump is [L=" << g.layers << ", H_kv=" << g.kv_heads << ", d=" << g.head_dim << "] " << dtype_name(g.dtype)
-                              << ", the artifact was built from [L=" << r.geo.layers << ", H_kv=" << r.geo.kv_heads
-                              << ", d=" << r.geo.head_dim << "] " << dtype_name(r.geo.dtype));
+            "the dump is [L=" << g.layers << ", H_kv=" << g.kv_heads << ", d=" << g.head_dim << "] "
+                              << dtype_name(g.dtype) << ", the artifact was built from [L=" << r.geo.layers << ", H_kv="
+                              << r.geo.kv_heads << ", d=" << r.geo.head_dim << "] " << dtype_name(r.geo.dtype));
   if (!r.prefix_tokens_sha256.empty() && info.has_tokens && r.coverage_end <= g.tokens) {
     std::string now = to_hex(prefix_tokens_digest(dump.tokens(), r.coverage_end));
     KVT_CHECK(now == r.prefix_tokens_sha256, PREFIX_MISMATCH,
-              "the dump's token ids of the prefix [0, " << r.coverage_end << ") differ from the prefix the artifact was built for");
+              "the dump's token ids of the prefix [0, " << r.coverage_end
+                                                        << ") differ from the prefix the artifact was built for");
   }
   KVT_CHECK(r.coverage_end <= info.committed_frontier, COVERAGE_BEYOND_FRONTIER,
             "the artifact covers rows [0, " << r.coverage_end << ") but the dump commits only [0, "
@@ -129,8 +136,9 @@ void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_sn
   KVT_CHECK(to_hex(pd) == r.payload_sha256, PAYLOAD_MISMATCH,
             "the dump's K/V rows in [0, " << r.coverage_end << ") differ from the rows the artifact was built from");
   std::string cd = to_hex(content_digest(d, g, r.coverage_end, pd));
-  KVT_CHECK(cd == r.content_digest, STALE_SOURCE,
-            "the content digest of [0, " << r.coverage_end << ") is " << cd << ", the artifact records " << r.content_digest);
+  KVT_CHECK(
+      cd == r.content_digest, STALE_SOURCE,
+      "the content digest of [0, " << r.coverage_end << ") is " << cd << ", the artifact records " << r.content_digest);
   if (strict_snapshot) {
     SourceBinding now = bind_source(dump, r.coverage_end);
     KVT_CHECK(now.snapshot_digest == r.snapshot_digest, SNAPSHOT_MISMATCH,

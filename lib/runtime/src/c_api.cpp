@@ -108,8 +108,9 @@ int kvtool_pool_publish_stored(kvtool_pool* pool, const char* key, const char* s
     kvtool::PublishRequest r;
     r.key = key;
     r.store_dir = store_dir;
-    r.store_key = kvtool::StoreKey{str(skey->tenant), str(skey->model), str(skey->adapter), str(skey->prefix_hash),
-                                   str(skey->kind), str(skey->params_digest), str(skey->position_contract)};
+    r.store_key = kvtool::StoreKey{str(skey->tenant),           str(skey->model), str(skey->adapter),
+                                   str(skey->prefix_hash),      str(skey->kind),  str(skey->params_digest),
+                                   str(skey->position_contract)};
     kvtool::check_store_key(r.store_key, false);
     publish(pool, r, opt, generation);
   });

@@ -16,9 +16,11 @@ namespace {
 void validate_container_test(const ArtifactReader& r) {
   const auto& g = r.source().geo;
   for (const auto& s : r.sections()) {
-    KVT_CHECK((s.layer == -1 && s.kv_head == -1) || (s.layer >= 0 && s.layer < g.layers && s.kv_head >= 0 && s.kv_head < g.kv_heads),
-              SHAPE_MISMATCH, "section '" << s.name << "' names part (" << s.layer << ", " << s.kv_head
-                                            << ") outside the source geometry");
+    KVT_CHECK(
+        (s.layer == -1 && s.kv_head == -1) ||
+            (s.layer >= 0 && s.layer < g.layers && s.kv_head >= 0 && s.kv_head < g.kv_heads),
+        SHAPE_MISMATCH,
+        "section '" << s.name << "' names part (" << s.layer << ", " << s.kv_head << ") outside the source geometry");
   }
 }
 
@@ -33,11 +35,7 @@ KindSpec container_test_kind() {
 // The one list of kinds: adding a kind adds its line here (docs/adding-a-kind.md).
 const std::vector<KindSpec>& registry() {
   static const std::vector<KindSpec> kinds = {
-      container_test_kind(),
-      kinds::pq_kind(),
-      kinds::clusterkv_kind(),
-      kinds::lsh_kind(),
-      kinds::squeeze_kind(),
+      container_test_kind(), kinds::pq_kind(), kinds::clusterkv_kind(), kinds::lsh_kind(), kinds::squeeze_kind(),
   };
   return kinds;
 }
@@ -51,7 +49,10 @@ int64_t Budget::rows(int64_t indexed) const {
 
 std::string Budget::str() const {
   std::ostringstream os;
-  if (fraction) os << value; else os << static_cast<int64_t>(value);
+  if (fraction)
+    os << value;
+  else
+    os << static_cast<int64_t>(value);
   return os.str();
 }
 
@@ -77,8 +78,9 @@ Budget Budget::parse(const std::string& s) {
       b.fraction = false;
     }
   } catch (...) {
-    KVT_THROW(USAGE, "--budget '" << s << "' must be a fraction of the indexed rows in (0, 1) such as 0.1, a percentage "
-                                       "such as 10%, or a row count such as 64");
+    KVT_THROW(USAGE, "--budget '" << s
+                                  << "' must be a fraction of the indexed rows in (0, 1) such as 0.1, a percentage "
+                                     "such as 10%, or a row count such as 64");
   }
   return b;
 }
@@ -116,7 +118,8 @@ T parse_whole(const std::string& name, const std::string& text, const char* what
 }  // namespace
 
 int64_t parse_int_option(const std::string& name, const std::string& text) {
-  return parse_whole<int64_t>(name, text, "an integer", [](const std::string& t, size_t* p) { return std::stoll(t, p); });
+  return parse_whole<int64_t>(name, text, "an integer",
+                              [](const std::string& t, size_t* p) { return std::stoll(t, p); });
 }
 
 double parse_double_option(const std::string& name, const std::string& text) {
@@ -162,8 +165,8 @@ void check_query_settings(const KindSpec& kind, const QuerySettings& s) {
       names += (names.empty() ? "" : ", ") + o.name;
     }
     KVT_CHECK(known, USAGE,
-              "query option '" << name << "' does not apply to " << kind.name << " artifacts (they take: "
-                               << (names.empty() ? "none" : names) << ")");
+              "query option '" << name << "' does not apply to " << kind.name
+                               << " artifacts (they take: " << (names.empty() ? "none" : names) << ")");
   }
 }
 
@@ -180,8 +183,9 @@ int64_t IndexedRows::end() const { return std::max(begin(), coverage_end - local
 
 IndexedRows IndexedRows::of(const ArtifactReader& r) {
   const json& p = r.manifest()["params"];
-  KVT_CHECK(p.contains("sink") && p["sink"].is_number_unsigned() && p.contains("local") && p["local"].is_number_unsigned(),
-            BAD_MANIFEST, "params.sink and params.local must be non-negative integers");
+  KVT_CHECK(
+      p.contains("sink") && p["sink"].is_number_unsigned() && p.contains("local") && p["local"].is_number_unsigned(),
+      BAD_MANIFEST, "params.sink and params.local must be non-negative integers");
   IndexedRows x;
   x.coverage_end = r.source().coverage_end;
   x.sink = p["sink"];
@@ -193,26 +197,33 @@ void validate_part_list(const ArtifactReader& r) {
   const json& kd = r.manifest()["kind_data"];
   const json& p = r.manifest()["params"];
   const auto& g = r.source().geo;
-  KVT_CHECK(kd.contains("parts") && kd["parts"].is_array() && kd.contains("part_range") && kd["part_range"].is_array() &&
-                kd["part_range"].size() == 2 && kd.contains("parts_total") && p.contains("layers") && p["layers"].is_array() &&
-                p["layers"].size() == 2,
+  KVT_CHECK(kd.contains("parts") && kd["parts"].is_array() && kd.contains("part_range") &&
+                kd["part_range"].is_array() && kd["part_range"].size() == 2 && kd.contains("parts_total") &&
+                p.contains("layers") && p["layers"].is_array() && p["layers"].size() == 2,
             BAD_MANIFEST, "kind_data must list parts, part_range and parts_total, and params the layer range");
   int64_t lf = p["layers"][0], ll = p["layers"][1];
-  KVT_CHECK(lf >= 0 && lf <= ll && ll < g.layers, SHAPE_MISMATCH, "params.layers [" << lf << ", " << ll << "] is outside the geometry");
+  KVT_CHECK(lf >= 0 && lf <= ll && ll < g.layers, SHAPE_MISMATCH,
+            "params.layers [" << lf << ", " << ll << "] is outside the geometry");
   int64_t total = kd["parts_total"], a = kd["part_range"][0], b = kd["part_range"][1];
-  KVT_CHECK(total == (ll - lf + 1) * g.kv_heads && 0 <= a && a <= b && b <= total &&
-                static_cast<int64_t>(kd["parts"].size()) == b - a,
-            PART_INVALID, "kind_data lists " << kd["parts"].size() << " parts for part range [" << a << ", " << b << ") of " << total);
+  KVT_CHECK(
+      total == (ll - lf + 1) * g.kv_heads && 0 <= a && a <= b && b <= total &&
+          static_cast<int64_t>(kd["parts"].size()) == b - a,
+      PART_INVALID,
+      "kind_data lists " << kd["parts"].size() << " parts for part range [" << a << ", " << b << ") of " << total);
   for (int64_t i = a; i < b; ++i) {
     const json& pm = kd["parts"][static_cast<size_t>(i - a)];
-    KVT_CHECK(pm.is_object() && pm.value("layer", int64_t{-1}) == lf + i / g.kv_heads && pm.value("kv_head", int64_t{-1}) == i % g.kv_heads,
-              PART_INVALID, "kind_data.parts[" << i - a << "] is not part " << i << " (layer " << lf + i / g.kv_heads
-                                                 << ", kv head " << i % g.kv_heads << ")");
+    KVT_CHECK(pm.is_object() && pm.value("layer", int64_t{-1}) == lf + i / g.kv_heads &&
+                  pm.value("kv_head", int64_t{-1}) == i % g.kv_heads,
+              PART_INVALID,
+              "kind_data.parts[" << i - a << "] is not part " << i << " (layer " << lf + i / g.kv_heads << ", kv head "
+                                 << i % g.kv_heads << ")");
   }
   for (const auto& s : r.sections()) {
     int64_t idx = (s.layer - lf) * g.kv_heads + s.kv_head;
     KVT_CHECK(s.layer >= lf && s.layer <= ll && s.kv_head >= 0 && s.kv_head < g.kv_heads && idx >= a && idx < b,
-              PART_INVALID, "section '" << s.name << "' belongs to part (" << s.layer << ", " << s.kv_head << ") which is not in this artifact");
+              PART_INVALID,
+              "section '" << s.name << "' belongs to part (" << s.layer << ", " << s.kv_head
+                          << ") which is not in this artifact");
   }
 }
 

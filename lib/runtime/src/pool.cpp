@@ -67,7 +67,8 @@ namespace {
 // Bytes charged to the tiers; returned, and waiters woken, on destruction.
 class Charge {
  public:
-  Charge(std::shared_ptr<Pool::State> st, int64_t host, int64_t device) : st_(std::move(st)), host_(host), device_(device) {}
+  Charge(std::shared_ptr<Pool::State> st, int64_t host, int64_t device)
+      : st_(std::move(st)), host_(host), device_(device) {}
   ~Charge() {
     std::lock_guard<std::mutex> l(st_->mu);
     st_->host_used -= host_;
@@ -172,8 +173,7 @@ struct PublishTicket::Work {
     if (transfer) {
       try {
         transfer->wait();
-      } catch (...) {
-      }
+      } catch (...) {}
     }
     gen.reset();  // release the generation under construction before the staging charge
   }
@@ -215,10 +215,11 @@ std::unique_ptr<Charge> reserve(const std::shared_ptr<Pool::State>& st, int64_t 
     }
     if (victim.empty()) {
       int64_t used = host_ok ? st->device_used : st->host_used, budget = host_ok ? o.device_budget : o.host_budget;
-      KVT_THROW(host_ok ? DEVICE_BUDGET_EXCEEDED : HOST_BUDGET_EXCEEDED,
-                "the " << (host_ok ? "device" : "host") << " tier has " << budget - used << " of " << budget
-                       << " bytes free and every generation holding the rest is leased or retiring; this publication needs "
-                       << (host_ok ? device : host));
+      KVT_THROW(
+          host_ok ? DEVICE_BUDGET_EXCEEDED : HOST_BUDGET_EXCEEDED,
+          "the " << (host_ok ? "device" : "host") << " tier has " << budget - used << " of " << budget
+                 << " bytes free and every generation holding the rest is leased or retiring; this publication needs "
+                 << (host_ok ? device : host));
     }
     std::shared_ptr<Generation> g = std::move(st->visible[victim]);
     st->visible.erase(victim);
@@ -239,8 +240,9 @@ void read_file_into(const std::string& path, uint8_t* dst, size_t n) {
     if (r <= 0) {
       int e = errno;
       close(fd);
-      KVT_THROW(IO_ERROR, "reading '" << path << "' failed after " << got << " of " << n << " bytes"
-                                         << (r < 0 ? std::string(": ") + std::strerror(e) : std::string(" (file shrank)")));
+      KVT_THROW(IO_ERROR,
+                "reading '" << path << "' failed after " << got << " of " << n << " bytes"
+                            << (r < 0 ? std::string(": ") + std::strerror(e) : std::string(" (file shrank)")));
     }
     got += static_cast<size_t>(r);
   }
@@ -271,7 +273,12 @@ json PublishReceipt::to_json() const {
           {"content_digest", content_digest},
           {"manifest_sha256", manifest_sha256},
           {"bytes", {{"host", host_bytes}, {"device", device_bytes}}},
-          {"seconds", {{"read", read_s}, {"validate", validate_s}, {"decompress", decompress_s}, {"copy", copy_s}, {"publish", publish_s}}},
+          {"seconds",
+           {{"read", read_s},
+            {"validate", validate_s},
+            {"decompress", decompress_s},
+            {"copy", copy_s},
+            {"publish", publish_s}}},
           {"evicted", evicted}};
 }
 
@@ -352,7 +359,8 @@ PublishTicket Pool::begin(const PublishRequest& req) {
   // Reserve and copy the artifact image into the host tier.
   auto t0 = Clock::now();
   struct stat sb {};
-  KVT_CHECK(stat(rq.artifact.c_str(), &sb) == 0, IO_ERROR, "cannot open '" << rq.artifact << "': " << std::strerror(errno));
+  KVT_CHECK(stat(rq.artifact.c_str(), &sb) == 0, IO_ERROR,
+            "cannot open '" << rq.artifact << "': " << std::strerror(errno));
   KVT_CHECK(S_ISREG(sb.st_mode), IO_ERROR, "'" << rq.artifact << "' is not a regular file");
   const size_t size = static_cast<size_t>(sb.st_size);
   g->charges.push_back(reserve(st_, static_cast<int64_t>(size), 0, rc.evicted));
@@ -384,8 +392,9 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     r.verify_sections();
     r.verify_signature(rq.trust.trusted, rq.trust.require_signature);
     const SourceBinding& src = r.source();
-    KVT_CHECK(rq.tenant.empty() || src.id.tenant_namespace == rq.tenant, TENANT_MISMATCH,
-              "'" << rq.artifact << "' belongs to tenant '" << src.id.tenant_namespace << "', not '" << rq.tenant << "'");
+    KVT_CHECK(
+        rq.tenant.empty() || src.id.tenant_namespace == rq.tenant, TENANT_MISMATCH,
+        "'" << rq.artifact << "' belongs to tenant '" << src.id.tenant_namespace << "', not '" << rq.tenant << "'");
     KVT_CHECK(rq.expected_content_digest.empty() || src.content_digest == rq.expected_content_digest, CONTENT_MISMATCH,
               "'" << rq.artifact << "' is bound to content digest " << src.content_digest << ", not the expected "
                   << rq.expected_content_digest);
@@ -489,8 +498,9 @@ PublishReceipt Pool::commit(PublishTicket& t) {
     std::lock_guard<std::mutex> l(st_->mu);
     if (!st_->matches(w->fence)) {
       w->done = true;
-      KVT_THROW(PUBLISH_CANCELLED, "the publication of '" << w->req.artifact << "' as '" << w->req.key
-                                                             << "' was cancelled or its slot was reused; nothing was published");
+      KVT_THROW(PUBLISH_CANCELLED, "the publication of '"
+                                       << w->req.artifact << "' as '" << w->req.key
+                                       << "' was cancelled or its slot was reused; nothing was published");
     }
   }
   std::shared_ptr<Generation> old;
@@ -608,7 +618,8 @@ size_t Pool::reap() {
       }
     }
     auto& r = st_->retiring;
-    r.erase(std::remove_if(r.begin(), r.end(), [](const std::weak_ptr<Generation>& g) { return g.expired(); }), r.end());
+    r.erase(std::remove_if(r.begin(), r.end(), [](const std::weak_ptr<Generation>& g) { return g.expired(); }),
+            r.end());
   }
   return landed.size();  // their buffers are freed here, outside the lock
 }
@@ -646,8 +657,8 @@ std::unique_ptr<QueryParams> Lease::params(const QuerySettings& settings) const 
   return g_->sel->params(settings);
 }
 
-CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int64_t position, const QueryParams& params,
-                              const KeyRows* keys) const {
+CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int64_t position,
+                              const QueryParams& params, const KeyRows* keys) const {
   KVT_CHECK(g_, USAGE, "query through an empty lease");
   KVT_CHECK(g_->sel, USAGE, "artifacts of kind '" << g_->reader->kind() << "' cannot be queried");
   g_->last_used = ++g_->st->tick;

@@ -16,23 +16,23 @@ json CandidateReceipt::to_json() const {
   json sc = json::array();
   for (float s : scores) sc.push_back(s);
   json j = {{"schema_version", kJsonSchemaVersion},
-          {"kind", kind},
-          {"index_generation", index_generation},
-          {"content_digest", content_digest},
-          {"semantics", "candidate_ids_only"},
-          {"layer", layer},
-          {"q_head", q_head},
-          {"kv_head", kv_head},
-          {"position", position},
-          {"budget_rows", budget_rows},
-          {"indexed_rows", indexed_rows},
-          {"candidates", candidates},
-          {"scores", sc},
-          {"inclusion_probabilities", inclusion},
-          {"selector", selector},
-          {"centroids_scored", centroids_scored},
-          {"always_included", always_included},
-          {"part", part}};
+            {"kind", kind},
+            {"index_generation", index_generation},
+            {"content_digest", content_digest},
+            {"semantics", "candidate_ids_only"},
+            {"layer", layer},
+            {"q_head", q_head},
+            {"kv_head", kv_head},
+            {"position", position},
+            {"budget_rows", budget_rows},
+            {"indexed_rows", indexed_rows},
+            {"candidates", candidates},
+            {"scores", sc},
+            {"inclusion_probabilities", inclusion},
+            {"selector", selector},
+            {"centroids_scored", centroids_scored},
+            {"always_included", always_included},
+            {"part", part}};
   if (pool_generation > 0) j["pool"] = {{"generation", pool_generation}, {"tier", tier}};
   return j;
 }
@@ -54,7 +54,8 @@ const PartSelector& SelectorSet::part(int64_t layer, int64_t kv_head) {
 }
 
 void SelectorSet::preload() {
-  for (const auto& pm : r_.manifest()["kind_data"]["parts"]) part(pm["layer"].get<int64_t>(), pm["kv_head"].get<int64_t>());
+  for (const auto& pm : r_.manifest()["kind_data"]["parts"])
+    part(pm["layer"].get<int64_t>(), pm["kv_head"].get<int64_t>());
   frozen_ = true;
 }
 
@@ -78,7 +79,8 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
                                     const QueryParams& params, const KeyRows* keys, const SelectHook& hook) {
   const auto& src = r_.source();
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
-  KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, USAGE, "--q-head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
+  KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, USAGE,
+            "--q-head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
   KVT_CHECK(position >= rows_.coverage_end - 1, USAGE,
             "position " << position << " lies inside the covered rows [0, " << rows_.coverage_end
                         << "); index queries are for positions >= " << rows_.coverage_end - 1);

@@ -78,8 +78,8 @@ void simhash_codes(const float* q, int64_t d, const float* w, int64_t bits, int6
   }
 }
 
-void collision_counts(const uint32_t* codes, const uint32_t* offsets, const uint32_t* ids, int64_t tables, int64_t buckets,
-                      int64_t n, int64_t base, uint16_t* count) {
+void collision_counts(const uint32_t* codes, const uint32_t* offsets, const uint32_t* ids, int64_t tables,
+                      int64_t buckets, int64_t n, int64_t base, uint16_t* count) {
   for (int64_t t = 0; t < tables; ++t) {
     const uint32_t c = codes[t];
     const uint32_t* off = offsets + t * (buckets + 1);

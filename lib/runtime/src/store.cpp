@@ -97,8 +97,13 @@ bool matches(const json& ref_key, const StoreKey& k) {
 }  // namespace
 
 json StoreKey::to_json() const {
-  return {{"tenant", tenant}, {"model", model}, {"adapter", adapter}, {"prefix_hash", prefix_hash},
-          {"kind", kind}, {"params_digest", params_digest}, {"position_contract", position_contract}};
+  return {{"tenant", tenant},
+          {"model", model},
+          {"adapter", adapter},
+          {"prefix_hash", prefix_hash},
+          {"kind", kind},
+          {"params_digest", params_digest},
+          {"position_contract", position_contract}};
 }
 
 void check_store_key(const StoreKey& k, bool need_params) {
@@ -133,7 +138,8 @@ json Store::put(const std::string& artifact) {
   ArtifactReader r(artifact);
   check_servable(r);  // never store what would not be served
   StoreKey k = key_of(r);
-  KVT_CHECK(!k.prefix_hash.empty(), BAD_STORE_KEY, "the artifact records no prefix-token hash (its dump had no /kv/tokens)");
+  KVT_CHECK(!k.prefix_hash.empty(), BAD_STORE_KEY,
+            "the artifact records no prefix-token hash (its dump had no /kv/tokens)");
   check_store_key(k, true);
   std::string hex = to_hex(sha256_file(artifact));
   std::string odir = dir_ + "/objects/" + hex.substr(0, 2);
@@ -149,8 +155,11 @@ json Store::put(const std::string& artifact) {
     out.commit();
     KVT_CHECK(to_hex(sha256_file(obj)) == hex, IO_ERROR, "the stored object does not match its digest");
   }
-  json ref = {{"key", k.to_json()}, {"object", hex}, {"coverage_end", r.source().coverage_end},
-              {"content_digest", r.source().content_digest}, {"created", static_cast<int64_t>(std::time(nullptr))},
+  json ref = {{"key", k.to_json()},
+              {"object", hex},
+              {"coverage_end", r.source().coverage_end},
+              {"content_digest", r.source().content_digest},
+              {"created", static_cast<int64_t>(std::time(nullptr))},
               {"schema_version", 1}};
   write_atomic(dir_ + "/refs/" + ref_id(k) + ".json", ref.dump(1) + "\n");
   return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"object", hex}, {"path", obj}, {"key", k.to_json()}};
@@ -184,7 +193,8 @@ json Store::get(const StoreKey& key) {
   KVT_CHECK(from_hex(hex, tmp), STORE_CORRUPT, "a ref names an invalid object");
   std::string obj = dir_ + "/objects/" + hex.substr(0, 2) + "/" + hex + ".kvi";
   KVT_CHECK(exists(obj), STORE_CORRUPT, "the object " << hex << " of this key is missing");
-  KVT_CHECK(to_hex(sha256_file(obj)) == hex, STORE_CORRUPT, "the object " << hex << " does not match its name (modified on disk)");
+  KVT_CHECK(to_hex(sha256_file(obj)) == hex, STORE_CORRUPT,
+            "the object " << hex << " does not match its name (modified on disk)");
   ArtifactReader r(obj);
   check_servable(r);  // an entry that fails verify is reported with its reason, not served
   StoreKey got = key_of(r);
@@ -240,8 +250,11 @@ json Store::gc(int64_t keep_last, int64_t grace) {
       if (now - st.st_mtime >= grace && unlink(p.c_str()) == 0) ++objects_removed;
     }
   }
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"refs_removed", refs_removed},
-          {"objects_removed", objects_removed}, {"grace_seconds", grace}};
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"refs_removed", refs_removed},
+          {"objects_removed", objects_removed},
+          {"grace_seconds", grace}};
 }
 
 }  // namespace kvtool

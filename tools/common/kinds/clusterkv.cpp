@@ -15,19 +15,26 @@ Command add_build(CLI::App& app, bool& as_json) {
   };
   auto a = std::make_shared<Args>();
   auto options = [a](CLI::App* c) {
-    auto* tpc = c->add_option("--tokens-per-cluster", a->p.tokens_per_cluster, "clusters = indexed rows / N (rounded, at least 1)")->capture_default_str();
+    auto* tpc = c->add_option("--tokens-per-cluster", a->p.tokens_per_cluster,
+                              "clusters = indexed rows / N (rounded, at least 1)")
+                    ->capture_default_str();
     auto* cl = c->add_option("--clusters", a->p.clusters, "a fixed number of clusters per part instead");
     tpc->excludes(cl);
     c->add_option("--iters", a->p.iters, "k-means iterations (fixed count)")->capture_default_str();
-    c->add_option("--centroid", a->centroid, "stored centroid: raw-mean (mean of the raw keys, as the reference) or spherical (unit mean direction)")->capture_default_str();
-    c->add_option("--dense-layers", a->dense_layers, "layers to leave unindexed, e.g. 0,1 or 0-1 (queries return all their rows)");
+    c->add_option(
+         "--centroid", a->centroid,
+         "stored centroid: raw-mean (mean of the raw keys, as the reference) or spherical (unit mean direction)")
+        ->capture_default_str();
+    c->add_option("--dense-layers", a->dense_layers,
+                  "layers to leave unindexed, e.g. 0,1 or 0-1 (queries return all their rows)");
   };
   auto make = [a] {
     a->p.centroid = parse_centroid_rule(a->centroid);
     if (!a->dense_layers.empty()) a->p.dense_layers = parse_layer_list(a->dense_layers);
     return std::make_unique<ClusterKvBuilder>(a->p);
   };
-  return add_build_command(app, {"Cosine k-means of the keys of every (layer, kv head)", "kvdump v1 file", options, make}, as_json);
+  return add_build_command(
+      app, {"Cosine k-means of the keys of every (layer, kv head)", "kvdump v1 file", options, make}, as_json);
 }
 
 Command add_append(CLI::App& app, bool& as_json) {
@@ -44,14 +51,16 @@ Command add_append(CLI::App& app, bool& as_json) {
   };
   auto summary = [](const AppendArgs& a, const ClusterKvAppendSummary& s) {
     std::cout << "wrote " << a.output << ": index generation " << s.append.index_generation << ", " << s.windows
-              << " window(s), coverage [0, " << s.append.coverage_end << "), " << s.uncovered_rows << " rows left uncovered\n";
+              << " window(s), coverage [0, " << s.append.coverage_end << "), " << s.uncovered_rows
+              << " rows left uncovered\n";
   };
   return add_append_command<ClusterKvAppendSummary>(
       app,
-      {{"Cluster each sealed window of new rows into its own clusters (new index generation)", "existing clusterkv artifact",
-        "dump whose rows below the old coverage end are unchanged",
+      {{"Cluster each sealed window of new rows into its own clusters (new index generation)",
+        "existing clusterkv artifact", "dump whose rows below the old coverage end are unchanged",
         "rows available (default: the dump's committed frontier); a partial window stays uncovered", options},
-       append, summary},
+       append,
+       summary},
       as_json);
 }
 

@@ -12,7 +12,8 @@ void add_lsh_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) 
   };
   auto make = [p] { return std::make_unique<LshBuilder>(*p); };
   cmds.push_back(add_build_command(
-      app, {"Center keys, hash them with K-bit SimHash into L tables of CSR buckets", "kvdump v1 file", options, make}, as_json));
+      app, {"Center keys, hash them with K-bit SimHash into L tables of CSR buckets", "kvdump v1 file", options, make},
+      as_json));
 }
 
 }  // namespace kvtool::cli

@@ -12,19 +12,25 @@ void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
       app,
       {"Train per-(layer, kv head, subspace) codebooks with FAISS k-means and encode the key rows", "kvdump v1 file",
        [p](CLI::App* c) {
-         c->add_option("--subspaces,-m", p->subspaces, "m contiguous subvectors per key; must divide the head dim")->capture_default_str();
-         c->add_option("--bits,-b", p->bits, "bits per code (2^b centroids per subspace), 1..16")->capture_default_str();
+         c->add_option("--subspaces,-m", p->subspaces, "m contiguous subvectors per key; must divide the head dim")
+             ->capture_default_str();
+         c->add_option("--bits,-b", p->bits, "bits per code (2^b centroids per subspace), 1..16")
+             ->capture_default_str();
          c->add_option("--iters", p->iters, "Lloyd iterations per subspace (fixed count)")->capture_default_str();
-         c->add_option("--max-points-per-centroid", p->max_points_per_centroid, "k-means training sample cap per centroid")->capture_default_str();
+         c->add_option("--max-points-per-centroid", p->max_points_per_centroid,
+                       "k-means training sample cap per centroid")
+             ->capture_default_str();
        },
        [p] { return std::make_unique<PqBuilder>(*p); }},
       as_json));
   cmds.push_back(add_append_command<PqAppendSummary>(
       app,
-      {{"Encode rows past the old coverage end with the existing codebooks (new index generation)", "existing pq artifact",
-        "dump whose rows [0, old coverage end) are those the artifact was built from",
+      {{"Encode rows past the old coverage end with the existing codebooks (new index generation)",
+        "existing pq artifact", "dump whose rows [0, old coverage end) are those the artifact was built from",
         "new coverage end (default: the dump's committed frontier)", nullptr},
-       [](const AppendArgs& a, bool quiet) { return pq_append(a.artifact, a.dump, a.output, a.prefix, a.sign_key, quiet); },
+       [](const AppendArgs& a, bool quiet) {
+         return pq_append(a.artifact, a.dump, a.output, a.prefix, a.sign_key, quiet);
+       },
        [](const AppendArgs& a, const PqAppendSummary& s) {
          std::cout << "wrote " << a.output << ": index generation " << s.append.index_generation << ", coverage [0, "
                    << s.append.coverage_end << ")\n";

@@ -12,23 +12,29 @@ void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_js
   auto a = std::make_shared<Args>();
   auto options = [a](CLI::App* c) {
     SqueezeParams& p = a->p;
-    c->add_option("--percent-clusters", p.percent_clusters, "fine clusters as a percentage of the indexed rows")->capture_default_str();
-    c->add_option("--coarse-percent", p.coarse_percent, "coarse groups as a percentage of the fine clusters")->capture_default_str();
-    c->add_option("--observation-window", p.observation_window, "last prefix rows: not clustered (local), their queries calibrate")->capture_default_str();
+    c->add_option("--percent-clusters", p.percent_clusters, "fine clusters as a percentage of the indexed rows")
+        ->capture_default_str();
+    c->add_option("--coarse-percent", p.coarse_percent, "coarse groups as a percentage of the fine clusters")
+        ->capture_default_str();
+    c->add_option("--observation-window", p.observation_window,
+                  "last prefix rows: not clustered (local), their queries calibrate")
+        ->capture_default_str();
     c->add_option("--quantiles", a->quantiles, "calibrated quantiles, comma-separated (default 0.5,0.7,0.8,0.9)");
     c->add_option("--iters", p.iters, "k-means iterations (fixed count)")->capture_default_str();
-    c->add_option("--calibration-queries", p.calibration_path, "raw float32 [L, H_q, N, d] queries to calibrate with instead of the observation window's");
-    c->add_option("--coarse-factor", p.coarse_factor, "coarse pass keeps groups scoring >= factor x the fine threshold")->capture_default_str();
+    c->add_option("--calibration-queries", p.calibration_path,
+                  "raw float32 [L, H_q, N, d] queries to calibrate with instead of the observation window's");
+    c->add_option("--coarse-factor", p.coarse_factor, "coarse pass keeps groups scoring >= factor x the fine threshold")
+        ->capture_default_str();
   };
   auto make = [a] {
     if (!a->quantiles.empty()) a->p.quantiles = parse_quantiles(a->quantiles);
     return std::make_unique<SqueezeBuilder>(a->p);
   };
-  cmds.push_back(add_build_command(
-      app,
-      {"Cluster the prefix keys (fine + coarse) and calibrate global thresholds from queries",
-       "kvdump v1 file with /kv/q queries in the observation window", options, make},
-      as_json));
+  cmds.push_back(
+      add_build_command(app,
+                        {"Cluster the prefix keys (fine + coarse) and calibrate global thresholds from queries",
+                         "kvdump v1 file with /kv/q queries in the observation window", options, make},
+                        as_json));
 }
 
 }  // namespace kvtool::cli

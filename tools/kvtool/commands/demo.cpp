@@ -43,13 +43,21 @@ void make_dump(Args& a, const std::string& path) {
     std::cout << "greedy text: " << r.text << "\n\n";
   } else {
     SynthOptions o;
-    o.layers = 2; o.kv_heads = 2; o.q_heads = 4; o.head_dim = 32; o.tokens = 256; o.seed = 1; o.query_count = 64;
-    std::cout << "== kvtool synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 32 --tokens 256 --seed 1 -o " << path << "\n";
+    o.layers = 2;
+    o.kv_heads = 2;
+    o.q_heads = 4;
+    o.head_dim = 32;
+    o.tokens = 256;
+    o.seed = 1;
+    o.query_count = 64;
+    std::cout << "== kvtool synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 32 --tokens 256 --seed 1 -o " << path
+              << "\n";
     synth_dump(o, IdentityOptions{}, path);
   }
 }
 
-void verify_and_eval(const std::string& art, const std::string& dump, const EvalOptions& eo, const std::string& eval_args) {
+void verify_and_eval(const std::string& art, const std::string& dump, const EvalOptions& eo,
+                     const std::string& eval_args) {
   VerifyOptions vo;
   vo.source = dump;
   std::cout << "\n== kvtool verify " << art << " --source " << dump << "\n";
@@ -70,7 +78,8 @@ std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOpti
   cli::print_build_summary(build_artifact(dump, bo, SqueezeBuilder(sp)));
   Store st(store_dir, true);
   json put = st.put(sq);
-  std::cout << "\n== kvtool store put " << sq << " --store " << store_dir << "\nstored as object " << put["object"].get<std::string>() << "\n";
+  std::cout << "\n== kvtool store put " << sq << " --store " << store_dir << "\nstored as object "
+            << put["object"].get<std::string>() << "\n";
   StoreKey key;
   const json& k = put["key"];
   key.tenant = k["tenant"];
@@ -79,9 +88,10 @@ std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOpti
   key.prefix_hash = k["prefix_hash"];
   key.kind = k["kind"];
   std::string got = st.get(key)["path"];
-  std::cout << "\n== kvtool store get --store " << store_dir << " --tenant " << key.tenant << " --model " << key.model.substr(0, 12)
-            << "... --adapter " << key.adapter.substr(0, 12) << "... --prefix-hash " << key.prefix_hash.substr(0, 12)
-            << "... --kind squeeze\n" << got << "\n";
+  std::cout << "\n== kvtool store get --store " << store_dir << " --tenant " << key.tenant << " --model "
+            << key.model.substr(0, 12) << "... --adapter " << key.adapter.substr(0, 12) << "... --prefix-hash "
+            << key.prefix_hash.substr(0, 12) << "... --kind squeeze\n"
+            << got << "\n";
   EvalOptions se;
   se.sweep = {{"quantile", {"0.8"}}};
   verify_and_eval(got, dump, se, " --quantile 0.8");
@@ -121,7 +131,8 @@ int run(Args& a) {
 
 cli::Command register_demo(CLI::App& app, Flags&) {
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("demo", "Make a dump from a real model (or a synthetic one), inspect it and verify it");
+  auto* sub =
+      app.add_subcommand("demo", "Make a dump from a real model (or a synthetic one), inspect it and verify it");
   sub->add_option("--dir", a->dir, "working directory for the demo files")->capture_default_str();
   sub->add_option("--model", a->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin when present)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: tok512.bin next to it)");

@@ -58,13 +58,17 @@ int run(const Args& a, const Flags& flags) {
 
 cli::Command register_eval(CLI::App& app, Flags& flags) {
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("eval", "Retained attention mass, recall, output error and bytes against dense attention");
+  auto* sub =
+      app.add_subcommand("eval", "Retained attention mass, recall, output error and bytes against dense attention");
   sub->add_option("ART", a->art, "artifact (.kvi)")->required();
   sub->add_option("--source", a->source, "dump with /kv/q queries at positions >= the coverage end")->required();
   sub->add_option("--budget", a->budgets, "budget(s); several give a curve (default 0.1)");
   sub->add_option("--min-collisions", a->min_collisions, "lsh: collision threshold(s) c (default 2)");
-  sub->add_option("-o,--option", a->options, "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); repeat to sweep");
-  sub->add_option("--quantile", a->quantiles, "squeeze: quantile(s) to evaluate, hierarchical and flat (default: all calibrated)");
+  sub->add_option(
+      "-o,--option", a->options,
+      "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); repeat to sweep");
+  sub->add_option("--quantile", a->quantiles,
+                  "squeeze: quantile(s) to evaluate, hierarchical and flat (default: all calibrated)");
   sub->add_option("--csv", a->csv, "write one row per (budget, layer, query head, position)");
   sub->add_option("--plot", a->plot, "write an SVG of retained mass vs selected fraction");
   sub->add_flag("--json", flags.json, "machine-readable output");

@@ -10,9 +10,13 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
     int top_channels = 3;
   };
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("inspect", "Show shapes, identity, byte ledger and health of a dump, or the manifest, sections and signature of an artifact");
+  auto* sub = app.add_subcommand("inspect",
+                                 "Show shapes, identity, byte ledger and health of a dump, or the manifest, sections "
+                                 "and signature of an artifact");
   sub->add_option("FILE", a->path, "dump (.h5) or artifact (.kvi); detected by content")->required();
-  sub->add_option("--top-channels", a->top_channels, "outlier channels listed per (layer, head)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--top-channels", a->top_channels, "outlier channels listed per (layer, head)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] {
             FileKind k = detect_file_kind(a->path);

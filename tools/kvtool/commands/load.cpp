@@ -50,7 +50,8 @@ int run(Args& a, const Flags& flags) {
 #ifdef KVTOOL_WITH_CUDA
     lo.pool.device = cuda::make_backend();
 #endif
-    KVT_CHECK(lo.pool.device || a.device == "auto", DEVICE_UNAVAILABLE, "--device cuda: no usable CUDA device" KVTOOL_CUDA_NOTE);
+    KVT_CHECK(lo.pool.device || a.device == "auto", DEVICE_UNAVAILABLE,
+              "--device cuda: no usable CUDA device" KVTOOL_CUDA_NOTE);
   }
   json j = load_artifacts(lo);
   return emit(flags, j, [&] { cli::print_load(j); });
@@ -60,20 +61,30 @@ int run(Args& a, const Flags& flags) {
 
 cli::Command register_load(CLI::App& app, Flags& flags) {
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("load", "Publish artifacts into a runtime pool (host/GPU), run every dumped query through it and "
-                                         "check the answers against kvtool query; print receipts, bytes per tier, publish "
-                                         "bandwidth and query latency");
+  auto* sub =
+      app.add_subcommand("load",
+                         "Publish artifacts into a runtime pool (host/GPU), run every dumped query through it and "
+                         "check the answers against kvtool query; print receipts, bytes per tier, publish "
+                         "bandwidth and query latency");
   sub->add_option("ART", a->lo.artifacts, "artifacts (.kvi) to publish, each under its path as the pool key");
-  sub->add_option("--source", a->lo.source, "dump the artifacts were built from: binding checked, its queries replayed");
-  sub->add_option("--store", a->lo.store_dir, "prefix store directory: also publish the artifact stored for the key below");
+  sub->add_option("--source", a->lo.source,
+                  "dump the artifacts were built from: binding checked, its queries replayed");
+  sub->add_option("--store", a->lo.store_dir,
+                  "prefix store directory: also publish the artifact stored for the key below");
   add_store_key_options(sub, a->lo.store_key);
-  sub->add_option("--device", a->device, "auto (a GPU when one is usable), cpu (host tier only) or cuda (require a GPU)")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  sub->add_option("--host-budget", a->host_budget, "host tier byte budget (K/M/G/T binary suffixes)")->capture_default_str();
+  sub->add_option("--device", a->device,
+                  "auto (a GPU when one is usable), cpu (host tier only) or cuda (require a GPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--host-budget", a->host_budget, "host tier byte budget (K/M/G/T binary suffixes)")
+      ->capture_default_str();
   sub->add_option("--device-budget", a->device_budget, "device tier byte budget")->capture_default_str();
-  sub->add_option("--budget", a->budget, "index-chosen rows per query: a fraction (0.1, 10%) or a count (64)")->capture_default_str();
-  sub->add_option("--min-collisions", a->min_collisions, "lsh: rows colliding in at least c tables")->capture_default_str();
-  sub->add_option("-o,--option", a->options, "query options for the replay as NAME=VALUE; each artifact takes its kind's");
+  sub->add_option("--budget", a->budget, "index-chosen rows per query: a fraction (0.1, 10%) or a count (64)")
+      ->capture_default_str();
+  sub->add_option("--min-collisions", a->min_collisions, "lsh: rows colliding in at least c tables")
+      ->capture_default_str();
+  sub->add_option("-o,--option", a->options,
+                  "query options for the replay as NAME=VALUE; each artifact takes its kind's");
   sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
   sub->add_option("--trusted-keys", a->trusted, "directory of trusted public keys (*.pem)");
   sub->add_flag("--require-signature", a->lo.trust.require_signature, "refuse unsigned artifacts");

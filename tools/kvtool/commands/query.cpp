@@ -62,8 +62,8 @@ void print_receipt(const CandidateReceipt& rc) {
   std::cout << "kind " << rc.kind << ", index generation " << rc.index_generation << ", content digest "
             << rc.content_digest.substr(0, 16) << "…\n";
   std::cout << "layer " << rc.layer << ", query head " << rc.q_head << " (kv head " << rc.kv_head << "), position "
-            << rc.position << ": " << rc.candidates.size() << " candidates of " << rc.indexed_rows
-            << " indexed rows, " << rc.always_included.size() << " always included\n";
+            << rc.position << ": " << rc.candidates.size() << " candidates of " << rc.indexed_rows << " indexed rows, "
+            << rc.always_included.size() << " always included\n";
   if (rc.centroids_scored >= 0) std::cout << "centroids scored: " << rc.centroids_scored << "\n";
   if (!rc.inclusion.empty()) {
     std::cout << "inclusion probabilities:";
@@ -85,8 +85,10 @@ int run(const Args& a, const Flags& flags) {
   int64_t position = -1;
   const std::vector<float> q = query_vector(a, r, d, position);
   SelectorSet sel(r);
-  KVT_CHECK(a.q_head >= 0 && a.q_head < r.source().geo.q_heads, USAGE, "--q-head " << a.q_head << " is outside 0-" << r.source().geo.q_heads - 1);
-  KVT_CHECK(a.layer >= 0 && a.layer < r.source().geo.layers, USAGE, "--layer " << a.layer << " is outside 0-" << r.source().geo.layers - 1);
+  KVT_CHECK(a.q_head >= 0 && a.q_head < r.source().geo.q_heads, USAGE,
+            "--q-head " << a.q_head << " is outside 0-" << r.source().geo.q_heads - 1);
+  KVT_CHECK(a.layer >= 0 && a.layer < r.source().geo.layers, USAGE,
+            "--layer " << a.layer << " is outside 0-" << r.source().geo.layers - 1);
   std::vector<float> krows;
   KeyRows keys;
   if (sel.kind().needs_keys) {  // lsh receipts carry inclusion probabilities computed from the full keys
@@ -96,7 +98,8 @@ int run(const Args& a, const Flags& flags) {
     keys = KeyRows{krows.data(), E, dim};
   }
   const auto params = sel.params(query_settings(a, sel.kind()));
-  CandidateReceipt rc = sel.query(a.layer, a.q_head, q.data(), position, *params, sel.kind().needs_keys ? &keys : nullptr);
+  CandidateReceipt rc =
+      sel.query(a.layer, a.q_head, q.data(), position, *params, sel.kind().needs_keys ? &keys : nullptr);
   return emit(flags, rc.to_json(), [&] { print_receipt(rc); });
 }
 
@@ -104,19 +107,30 @@ int run(const Args& a, const Flags& flags) {
 
 cli::Command register_query(CLI::App& app, Flags& flags) {
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("query", "Candidate rows of one (layer, query head) for a dumped query position or a given vector");
+  auto* sub = app.add_subcommand(
+      "query", "Candidate rows of one (layer, query head) for a dumped query position or a given vector");
   sub->add_option("ART", a->art, "artifact (.kvi)")->required();
   sub->add_option("--source", a->source, "dump the artifact was built from (checked by content digest)")->required();
   sub->add_option("--layer", a->layer, "layer")->required();
   sub->add_option("--q-head", a->q_head, "query head (its kv head comes from q_to_kv_head)")->required();
-  a->position_opt = sub->add_option("--position", a->position, "use the dumped query at this position (>= coverage end - 1)");
+  a->position_opt =
+      sub->add_option("--position", a->position, "use the dumped query at this position (>= coverage end - 1)");
   auto* qv = sub->add_option("--vector", a->vector, "query vector file: d numbers as text, or raw float32 (.f32/.bin)");
   a->position_opt->excludes(qv);
-  a->budget_opt = sub->add_option("--budget", a->budget, "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)")->capture_default_str();
-  a->min_collisions_opt = sub->add_option("--min-collisions", a->min_collisions, "lsh: emit rows colliding in at least c tables")->capture_default_str();
-  a->quantile_opt = sub->add_option("--quantile", a->quantile, "squeeze: calibrated quantile whose threshold to apply (default: the first calibrated)");
-  sub->add_option("-o,--option", a->options, "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); may be repeated");
-  sub->add_flag("--flat", a->flat, "squeeze: score every fine centroid (the reference's lookup) instead of the two-level pass");
+  a->budget_opt = sub->add_option("--budget", a->budget,
+                                  "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)")
+                      ->capture_default_str();
+  a->min_collisions_opt =
+      sub->add_option("--min-collisions", a->min_collisions, "lsh: emit rows colliding in at least c tables")
+          ->capture_default_str();
+  a->quantile_opt =
+      sub->add_option("--quantile", a->quantile,
+                      "squeeze: calibrated quantile whose threshold to apply (default: the first calibrated)");
+  sub->add_option(
+      "-o,--option", a->options,
+      "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); may be repeated");
+  sub->add_flag("--flat", a->flat,
+                "squeeze: score every fine centroid (the reference's lookup) instead of the two-level pass");
   sub->add_flag("--json", flags.json, "machine-readable receipt");
   return {sub, [a, &flags] { return run(*a, flags); }};
 }

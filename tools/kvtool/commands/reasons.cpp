@@ -10,10 +10,13 @@ cli::Command register_reasons(CLI::App& app, Flags& flags) {
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [&flags] {
             json arr = json::array();
-            for (const auto& r : all_reasons()) arr.push_back({{"reason", r.code}, {"exit_code", static_cast<int>(r.exit)}, {"meaning", r.meaning}});
-            if (flags.json) cli::print_json({{"schema_version", kJsonSchemaVersion}, {"reasons", arr}});
+            for (const auto& r : all_reasons())
+              arr.push_back({{"reason", r.code}, {"exit_code", static_cast<int>(r.exit)}, {"meaning", r.meaning}});
+            if (flags.json)
+              cli::print_json({{"schema_version", kJsonSchemaVersion}, {"reasons", arr}});
             else
-              for (const auto& r : all_reasons()) std::printf("%-28s %d  %s\n", r.code, static_cast<int>(r.exit), r.meaning);
+              for (const auto& r : all_reasons())
+                std::printf("%-28s %d  %s\n", r.code, static_cast<int>(r.exit), r.meaning);
             return 0;
           }};
 }

@@ -4,8 +4,10 @@
 namespace kvtool::cmd {
 
 int emit(const Flags& flags, const json& j, const std::function<void()>& text) {
-  if (flags.json) cli::print_json(j);
-  else if (!flags.quiet) text();
+  if (flags.json)
+    cli::print_json(j);
+  else if (!flags.quiet)
+    text();
   return 0;
 }
 

@@ -18,8 +18,12 @@ cli::Command register_sign(CLI::App& app, Flags& flags) {
   return {sub, [a, &flags] {
             SigningKey key = SigningKey::load(a->key);
             sign_artifact(a->path, key);
-            json j{{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"artifact", a->path}, {"key_id", key_id(key.public_key())}};
-            return emit(flags, j, [&] { std::cout << "signed " << a->path << " with key " << key_id(key.public_key()) << "\n"; });
+            json j{{"schema_version", kJsonSchemaVersion},
+                   {"ok", true},
+                   {"artifact", a->path},
+                   {"key_id", key_id(key.public_key())}};
+            return emit(flags, j,
+                        [&] { std::cout << "signed " << a->path << " with key " << key_id(key.public_key()) << "\n"; });
           }};
 }
 

@@ -14,7 +14,8 @@ cli::Command register_synth(CLI::App& app, Flags& flags) {
   };
   auto a = std::make_shared<Args>();
   SynthOptions& o = a->opt;
-  auto* sub = app.add_subcommand("synth", "Write a deterministic synthetic dump of any size (RoPE, outlier channels, a sink row)");
+  auto* sub = app.add_subcommand(
+      "synth", "Write a deterministic synthetic dump of any size (RoPE, outlier channels, a sink row)");
   sub->add_option("--layers", o.layers, "layers L")->required()->check(CLI::PositiveNumber);
   sub->add_option("--kv-heads", o.kv_heads, "KV heads H_kv")->required()->check(CLI::PositiveNumber);
   sub->add_option("--q-heads", o.q_heads, "query heads H_q (multiple of H_kv)")->required()->check(CLI::PositiveNumber);
@@ -22,7 +23,9 @@ cli::Command register_synth(CLI::App& app, Flags& flags) {
   sub->add_option("--tokens", o.tokens, "rows T")->required()->check(CLI::PositiveNumber);
   sub->add_option("--seed", o.seed, "seed")->required();
   sub->add_option("--dtype", a->dtype, "f16 | bf16 | f32")->capture_default_str();
-  sub->add_option("--query-count", o.query_count, "queries of the last N positions written to /kv/q")->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("--query-count", o.query_count, "queries of the last N positions written to /kv/q")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   add_dump_output_options(sub, a->out, a->ident, flags);
   return {sub, [a, &flags] {
             a->opt.dtype = parse_dtype(a->dtype);

@@ -23,7 +23,8 @@ void require_file(const std::string& p, const char* what) {
 
 int run(Args& a, const Flags& flags) {
   FileKind k = detect_file_kind(a.path);
-  KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE, "'" << a.path << "' is neither a kvdump (HDF5) nor a kvi artifact");
+  KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
+            "'" << a.path << "' is neither a kvdump (HDF5) nor a kvi artifact");
   VerifyOptions& o = a.opt;
   o.trusted_keys = trusted_keys(a.pubkeys, a.trusted_dir);
   if (!o.source.empty()) require_file(o.source, "source dump");
@@ -41,10 +42,13 @@ int run(Args& a, const Flags& flags) {
 
 cli::Command register_verify(CLI::App& app, Flags& flags) {
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("verify", "Check structure, every digest, the signature and (with --source) the binding to a dump");
+  auto* sub = app.add_subcommand(
+      "verify", "Check structure, every digest, the signature and (with --source) the binding to a dump");
   sub->add_option("FILE", a->path, "dump or artifact")->required();
-  sub->add_option("--source", a->opt.source, "dump the artifact must have been built from (content digest of its covered range)");
-  sub->add_flag("--strict-snapshot", a->opt.strict_snapshot, "also require the dump's snapshot digest (generations, frontier) to match");
+  sub->add_option("--source", a->opt.source,
+                  "dump the artifact must have been built from (content digest of its covered range)");
+  sub->add_flag("--strict-snapshot", a->opt.strict_snapshot,
+                "also require the dump's snapshot digest (generations, frontier) to match");
   sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
   sub->add_option("--trusted-keys", a->trusted_dir, "directory of trusted public keys (*.pem)");
   sub->add_flag("--require-signature", a->opt.require_signature, "fail unsigned artifacts");

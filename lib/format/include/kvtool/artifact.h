@@ -34,7 +34,7 @@ struct SectionEntry {
   std::vector<int64_t> shape;
   std::string codec;  // "none" | "zstd"
   uint64_t offset = 0, stored_size = 0, raw_size = 0;
-  std::string sha256;  // of the raw (uncompressed) bytes
+  std::string sha256;                // of the raw (uncompressed) bytes
   int64_t layer = -1, kv_head = -1;  // -1: not bound to one part
   json to_json() const;
 };

@@ -61,12 +61,12 @@ Error error_from_exception(std::exception_ptr e);
 
 // Throwing check macros in the FAISS style: the reason is a Reason enumerator name (a typo does
 // not compile) and the message is built with a stream expression.
-#define KVT_THROW(REASON, MSG)                         \
-  do {                                                 \
-    using namespace ::kvtool::reason_names;            \
-    std::ostringstream kvt_os_;                        \
-    kvt_os_ << MSG;                                    \
-    throw ::kvtool::Error((REASON), kvt_os_.str());    \
+#define KVT_THROW(REASON, MSG)                      \
+  do {                                              \
+    using namespace ::kvtool::reason_names;         \
+    std::ostringstream kvt_os_;                     \
+    kvt_os_ << MSG;                                 \
+    throw ::kvtool::Error((REASON), kvt_os_.str()); \
   } while (0)
 
 #define KVT_CHECK(COND, REASON, MSG)     \

@@ -44,13 +44,13 @@ struct DumpGeometry {
 };
 
 struct SourceBinding {
-  DumpIdentity id;       // all identity attributes (generations recorded as provenance only)
-  DumpGeometry geo;      // layers, kv_heads, head_dim, dtype are content; tokens/q_* provenance
+  DumpIdentity id;   // all identity attributes (generations recorded as provenance only)
+  DumpGeometry geo;  // layers, kv_heads, head_dim, dtype are content; tokens/q_* provenance
   int64_t committed_frontier = 0;
   int64_t coverage_end = 0;
-  std::string payload_sha256;   // SHA-256 of the K/V payload stream of rows [0, coverage_end)
-  std::string content_digest;   // content_digest([0, coverage_end))
-  std::string snapshot_digest;  // snapshot digest of the dump
+  std::string payload_sha256;        // SHA-256 of the K/V payload stream of rows [0, coverage_end)
+  std::string content_digest;        // content_digest([0, coverage_end))
+  std::string snapshot_digest;       // snapshot digest of the dump
   std::string prefix_tokens_sha256;  // SHA-256 of token ids [0, coverage_end) (empty without /kv/tokens)
 
   json to_json() const;

@@ -26,8 +26,8 @@ struct AppendPlan {
 struct AppendPartInput {
   const ArtifactReader& old;  // the part's old sections: old.find(name, layer, kv_head)
   int64_t layer, kv_head, head_dim;
-  int64_t index_generation;   // the generation being written
-  const float* rows;          // the plan's new rows, row-major [rows_end - rows_begin, head_dim]
+  int64_t index_generation;  // the generation being written
+  const float* rows;         // the plan's new rows, row-major [rows_end - rows_begin, head_dim]
   int64_t rows_begin, rows_end;
 };
 
@@ -60,7 +60,7 @@ struct AppendSummary {
 // Writes `output`: the artifact at `artifact` with a new index generation covering the dump up to
 // `prefix` (-1: the dump's committed frontier). Refuses a dump whose rows under the old coverage
 // differ. Returns the summary; nothing is left at `output` on failure.
-AppendSummary append_generation(const std::string& artifact, const std::string& dump, const std::string& output, int64_t prefix,
-                       const std::string& sign_key, bool quiet, KindAppender& kind);
+AppendSummary append_generation(const std::string& artifact, const std::string& dump, const std::string& output,
+                                int64_t prefix, const std::string& sign_key, bool quiet, KindAppender& kind);
 
 }  // namespace kvtool

@@ -14,9 +14,9 @@ namespace kvtool {
 
 struct BuildOptions {
   std::string output;
-  int64_t prefix = -1;  // coverage end; -1: the dump's committed frontier
-  int64_t sink = -1;    // -1: the kind's default
-  int64_t local = -1;   // -1: the kind's default
+  int64_t prefix = -1;                       // coverage end; -1: the dump's committed frontier
+  int64_t sink = -1;                         // -1: the kind's default
+  int64_t local = -1;                        // -1: the kind's default
   int64_t layer_first = 0, layer_last = -1;  // inclusive; -1: last layer
   uint64_t seed = 0;
   // Worker threads. The library reads no environment: callers pass the count they want (the CLI

@@ -15,8 +15,8 @@ struct DumpInfo {
   DumpGeometry geo;
   int64_t committed_frontier = 0;
   bool has_q = false, has_tokens = false, has_positions = false;
-  std::string generator;  // optional root attribute "generator" (e.g. "kvtool synth ...")
-  bool synthetic = false; // optional root attribute "synthetic" = 1
+  std::string generator;   // optional root attribute "generator" (e.g. "kvtool synth ...")
+  bool synthetic = false;  // optional root attribute "synthetic" = 1
 };
 
 // True when the file starts with the HDF5 signature.
@@ -54,7 +54,7 @@ class DumpReader {
 
 struct DumpSpec {
   DumpIdentity id;
-  DumpGeometry geo;  // q_tokens > 0 writes /kv/q and /kv/q_positions
+  DumpGeometry geo;                 // q_tokens > 0 writes /kv/q and /kv/q_positions
   int64_t committed_frontier = -1;  // -1: T
   std::string generator;
   bool synthetic = false;

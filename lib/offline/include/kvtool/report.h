@@ -103,8 +103,8 @@ struct ArtifactVerification {
   bool signature_trusted = false;  // signed and checked against --pubkey / --trusted-keys
   std::string content_digest;      // of the covered rows [0, coverage_end)
   int64_t coverage_end = 0;
-  std::string source_checked;      // the --source dump the binding was checked against; "" = none
-  bool strict_snapshot = false;    // in the JSON only when source_checked is set
+  std::string source_checked;    // the --source dump the binding was checked against; "" = none
+  bool strict_snapshot = false;  // in the JSON only when source_checked is set
   json to_json() const;
 };
 ArtifactVerification verify_artifact(const std::string& path, const VerifyOptions& opt);

@@ -49,7 +49,7 @@ class DeviceBackend {
   // PQ lookup-table scoring and top-k of one query on the device: the same ids and scores as
   // scoring::pq_lut + pq_scores + top_k on the host.
   virtual void product_code_top_k(const ProductCodes& part, const float* q, int64_t k, std::vector<int64_t>& ids,
-                        std::vector<float>& scores) = 0;
+                                  std::vector<float>& scores) = 0;
   // scoring::dot_scores over `count` device-resident centroids [count, d] (clusterkv ranking).
   virtual void dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) = 0;
   // scoring::dot_scores_f64 over device-resident centroids; `rows` (host array or nullptr) picks
@@ -59,8 +59,8 @@ class DeviceBackend {
   // scoring::simhash_codes + collision_counts on device-resident projections [d, bits*tables],
   // offsets [tables, 2^bits + 1] and ids [tables, n] (u16 or u32: id_bytes).
   virtual void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
-                                  int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
-                                  uint16_t* count) = 0;
+                                  int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q,
+                                  uint32_t* codes, uint16_t* count) = 0;
 };
 
 }  // namespace kvtool

@@ -26,7 +26,6 @@ struct Budget {
   static Budget parse(const std::string& s);  // USAGE on error
 };
 
-
 // Rows of the dump an artifact indexes: coverage [0, coverage_end), sink rows [0, sink) and the
 // local window [coverage_end - local, coverage_end) are not indexed but always included.
 struct IndexedRows {
@@ -211,7 +210,9 @@ KindSpec make_budget_kind_spec(const std::string& name, std::string summary,
                                std::function<void(const ArtifactReader&)> validate) {
   KindSpec k = make_kind_spec<Selector>(name, std::move(summary), SelectionMode::budget_top_k, std::move(validate));
   k.query_options = budget_query_options();
-  k.parse_query = [name](const ArtifactReader&, const QuerySettings& s) { return parse_budget_params(*find_kind(name), s); };
+  k.parse_query = [name](const ArtifactReader&, const QuerySettings& s) {
+    return parse_budget_params(*find_kind(name), s);
+  };
   return k;
 }
 

@@ -85,7 +85,8 @@ KVTOOL_C_API int64_t kvtool_lease_generation(const kvtool_lease* lease);
  * ids to `ids` (best first) and the total number of candidates to `count`; a count above capacity
  * means the caller's array was too small (the first `capacity` ids are still valid). */
 KVTOOL_C_API int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q,
-                                    int64_t position, const char* options, int64_t* ids, int64_t capacity, int64_t* count);
+                                    int64_t position, const char* options, int64_t* ids, int64_t capacity,
+                                    int64_t* count);
 
 #ifdef __cplusplus
 }

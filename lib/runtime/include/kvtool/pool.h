@@ -40,9 +40,9 @@ struct PublishRequest {
   std::string expected_content_digest;  // the dump range the runtime serves (empty: not checked)
   std::string tenant;                   // must equal the artifact's source tenant (empty: not checked)
   TrustPolicy trust;
-  bool device = false;                  // also publish into the device tier (queries are scored there)
-  std::string store_dir;                // with an empty artifact: publish what the prefix store
-  StoreKey store_key;                   // holds for store_key (tenant defaults to the key's)
+  bool device = false;    // also publish into the device tier (queries are scored there)
+  std::string store_dir;  // with an empty artifact: publish what the prefix store
+  StoreKey store_key;     // holds for store_key (tenant defaults to the key's)
 };
 
 struct PublishReceipt {
@@ -97,7 +97,7 @@ class Lease {
 // Deterministic race injection for tests: called after the copy has landed, before validation,
 // with the host image and the device image (nullptr without a device copy).
 struct PoolHooks {
-  std::function<void(uint8_t* image, size_t bytes)> after_host_copy;   // before the host image is validated
+  std::function<void(uint8_t* image, size_t bytes)> after_host_copy;  // before the host image is validated
   std::function<void(void* device, size_t bytes)> after_device_copy;  // after the device copy landed, before read-back
 };
 
@@ -107,7 +107,7 @@ class PublishTicket {
   PublishTicket() = default;
   PublishTicket(PublishTicket&&) noexcept = default;
   PublishTicket& operator=(PublishTicket&& o) noexcept;  // cancels the publication it held
-  ~PublishTicket();  // an abandoned ticket is cancelled
+  ~PublishTicket();                                      // an abandoned ticket is cancelled
   uint64_t id() const { return id_; }
   struct Work;
 

@@ -31,8 +31,8 @@ struct CandidateReceipt {
 
 // Answers a part's selection in place of its host selector (the pool's device tier); returns false
 // to fall back to the host selector.
-using SelectHook = std::function<bool(int64_t layer, int64_t kv_head, const PartSelector& host, const SelectRequest& req,
-                                      Selection& out)>;
+using SelectHook = std::function<bool(int64_t layer, int64_t kv_head, const PartSelector& host,
+                                      const SelectRequest& req, Selection& out)>;
 
 // The loaded selectors of one artifact, one part at a time, cached. After preload() every part is
 // loaded and the set is immutable: concurrent query() calls are then safe.
@@ -42,7 +42,7 @@ class SelectorSet {
   const PartSelector& part(int64_t layer, int64_t kv_head);
   void preload();
   std::vector<std::pair<int64_t, int64_t>> parts() const;  // loaded parts
-  int64_t resident_bytes() const;  // selector state of the loaded parts
+  int64_t resident_bytes() const;                          // selector state of the loaded parts
   // `position` is the row the query sits at; it must be >= coverage_end - 1. `keys` (rows [0, E)
   // of the query's kv head) is required by kinds whose receipts need the full keys (lsh).
   // `params` come from params() (this artifact's kind; settings it does not take are USAGE).

@@ -36,7 +36,7 @@ void dot_scores_f64(const float* q, const float* centroids, const int64_t* rows,
 void simhash_codes(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, uint32_t* codes);
 // count[ids[t * n + i] - base] += 1 for every member i of bucket codes[t] of every table t
 // (offsets [tables, 2^bits + 1], CSR into ids [tables, n]).
-void collision_counts(const uint32_t* codes, const uint32_t* offsets, const uint32_t* ids, int64_t tables, int64_t buckets,
-                      int64_t n, int64_t base, uint16_t* count);
+void collision_counts(const uint32_t* codes, const uint32_t* offsets, const uint32_t* ids, int64_t tables,
+                      int64_t buckets, int64_t n, int64_t base, uint16_t* count);
 
 }  // namespace kvtool::scoring
