@@ -236,7 +236,7 @@ TEST_CASE("lsh eval reports the estimator next to plain renormalization") {
   DumpReader d(tmp.file("d.h5"));
   EvalOptions eo;
   eo.sweep["min_collisions"] = {"1", "2", "30"};
-  json e = evaluate(r, d, eo);
+  json e = evaluate(r, d, eo).to_json();
   REQUIRE(e["budgets"].size() == 3);
   for (const auto& b : e["budgets"]) {
     CHECK(b["selector"].contains("min_collisions"));

@@ -273,7 +273,7 @@ TEST_CASE("queries return budgeted candidates plus sink, local and the uncovered
   DumpReader d(tmp.file("d.h5"));
   EvalOptions eo;
   eo.sweep["budget"] = {"1.0%", std::to_string(260 - 12)};
-  json e = evaluate(r, d, eo);
+  json e = evaluate(r, d, eo).to_json();
   REQUIRE(e["budgets"].size() == 2);
   const json& full = e["budgets"][1];
   CHECK(full["retained_mass_mean"].get<double>() == Approx(1.0).epsilon(1e-9));

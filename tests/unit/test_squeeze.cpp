@@ -102,7 +102,7 @@ TEST_CASE("squeeze queries: hierarchical scores fewer centroids; flat scores all
   CHECK(reason_of([&] { sel.query(1, 2, q, 450, *sel.params({{"quantile", "0.6"}, {"flat", "false"}})); }) == "USAGE");
   EvalOptions eo;
   eo.sweep["quantile"] = {"0.5", "0.9"};
-  json e = evaluate(r, d, eo);
+  json e = evaluate(r, d, eo).to_json();
   REQUIRE(e["budgets"].size() == 4);
   CHECK(e["budgets"][0]["centroids_scored_mean"].get<double>() <=
         e["budgets"][1]["centroids_scored_mean"].get<double>() + 9);

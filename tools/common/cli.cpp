@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -227,82 +228,74 @@ void print_verify_result(const DumpVerification& v) {
 
 namespace kvtool::cli {
 
-void print_eval(const json& j) {
-  std::cout << "kvtool eval: " << j["kind"].get<std::string>() << " artifact " << j["artifact"].get<std::string>()
-            << " on " << j["source"].get<std::string>() << "\n";
-  std::cout << "  support = covered rows [0, " << j["coverage"][1] << "): " << j["indexed_rows"] << " indexed, "
-            << j["always_included_rows"] << " always included (sink + local); " << j["query_positions"]
+void print_eval(const EvalReport& r) {
+  std::cout << "kvtool eval: " << r.kind << " artifact " << r.artifact << " on " << r.source << "\n";
+  std::cout << "  support = covered rows [0, " << r.coverage_end << "): " << r.indexed_rows << " indexed, "
+            << r.always_included_rows << " always included (sink + local); " << r.query_positions
             << " query positions x query heads x layers\n";
-  bool sampling = !j["budgets"].empty() && j["budgets"][0]["selector"].contains("min_collisions");
-  auto label = [](const json& b) {
-    const json& s = b["selector"];
-    if (s.contains("quantile")) return "q=" + s["quantile"].dump() + (s["mode"] == "flat" ? " flat" : " hier");
-    return s.contains("min_collisions") ? "c=" + std::to_string(s["min_collisions"].get<int64_t>())
-                                        : s["budget"].get<std::string>();
+  const bool sampling = r.mode == SelectionMode::collision_sampling;
+  const bool centroids = !r.settings.empty() && r.settings[0].overall.centroids_scored_mean.has_value();
+  // The table's label: the setting's, with a space for the CSV's '/' ("q=0.8 hier").
+  auto label = [](const EvalSetting& s) {
+    std::string l = s.label;
+    std::replace(l.begin(), l.end(), '/', ' ');
+    return l;
   };
-  bool centroids = !j["budgets"].empty() && j["budgets"][0].contains("centroids_scored_mean");
   std::printf("  %-12s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s%s\n", sampling || centroids ? "setting" : "budget",
               "sel.frac", "retained", "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err", "rows bytes",
               sampling ? "  est.err  sampled" : "", centroids ? "  centroids" : "");
-  for (const auto& b : j["budgets"]) {
-    std::printf("  %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(b).c_str(),
-                b["selected_fraction_mean"].get<double>(), b["retained_mass_mean"].get<double>(),
-                b["retained_mass_p10"].get<double>(), b["oracle_retained_mass_mean"].get<double>(),
-                b["quality_ratio"].get<double>(), b["recall_support_mean"].get<double>(),
-                b["output_error_mean"].get<double>(), b["relative_output_error_mean"].get<double>(),
-                b["selected_row_bytes_mean"].get<double>());
+  for (const auto& s : r.settings) {
+    const EvalStats& b = s.overall;
+    std::printf("  %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(s).c_str(),
+                b.selected_fraction_mean, b.retained_mass_mean, b.retained_mass_p10, b.oracle_retained_mass_mean,
+                b.quality_ratio, b.recall_support_mean, b.output_error_mean, b.relative_output_error_mean,
+                b.selected_row_bytes_mean);
     if (sampling)
-      std::printf("  %7.4f  %7.4f", b["estimator_output_error_mean"].get<double>(),
-                  b["sampled_fraction_mean"].get<double>());
-    if (centroids) std::printf("  %9.1f", b["centroids_scored_mean"].get<double>());
+      std::printf("  %7.4f  %7.4f", b.estimator_output_error_mean.value_or(0), b.sampled_fraction_mean.value_or(0));
+    if (centroids) std::printf("  %9.1f", b.centroids_scored_mean.value_or(0));
     std::printf("\n");
   }
   if (sampling)
     std::cout << "  out.err: top-k renormalization over the sampled set; est.err: importance-sampling estimator\n";
-  const auto& b0 = j["budgets"][0];
-  std::cout << "  index bytes " << human_bytes(b0["index_bytes"]) << ", metadata bytes "
-            << human_bytes(b0["metadata_bytes"]) << ", selected full-row bytes " << j["selected_row_bytes_per_row"]
-            << " per row per head\n";
-  std::cout << "  per layer (" << label(b0) << "):";
-  for (const auto& l : b0["per_layer"])
-    std::printf(" L%lld %.3f/%.3f", static_cast<long long>(l["layer"].get<int64_t>()),
-                l["retained_mass_mean"].get<double>(), l["oracle_retained_mass_mean"].get<double>());
+  if (r.settings.empty()) return;
+  const EvalSetting& s0 = r.settings[0];
+  std::cout << "  index bytes " << human_bytes(s0.index_bytes) << ", metadata bytes " << human_bytes(s0.metadata_bytes)
+            << ", selected full-row bytes " << r.selected_row_bytes_per_row << " per row per head\n";
+  std::cout << "  per layer (" << label(s0) << "):";
+  for (const auto& [layer, st] : s0.per_layer)
+    std::printf(" L%lld %.3f/%.3f", static_cast<long long>(layer), st.retained_mass_mean, st.oracle_retained_mass_mean);
   std::cout << "  (retained/oracle)\n";
 }
 
-void print_load(const json& j) {
+void print_load(const LoadReport& j) {
   std::ios saved(nullptr);
   saved.copyfmt(std::cout);
   std::cout << "pool: host tier"
-            << (j["device"].is_null() ? std::string(" only (no GPU in use)")
-                                      : " + device tier (" + j["device"].get<std::string>() + ")")
-            << "\n";
-  for (const auto& r : j["receipts"]) {
-    const auto& t = r["seconds"];
-    std::cout << "published " << r["key"].get<std::string>() << " as generation " << r["generation"] << " ("
-              << r["kind"].get<std::string>() << ", index generation " << r["index_generation"] << "): host "
-              << human_bytes(r["bytes"]["host"]) << ", device " << human_bytes(r["bytes"]["device"]) << "; read "
-              << std::fixed << std::setprecision(1) << t["read"].get<double>() * 1e3 << " ms, validate "
-              << t["validate"].get<double>() * 1e3 << " ms, decompress " << t["decompress"].get<double>() * 1e3
-              << " ms, copy " << t["copy"].get<double>() * 1e3 << " ms\n";
-    if (!r["evicted"].empty()) std::cout << "  evicted to make room: " << r["evicted"].dump() << "\n";
+            << (!j.device ? std::string(" only (no GPU in use)") : " + device tier (" + *j.device + ")") << "\n";
+  for (const auto& [path, r] : j.receipts) {
+    std::cout << "published " << r.key << " as generation " << r.generation << " (" << r.kind << ", index generation "
+              << r.index_generation << "): host " << human_bytes(static_cast<uint64_t>(r.host_bytes)) << ", device "
+              << human_bytes(static_cast<uint64_t>(r.device_bytes)) << "; read " << std::fixed << std::setprecision(1)
+              << r.read_s * 1e3 << " ms, validate " << r.validate_s * 1e3 << " ms, decompress " << r.decompress_s * 1e3
+              << " ms, copy " << r.copy_s * 1e3 << " ms\n";
+    if (!r.evicted.empty()) std::cout << "  evicted to make room: " << json(r.evicted).dump() << "\n";
   }
-  const auto& tiers = j["tiers"];
-  std::cout << "tiers: host " << human_bytes(tiers["host"]["used"]) << " of " << human_bytes(tiers["host"]["budget"])
-            << ", device " << human_bytes(tiers["device"]["used"]) << " of " << human_bytes(tiers["device"]["budget"])
-            << "\n";
-  std::cout << "publish: " << human_bytes(j["publish"]["bytes"]) << " in " << std::setprecision(3)
-            << j["publish"]["seconds"].get<double>() << " s (" << std::setprecision(1)
-            << j["publish"]["mb_per_s"].get<double>() << " MB/s)\n";
-  const auto& q = j["queries"];
-  if (q["count"] == 0)
+  const PoolStats& t = j.tiers;
+  std::cout << "tiers: host " << human_bytes(static_cast<uint64_t>(t.host_used)) << " of "
+            << human_bytes(static_cast<uint64_t>(t.host_budget)) << ", device "
+            << human_bytes(static_cast<uint64_t>(t.device_used)) << " of "
+            << human_bytes(static_cast<uint64_t>(t.device_budget)) << "\n";
+  std::cout << "publish: " << human_bytes(static_cast<uint64_t>(j.publish_bytes)) << " in " << std::setprecision(3)
+            << j.publish_seconds << " s (" << std::setprecision(1) << j.publish_mb_per_s() << " MB/s)\n";
+  const ReplayStats& q = j.queries;
+  if (q.count == 0)
     std::cout << "queries: none replayed"
               << " (give --source DUMP with /kv/q; a query counts at or after an artifact's coverage end)"
               << "\n";
   else
-    std::cout << "queries: " << q["count"] << " replayed (" << q["host"] << " host, " << q["device"]
-              << " device), every candidate list equals kvtool query's; latency p50 "
-              << q["latency_us"]["p50"].get<double>() << " us, p99 " << q["latency_us"]["p99"].get<double>() << " us\n";
+    std::cout << "queries: " << q.count << " replayed (" << q.host << " host, " << q.device
+              << " device), every candidate list equals kvtool query's; latency p50 " << q.p50_us.value_or(0)
+              << " us, p99 " << q.p99_us.value_or(0) << " us\n";
   std::cout.copyfmt(saved);
 }
 

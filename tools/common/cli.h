@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "kvtool/error.h"
+#include "kvtool/eval.h"
 #include "kvtool/json.h"
+#include "kvtool/loader.h"
 #include "kvtool/builder.h"
 #include "kvtool/producers.h"
 #include "kvtool/report.h"
@@ -45,11 +47,11 @@ void finish_builder_options(BuilderCli& b);
 
 std::string human_bytes(uint64_t b);
 void print_build_summary(const BuildSummary& s);
-void print_eval(const json& j);
+void print_eval(const EvalReport& r);
 void print_dump_inspection(const DumpInspection& d);
 void print_artifact_inspection(const ArtifactInspection& a);
 void print_verify_result(const ArtifactVerification& v);
 void print_verify_result(const DumpVerification& v);
-void print_load(const json& j);  // kvtool load text output
+void print_load(const LoadReport& r);  // kvtool load text output
 
 }  // namespace kvtool::cli

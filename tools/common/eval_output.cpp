@@ -19,10 +19,10 @@ std::string fmt(double x) {
   return b;
 }
 
-void write_plot(AtomicOutput& out, const json& budgets, const std::string& title) {
+void write_plot(AtomicOutput& out, const std::vector<EvalSetting>& settings, const std::string& title) {
   const double W = 720, H = 480, L = 70, R = 180, T = 50, B = 60;
   double xmax = 0;
-  for (const auto& b : budgets) xmax = std::max(xmax, b["selected_fraction_mean"].get<double>());
+  for (const auto& st : settings) xmax = std::max(xmax, st.overall.selected_fraction_mean);
   xmax = std::min(1.0, std::max(0.05, std::ceil(xmax * 1.15 * 20) / 20));
   auto X = [&](double f) { return L + (W - L - R) * f / xmax; };
   auto Y = [&](double m) { return T + (H - T - B) * (1 - m); };
@@ -42,9 +42,9 @@ void write_plot(AtomicOutput& out, const json& budgets, const std::string& title
     << "' fill='none' stroke='black'/>\n";
   s << "<text x='" << (L + W - R) / 2 - 80 << "' y='" << H - 15 << "'>selected fraction of covered rows</text>\n";
   s << "<text transform='translate(20," << (T + H - B) / 2 + 60 << ") rotate(-90)'>retained attention mass</text>\n";
-  auto series = [&](const char* key, const char* color, const char* label, double ly) {
+  auto series = [&](double EvalStats::*key, const char* color, const char* label, double ly) {
     std::vector<std::pair<double, double>> pts;
-    for (const auto& b : budgets) pts.emplace_back(b["selected_fraction_mean"].get<double>(), b[key].get<double>());
+    for (const auto& st : settings) pts.emplace_back(st.overall.selected_fraction_mean, st.overall.*key);
     std::sort(pts.begin(), pts.end());
     s << "<polyline fill='none' stroke='" << color << "' stroke-width='2' points='";
     for (auto& [f, m] : pts) s << X(f) << "," << Y(m) << " ";
@@ -53,9 +53,9 @@ void write_plot(AtomicOutput& out, const json& budgets, const std::string& title
     s << "<line x1='" << W - R + 15 << "' x2='" << W - R + 40 << "' y1='" << ly << "' y2='" << ly << "' stroke='"
       << color << "' stroke-width='2'/><text x='" << W - R + 45 << "' y='" << ly + 4 << "'>" << label << "</text>\n";
   };
-  series("oracle_retained_mass_mean", "#888888", "dense top-k oracle", T + 20);
-  series("retained_mass_mean", "#1f77b4", "index (mean)", T + 40);
-  series("retained_mass_p10", "#ff7f0e", "index (10th pct)", T + 60);
+  series(&EvalStats::oracle_retained_mass_mean, "#888888", "dense top-k oracle", T + 20);
+  series(&EvalStats::retained_mass_mean, "#1f77b4", "index (mean)", T + 40);
+  series(&EvalStats::retained_mass_p10, "#ff7f0e", "index (10th pct)", T + 60);
   s << "</svg>\n";
   write_text(out, s.str());
 }
@@ -80,10 +80,9 @@ void write_eval_csv(AtomicOutput& out, const std::vector<EvalRecord>& records) {
   write_text(out, text);
 }
 
-void write_eval_plot(AtomicOutput& out, const json& report) {
-  write_plot(out, report["budgets"],
-             "kvtool eval: " + report["kind"].get<std::string>() + " on " +
-                 std::to_string(report["coverage"][1].get<int64_t>()) + " covered rows");
+void write_eval_plot(AtomicOutput& out, const EvalReport& report) {
+  write_plot(out, report.settings,
+             "kvtool eval: " + report.kind + " on " + std::to_string(report.coverage_end) + " covered rows");
 }
 
 }  // namespace kvtool::cli

@@ -13,7 +13,7 @@ namespace kvtool::cli {
 // Each writes into an AtomicOutput the caller opened before the evaluation (so a bad path fails
 // before the work) and commits it.
 void write_eval_csv(AtomicOutput& out, const std::vector<EvalRecord>& records);
-// `report` is evaluate()'s result (its "budgets" summaries and kind/coverage for the title).
-void write_eval_plot(AtomicOutput& out, const json& report);
+// `report` is evaluate()'s result (its settings' summaries and kind/coverage for the title).
+void write_eval_plot(AtomicOutput& out, const EvalReport& report);
 
 }  // namespace kvtool::cli

@@ -78,31 +78,28 @@ double mean(const std::vector<double>& v) {
 }
 double p10(const std::vector<double>& v) { return nearest_rank(v, 0.1); }
 
-json summary(const Acc& a, int64_t row_bytes) {
-  double rm = mean(a.retained), om = mean(a.oracle);
-  json extra = json::object();
-  if (!a.scored.empty()) extra["centroids_scored_mean"] = mean(a.scored);
+EvalStats summary(const Acc& a, int64_t row_bytes) {
+  EvalStats st;
+  st.queries = static_cast<int64_t>(a.retained.size());
+  st.retained_mass_mean = mean(a.retained);
+  st.retained_mass_p10 = p10(a.retained);
+  st.oracle_retained_mass_mean = mean(a.oracle);
+  st.quality_ratio = st.oracle_retained_mass_mean > 0 ? st.retained_mass_mean / st.oracle_retained_mass_mean : 0;
+  st.omitted_mass_mean = 1 - st.retained_mass_mean;
+  st.recall_support_mean = mean(a.recall);
+  st.output_error_mean = mean(a.err);
+  st.output_error_p90 = nearest_rank(a.err, 0.9);
+  st.relative_output_error_mean = mean(a.rel_err);
+  st.selected_fraction_mean = mean(a.frac);
+  st.selected_rows_mean = mean(a.rows);
+  st.selected_row_bytes_mean = st.selected_rows_mean * static_cast<double>(row_bytes);
+  if (!a.scored.empty()) st.centroids_scored_mean = mean(a.scored);
   if (!a.est_err.empty()) {
-    extra["estimator_output_error_mean"] = mean(a.est_err);
-    extra["estimator_relative_output_error_mean"] = mean(a.est_rel_err);
-    extra["sampled_fraction_mean"] = mean(a.sampled_frac);
+    st.estimator_output_error_mean = mean(a.est_err);
+    st.estimator_relative_output_error_mean = mean(a.est_rel_err);
+    st.sampled_fraction_mean = mean(a.sampled_frac);
   }
-  json base = {{"queries", a.retained.size()},
-          {"retained_mass_mean", rm},
-          {"retained_mass_p10", p10(a.retained)},
-          {"oracle_retained_mass_mean", om},
-          {"quality_ratio", om > 0 ? rm / om : 0},
-          {"omitted_mass_mean", 1 - rm},
-          {"recall_support_mean", mean(a.recall)},
-          {"output_error_mean", mean(a.err)},
-          {"output_error_p90", a.err.empty() ? 0 : [&] { auto v = a.err; std::sort(v.begin(), v.end());
-             return v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(0.9 * v.size())) - 1)]; }()},
-          {"relative_output_error_mean", mean(a.rel_err)},
-          {"selected_fraction_mean", mean(a.frac)},
-          {"selected_rows_mean", mean(a.rows)},
-          {"selected_row_bytes_mean", mean(a.rows) * static_cast<double>(row_bytes)}};
-  base.update(extra);
-  return base;
+  return st;
 }
 
 // The settings' accumulators: over all queries and per layer.
@@ -127,22 +124,19 @@ void record(Totals& t, size_t bi, size_t li, const eval::ReceiptMetrics& m, cons
 }
 
 // The summary of every setting: overall, then per layer.
-json setting_summaries(const Totals& t, const std::vector<Setting>& settings, int64_t lf, int64_t ll, int64_t row_bytes,
-                       uint64_t index_bytes, uint64_t metadata_bytes) {
-  json out = json::array();
+std::vector<EvalSetting> setting_summaries(const Totals& t, std::vector<Setting>& settings, int64_t lf, int64_t ll,
+                                           int64_t row_bytes, uint64_t index_bytes, uint64_t metadata_bytes) {
+  std::vector<EvalSetting> out;
   for (size_t bi = 0; bi < settings.size(); ++bi) {
-    json b = summary(t.overall[bi], row_bytes);
-    b["selector"] = settings[bi].selector;
-    b["index_bytes"] = index_bytes;
-    b["metadata_bytes"] = metadata_bytes;
-    json layers = json::array();
-    for (int64_t l = lf; l <= ll; ++l) {
-      json lj = summary(t.per_layer[bi][static_cast<size_t>(l - lf)], row_bytes);
-      lj["layer"] = l;
-      layers.push_back(lj);
-    }
-    b["per_layer"] = layers;
-    out.push_back(b);
+    EvalSetting e;
+    e.label = settings[bi].label;
+    e.selector = std::move(settings[bi].selector);
+    e.overall = summary(t.overall[bi], row_bytes);
+    for (int64_t l = lf; l <= ll; ++l)
+      e.per_layer.emplace_back(l, summary(t.per_layer[bi][static_cast<size_t>(l - lf)], row_bytes));
+    e.index_bytes = index_bytes;
+    e.metadata_bytes = metadata_bytes;
+    out.push_back(std::move(e));
   }
   return out;
 }
@@ -158,8 +152,8 @@ std::vector<size_t> eval_queries(const std::vector<int64_t>& qpos, int64_t E, in
 
 }  // namespace
 
-json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
-              std::vector<EvalRecord>* records) {
+EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
+                    std::vector<EvalRecord>* records) {
   check_source(art.source(), dump, false);
   const auto& info = dump.info();
   const auto& g = info.geo;
@@ -174,7 +168,7 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
   const std::vector<size_t> qsel = eval_queries(qpos, E, g.tokens);
   const KindSpec& kind = sel.kind();
   const bool sampling = kind.mode == SelectionMode::collision_sampling;
-  const std::vector<Setting> settings = eval_settings(art, kind, opt, rows.count());
+  std::vector<Setting> settings = eval_settings(art, kind, opt, rows.count());
   Totals totals(settings.size(), ll - lf + 1);
   Progress progress("kvtool eval", (ll - lf + 1) * g.kv_heads, opt.quiet);
   std::vector<float> K(static_cast<size_t>(E * d)), V(K.size()), Q(static_cast<size_t>(g.q_tokens * d));
@@ -209,18 +203,73 @@ json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptio
   uint64_t index_bytes = 0;
   for (const auto& s : art.sections()) index_bytes += s.stored_size;
   const int64_t row_bytes = 2 * d * static_cast<int64_t>(dtype_size(g.dtype));
-  return {
-      {"schema_version", kJsonSchemaVersion},
-      {"kind", art.kind()},
-      {"artifact", art.path()},
-      {"source", dump.path()},
-      {"coverage", {0, E}},
-      {"indexed_rows", rows.count()},
-      {"always_included_rows", E - rows.count()},
-      {"query_positions", qsel.size()},
-      {"layers", {lf, ll}},
-      {"selected_row_bytes_per_row", row_bytes},
-      {"budgets", setting_summaries(totals, settings, lf, ll, row_bytes, index_bytes, art.file_size() - index_bytes)}};
+  EvalReport rep;
+  rep.kind = art.kind();
+  rep.artifact = art.path();
+  rep.source = dump.path();
+  rep.mode = kind.mode;
+  rep.coverage_end = E;
+  rep.indexed_rows = rows.count();
+  rep.always_included_rows = E - rows.count();
+  rep.query_positions = qsel.size();
+  rep.layer_first = lf;
+  rep.layer_last = ll;
+  rep.selected_row_bytes_per_row = row_bytes;
+  rep.settings = setting_summaries(totals, settings, lf, ll, row_bytes, index_bytes, art.file_size() - index_bytes);
+  return rep;
+}
+
+json EvalStats::to_json() const {
+  json j = {{"queries", queries},
+            {"retained_mass_mean", retained_mass_mean},
+            {"retained_mass_p10", retained_mass_p10},
+            {"oracle_retained_mass_mean", oracle_retained_mass_mean},
+            {"quality_ratio", quality_ratio},
+            {"omitted_mass_mean", omitted_mass_mean},
+            {"recall_support_mean", recall_support_mean},
+            {"output_error_mean", output_error_mean},
+            {"output_error_p90", output_error_p90},
+            {"relative_output_error_mean", relative_output_error_mean},
+            {"selected_fraction_mean", selected_fraction_mean},
+            {"selected_rows_mean", selected_rows_mean},
+            {"selected_row_bytes_mean", selected_row_bytes_mean}};
+  if (centroids_scored_mean) j["centroids_scored_mean"] = *centroids_scored_mean;
+  if (estimator_output_error_mean) j["estimator_output_error_mean"] = *estimator_output_error_mean;
+  if (estimator_relative_output_error_mean)
+    j["estimator_relative_output_error_mean"] = *estimator_relative_output_error_mean;
+  if (sampled_fraction_mean) j["sampled_fraction_mean"] = *sampled_fraction_mean;
+  return j;
+}
+
+json EvalSetting::to_json() const {
+  json j = overall.to_json();
+  j["selector"] = selector;
+  j["index_bytes"] = index_bytes;
+  j["metadata_bytes"] = metadata_bytes;
+  json layers = json::array();
+  for (const auto& [layer, st] : per_layer) {
+    json lj = st.to_json();
+    lj["layer"] = layer;
+    layers.push_back(lj);
+  }
+  j["per_layer"] = layers;
+  return j;
+}
+
+json EvalReport::to_json() const {
+  json budgets = json::array();
+  for (const auto& s : settings) budgets.push_back(s.to_json());
+  return {{"schema_version", kJsonSchemaVersion},
+          {"kind", kind},
+          {"artifact", artifact},
+          {"source", source},
+          {"coverage", {0, coverage_end}},
+          {"indexed_rows", indexed_rows},
+          {"always_included_rows", always_included_rows},
+          {"query_positions", query_positions},
+          {"layers", {layer_first, layer_last}},
+          {"selected_row_bytes_per_row", selected_row_bytes_per_row},
+          {"budgets", budgets}};
 }
 
 }  // namespace kvtool

@@ -14,7 +14,7 @@ namespace kvtool {
 
 using Clock = std::chrono::steady_clock;
 
-json load_artifacts(const LoadOptions& opt) {
+LoadReport load_artifacts(const LoadOptions& opt) {
   std::vector<std::pair<std::string, std::string>> items;  // (pool key, path)
   for (const auto& a : opt.artifacts) items.emplace_back(a, a);
   if (!opt.store_dir.empty()) {
@@ -27,9 +27,8 @@ json load_artifacts(const LoadOptions& opt) {
   if (!opt.source.empty()) dump = std::make_unique<DumpReader>(opt.source);
 
   Pool pool(opt.pool);
-  json receipts = json::array();
-  int64_t file_bytes = 0;
-  double publish_s = 0;
+  LoadReport rep;
+  if (opt.pool.device) rep.device = opt.pool.device->name();
   for (const auto& [key, path] : items) {
     PublishRequest req;
     req.key = key;
@@ -45,14 +44,11 @@ json load_artifacts(const LoadOptions& opt) {
     }
     auto t0 = Clock::now();
     PublishReceipt rc = pool.publish(req);
-    publish_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    file_bytes += static_cast<int64_t>(pool.acquire(key).artifact().file_size());
-    json j = rc.to_json();
-    j["artifact"] = path;
-    receipts.push_back(j);
+    rep.publish_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    rep.publish_bytes += static_cast<int64_t>(pool.acquire(key).artifact().file_size());
+    rep.receipts.emplace_back(path, rc);
   }
 
-  json queries = {{"count", 0}, {"mismatches", 0}, {"host", 0}, {"device", 0}};
   std::vector<double> lat;
   if (dump && dump->info().has_q) {
     const auto& geo = dump->info().geo;
@@ -93,22 +89,31 @@ json load_artifacts(const LoadOptions& opt) {
     }
     KVT_CHECK(mismatches == 0, INTERNAL,
               mismatches << " of " << count << " pool answers differ from the artifact file's; please report this");
-    queries = {{"count", count},
-               {"mismatches", mismatches},
-               {"host", host},
-               {"device", device},
-               {"latency_us", {{"p50", nearest_rank(lat, 0.5) * 1e6}, {"p99", nearest_rank(lat, 0.99) * 1e6}}}};
+    rep.queries = {count, mismatches, host, device, nearest_rank(lat, 0.5) * 1e6, nearest_rank(lat, 0.99) * 1e6};
   }
-  PoolStats s = pool.stats();
+  rep.tiers = pool.stats();
+  return rep;
+}
+
+json ReplayStats::to_json() const {
+  json j = {{"count", count}, {"mismatches", mismatches}, {"host", host}, {"device", device}};
+  if (p50_us) j["latency_us"] = {{"p50", *p50_us}, {"p99", p99_us.value_or(0)}};
+  return j;
+}
+
+json LoadReport::to_json() const {
+  json rs = json::array();
+  for (const auto& [path, rc] : receipts) {
+    json j = rc.to_json();
+    j["artifact"] = path;
+    rs.push_back(j);
+  }
   return {{"schema_version", kJsonSchemaVersion},
-          {"device", opt.pool.device ? json(opt.pool.device->name()) : json(nullptr)},
-          {"receipts", receipts},
-          {"tiers", s.to_json()},
-          {"publish",
-           {{"bytes", file_bytes},
-            {"seconds", publish_s},
-            {"mb_per_s", publish_s > 0 ? file_bytes / publish_s / 1e6 : 0.0}}},
-          {"queries", queries}};
+          {"device", device ? json(*device) : json(nullptr)},
+          {"receipts", rs},
+          {"tiers", tiers.to_json()},
+          {"publish", {{"bytes", publish_bytes}, {"seconds", publish_seconds}, {"mb_per_s", publish_mb_per_s()}}},
+          {"queries", queries.to_json()}};
 }
 
 }  // namespace kvtool

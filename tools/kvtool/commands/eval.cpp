@@ -48,10 +48,10 @@ int run(const Args& a, const Flags& flags) {
   if (!a.csv.empty()) csv = std::make_unique<AtomicOutput>(a.csv, true);
   if (!a.plot.empty()) plot = std::make_unique<AtomicOutput>(a.plot, true);
   std::vector<EvalRecord> records;
-  json j = evaluate(r, d, eo, csv ? &records : nullptr);
+  const EvalReport rep = evaluate(r, d, eo, csv ? &records : nullptr);
   if (csv) cli::write_eval_csv(*csv, records);
-  if (plot) cli::write_eval_plot(*plot, j);
-  return emit({flags.json, false}, j, [&] { cli::print_eval(j); });  // -q only silences progress
+  if (plot) cli::write_eval_plot(*plot, rep);
+  return emit({flags.json, false}, rep.to_json(), [&] { cli::print_eval(rep); });  // -q only silences progress
 }
 
 }  // namespace

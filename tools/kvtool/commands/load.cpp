@@ -53,8 +53,8 @@ int run(Args& a, const Flags& flags) {
     KVT_CHECK(lo.pool.device || a.device == "auto", DEVICE_UNAVAILABLE,
               "--device cuda: no usable CUDA device" KVTOOL_CUDA_NOTE);
   }
-  json j = load_artifacts(lo);
-  return emit(flags, j, [&] { cli::print_load(j); });
+  const LoadReport rep = load_artifacts(lo);
+  return emit(flags, rep.to_json(), [&] { cli::print_load(rep); });
 }
 
 }  // namespace

@@ -3,12 +3,14 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/json.h"
+#include "kvtool/kinds.h"
 #include "kvtool/query.h"
 
 namespace kvtool {
@@ -29,10 +31,43 @@ struct EvalRecord {
          relative_output_error = 0, estimator_output_error = 0;
 };
 
+// Means (and tails) of the metrics over a set of evaluated queries: all of a setting's, or one
+// layer's. The optional ones exist for the kinds they apply to.
+struct EvalStats {
+  int64_t queries = 0;
+  double retained_mass_mean = 0, retained_mass_p10 = 0, oracle_retained_mass_mean = 0, quality_ratio = 0,
+         omitted_mass_mean = 0, recall_support_mean = 0, output_error_mean = 0, output_error_p90 = 0,
+         relative_output_error_mean = 0, selected_fraction_mean = 0, selected_rows_mean = 0,
+         selected_row_bytes_mean = 0;
+  std::optional<double> centroids_scored_mean;  // centroid kinds
+  std::optional<double> estimator_output_error_mean, estimator_relative_output_error_mean,
+      sampled_fraction_mean;  // sampling kinds
+  json to_json() const;
+};
+
+// One selector setting's results (an entry of --json "budgets").
+struct EvalSetting {
+  std::string label;  // the setting's short label ("0.1", "c=2", "q=0.8/hier")
+  json selector;      // the kind's setting keys, plus kind and indexed_rows
+  EvalStats overall;
+  std::vector<std::pair<int64_t, EvalStats>> per_layer;  // (layer, stats)
+  uint64_t index_bytes = 0, metadata_bytes = 0;
+  json to_json() const;
+};
+
+struct EvalReport {
+  std::string kind, artifact, source;
+  SelectionMode mode = SelectionMode::budget_top_k;
+  int64_t coverage_end = 0, indexed_rows = 0, always_included_rows = 0, layer_first = 0, layer_last = 0,
+          selected_row_bytes_per_row = 0;
+  uint64_t query_positions = 0;
+  std::vector<EvalSetting> settings;
+  json to_json() const;  // --json: {"schema_version", "kind", ..., "budgets": [...]}
+};
+
 // Every layer of the artifact, every query head, every dumped query at or after coverage_end;
-// support = the covered rows. Returns {"schema_version", "budgets": [...], ...}; with `records`,
-// also appends one record per (setting, query).
-json evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
-              std::vector<EvalRecord>* records = nullptr);
+// support = the covered rows. With `records`, also appends one record per (setting, query).
+EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
+                    std::vector<EvalRecord>* records = nullptr);
 
 }  // namespace kvtool
