@@ -152,6 +152,44 @@ void forge_artifact(const ArtifactReader& r, const std::string& out, int64_t lay
   w.finish(core);
 }
 
+namespace {
+bool names_section(const SectionEntry& e, const std::string& ref) {
+  const size_t at = ref.find('@');
+  if (at == std::string::npos) return e.name == ref && e.layer == -1 && e.kv_head == -1;
+  const size_t comma = ref.find(',', at);
+  return e.name == ref.substr(0, at) && e.layer == std::stoll(ref.substr(at + 1, comma - at - 1)) &&
+         e.kv_head == std::stoll(ref.substr(comma + 1));
+}
+}  // namespace
+
+void repack_artifact(const std::string& in, const std::string& out, const Repack& rp) {
+  {
+    ArtifactReader r(in);
+    ArtifactWriter w(out, 0);
+    for (const auto& s : r.sections()) {
+      bool dropped = false;
+      for (const auto& d : rp.drop) dropped = dropped || names_section(s, d);
+      if (dropped) continue;
+      auto bytes = r.read_section(s);
+      for (const auto& [ref, byte] : rp.fill)
+        if (names_section(s, ref) && !bytes.empty()) std::memset(bytes.data(), byte, bytes.size());
+      w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
+    }
+    ManifestCore core;
+    core.kind = r.kind();
+    core.params = r.manifest()["params"];
+    core.source = r.source();
+    core.index_generation = r.manifest()["index_generation"];
+    core.selector_generation = r.manifest()["selector_generation"];
+    core.kind_data = r.manifest()["kind_data"];
+    w.finish(core);
+  }
+  rewrite_manifest(out, [&](json& m) {
+    for (const auto& [pointer, value] : rp.set) m[json::json_pointer(pointer)] = value;
+    m["params_digest"] = to_hex(sha256(canonical_json(m["params"])));
+  });
+}
+
 std::string reason_of(const std::function<void()>& f) {
   try {
     f();

@@ -56,6 +56,16 @@ void forge_artifact(const ArtifactReader& r, const std::string& out, int64_t lay
                     const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit,
                     const std::function<void(json&)>& meta = {});
 
+// A re-packer: drops sections, overwrites every byte of others, sets manifest members (JSON
+// pointers; the params digest is recomputed), then writes every digest anew, so that only the
+// structure is wrong. Sections are named "NAME@LAYER,HEAD", or "NAME" when artifact-wide.
+struct Repack {
+  std::vector<std::string> drop;
+  std::vector<std::pair<std::string, int>> fill;
+  std::vector<std::pair<std::string, json>> set;
+};
+void repack_artifact(const std::string& in, const std::string& out, const Repack& rp);
+
 // One section's raw bytes as a vector of T.
 template <typename T>
 std::vector<T> section_as(const ArtifactReader& r, const char* name, int64_t layer, int64_t kv_head) {

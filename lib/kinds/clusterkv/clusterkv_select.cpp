@@ -22,7 +22,7 @@ class ClusterKvSelector : public PartSelector {
   ClusterKvSelector(const ArtifactReader& r, int64_t layer, int64_t head) : rows_(IndexedRows::of(r)) {
     const json& pm = part_meta(r, layer, head);
     dense_ = pm.value("dense", false);
-    n_ = pm["indexed_rows"];
+    n_ = int_member(pm, "indexed_rows", "clusterkv part");
     if (!dense_) set_ = ClusterSet::load(r, layer, head, r.source().geo.head_dim);
   }
   int64_t indexed_rows() const override { return n_; }
@@ -74,20 +74,53 @@ class ClusterKvSelector : public PartSelector {
   ClusterSet set_;
 };
 
+// One part's generations: contiguous row windows inside the indexed rows and cluster ranges;
+// every member lies in its generation's rows, in row order, once.
+void check_generations(const json& gens, const ClusterSet& s, const IndexedRows& rows, int64_t layer, int64_t head) {
+  KVT_CHECK(gens.is_array(), BAD_MANIFEST, "clusterkv part (" << layer << ", " << head << ") generations is no list");
+  std::vector<char> seen(static_cast<size_t>(rows.count()), 0);
+  int64_t next_row = rows.begin(), next_cluster = 0;
+  for (const auto& g : gens) {
+    const json& gr = member(g, "rows", "generation");
+    const json& gc = member(g, "clusters", "generation");
+    const int64_t r0 = int_element(gr, 0, "rows"), r1 = int_element(gr, 1, "rows");
+    const int64_t c0 = int_element(gc, 0, "clusters"), c1 = int_element(gc, 1, "clusters");
+    KVT_CHECK(r0 == next_row && r1 >= r0 && r1 <= rows.end() && c0 == next_cluster && c1 >= c0 && c1 <= s.clusters(),
+              GENERATIONS_NOT_CONTIGUOUS,
+              "generations of part (" << layer << ", " << head << ") do not tile the rows and clusters");
+    for (int64_t c = c0; c < c1; ++c) {
+      const uint32_t* m = s.members.data() + (s.prefix[c] - s.sizes[c]);
+      for (uint32_t i = 0; i < s.sizes[c]; ++i) {
+        KVT_CHECK(m[i] >= r0 && m[i] < r1, MEMBERS_NOT_PARTITION,
+                  "cluster " << c << " of part (" << layer << ", " << head << ") holds row " << m[i]
+                             << " outside its generation's rows [" << r0 << ", " << r1 << ")");
+        KVT_CHECK(i == 0 || m[i] > m[i - 1], MEMBERS_NOT_PARTITION,
+                  "members of cluster " << c << " are not in row order");
+        KVT_CHECK(!seen[m[i] - rows.begin()], MEMBERS_NOT_PARTITION, "row " << m[i] << " is a member twice");
+        seen[m[i] - rows.begin()] = 1;
+      }
+    }
+    next_row = r1;
+    next_cluster = c1;
+  }
+  KVT_CHECK(
+      next_row == rows.end() && next_cluster == s.clusters(), GENERATIONS_NOT_CONTIGUOUS,
+      "generations of part (" << layer << ", " << head << ") end at row " << next_row << " / cluster " << next_cluster);
+}
+
 void validate_clusterkv(const ArtifactReader& r) {
   validate_part_list(r);
   IndexedRows rows = IndexedRows::of(r);
   const int64_t d = r.source().geo.head_dim;
   size_t sections = 0;
-  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
-    int64_t layer = pm["layer"], head = pm["kv_head"];
-    KVT_CHECK(pm.contains("dense") && pm["dense"].is_boolean() && pm.contains("indexed_rows") &&
-                  pm["indexed_rows"].is_number_unsigned() && pm.contains("generations") && pm["generations"].is_array(),
-              PART_INVALID, "clusterkv part (" << layer << ", " << head << ") lacks dense/indexed_rows/generations");
-    KVT_CHECK(pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
+  for (const auto& pm : member(r.manifest()["kind_data"], "parts", "kind_data")) {
+    const int64_t layer = int_member(pm, "layer", "part"), head = int_member(pm, "kv_head", "part");
+    const json& dense = member(pm, "dense", "clusterkv part");
+    KVT_CHECK(dense.is_boolean(), BAD_MANIFEST, "clusterkv part (" << layer << ", " << head << ") dense is no boolean");
+    KVT_CHECK(int_member(pm, "indexed_rows", "clusterkv part") == rows.count(), PART_INVALID,
               "clusterkv part (" << layer << ", " << head << ") indexes " << pm["indexed_rows"]
                                  << " rows, the coverage has " << rows.count());
-    if (pm["dense"].get<bool>()) {
+    if (dense.get<bool>()) {
       for (const char* n : {"ckv_centroids", "ckv_sizes", "ckv_prefix_sums", "ckv_members"})
         KVT_CHECK(!r.find(n, layer, head), PART_INVALID,
                   "dense clusterkv part (" << layer << ", " << head << ") has clusters");
@@ -95,9 +128,8 @@ void validate_clusterkv(const ArtifactReader& r) {
     }
     sections += 4;
     ClusterSet s = ClusterSet::load(r, layer, head, d);
-    const int64_t C = s.clusters();
     uint64_t run = 0;
-    for (int64_t c = 0; c < C; ++c) {
+    for (int64_t c = 0; c < s.clusters(); ++c) {
       run += s.sizes[c];
       KVT_CHECK(s.prefix[c] == run, PREFIX_SUM_MISMATCH,
                 "cluster " << c << " of part (" << layer << ", " << head << "): prefix sum " << s.prefix[c]
@@ -108,31 +140,7 @@ void validate_clusterkv(const ArtifactReader& r) {
                        << " indexed rows");
     for (float x : s.centroids)
       KVT_CHECK(std::isfinite(x), NON_FINITE, "a centroid of part (" << layer << ", " << head << ") is not finite");
-    std::vector<char> seen(static_cast<size_t>(rows.count()), 0);
-    // Generations: contiguous row windows and cluster ranges; members stay in their generation.
-    int64_t next_row = rows.begin(), next_cluster = 0;
-    for (const auto& g : pm["generations"]) {
-      int64_t r0 = g["rows"][0], r1 = g["rows"][1], c0 = g["clusters"][0], c1 = g["clusters"][1];
-      KVT_CHECK(r0 == next_row && r1 >= r0 && c0 == next_cluster && c1 >= c0 && c1 <= C, GENERATIONS_NOT_CONTIGUOUS,
-                "generations of part (" << layer << ", " << head << ") do not tile the rows and clusters");
-      for (int64_t c = c0; c < c1; ++c) {
-        const uint32_t* m = s.members.data() + (s.prefix[c] - s.sizes[c]);
-        for (uint32_t i = 0; i < s.sizes[c]; ++i) {
-          KVT_CHECK(m[i] >= r0 && m[i] < r1, MEMBERS_NOT_PARTITION,
-                    "cluster " << c << " of part (" << layer << ", " << head << ") holds row " << m[i]
-                               << " outside its generation's rows [" << r0 << ", " << r1 << ")");
-          KVT_CHECK(i == 0 || m[i] > m[i - 1], MEMBERS_NOT_PARTITION,
-                    "members of cluster " << c << " are not in row order");
-          KVT_CHECK(!seen[m[i] - rows.begin()], MEMBERS_NOT_PARTITION, "row " << m[i] << " is a member twice");
-          seen[m[i] - rows.begin()] = 1;
-        }
-      }
-      next_row = r1;
-      next_cluster = c1;
-    }
-    KVT_CHECK(next_row == rows.end() && next_cluster == C, GENERATIONS_NOT_CONTIGUOUS,
-              "generations of part (" << layer << ", " << head << ") end at row " << next_row << " / cluster "
-                                      << next_cluster);
+    check_generations(member(pm, "generations", "clusterkv part"), s, rows, layer, head);
   }
   KVT_CHECK(sections == r.sections().size(), PART_INVALID,
             "the artifact has sections that belong to no clusterkv part");

@@ -24,6 +24,13 @@ struct ClusterSet {
     return vector_bytes(centroids) + vector_bytes(sizes) + vector_bytes(prefix) + vector_bytes(members);
   }
 
+  template <typename T>
+  static void copy_bytes(std::vector<T>& to, const std::vector<uint8_t>& from) {
+    KVT_CHECK(from.size() == to.size() * sizeof(T), SHAPE_MISMATCH,
+              "a cluster section's size disagrees with its shape");
+    if (!from.empty()) std::memcpy(to.data(), from.data(), from.size());
+  }
+
   static ClusterSet load(const ArtifactReader& r, int64_t layer, int64_t head, int64_t d,
                          const std::string& pre = "ckv") {
     ClusterSet s;
@@ -39,18 +46,22 @@ struct ClusterSet {
     auto [se, sb] = get("_sizes", "u32");
     auto [pe, pb] = get("_prefix_sums", "u32");
     auto [me, mb] = get("_members", "u32");
-    int64_t C = se->shape.empty() ? 0 : se->shape[0];
-    KVT_CHECK(
-        ce->shape == std::vector<int64_t>({C, d}) && pe->shape == std::vector<int64_t>({C}) && me->shape.size() == 1,
-        SHAPE_MISMATCH, "cluster sections of part (" << layer << ", " << head << ") have inconsistent shapes");
+    // Ranks and element counts are checked before any copy: a section's byte size follows from
+    // its shape (the reader checked raw_size = product(shape) * dtype size), so equal shapes mean
+    // equal sizes.
+    KVT_CHECK(se->shape.size() == 1 && me->shape.size() == 1, SHAPE_MISMATCH,
+              "cluster sizes and members of part (" << layer << ", " << head << ") must be vectors");
+    const int64_t C = se->shape[0];
+    KVT_CHECK(ce->shape == std::vector<int64_t>({C, d}) && pe->shape == std::vector<int64_t>({C}), SHAPE_MISMATCH,
+              "cluster sections of part (" << layer << ", " << head << ") have inconsistent shapes");
     s.centroids.resize(static_cast<size_t>(C * d));
     s.sizes.resize(static_cast<size_t>(C));
     s.prefix.resize(static_cast<size_t>(C));
     s.members.resize(static_cast<size_t>(me->shape[0]));
-    std::memcpy(s.centroids.data(), cb.data(), cb.size());
-    std::memcpy(s.sizes.data(), sb.data(), sb.size());
-    std::memcpy(s.prefix.data(), pb.data(), pb.size());
-    std::memcpy(s.members.data(), mb.data(), mb.size());
+    copy_bytes(s.centroids, cb);
+    copy_bytes(s.sizes, sb);
+    copy_bytes(s.prefix, pb);
+    copy_bytes(s.members, mb);
     return s;
   }
 };

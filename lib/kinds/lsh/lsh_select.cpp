@@ -74,7 +74,7 @@ class LshSelector : public PartSelector {
   LshSelector(const ArtifactReader& r, int64_t layer, int64_t head)
       : lay_(LshLayout::of(r)), rows_(IndexedRows::of(r)) {
     const json& pm = part_meta(r, layer, head);
-    n_ = pm["indexed_rows"];
+    n_ = int_member(pm, "indexed_rows", "lsh part");
     if (n_ > 0) t_ = LshTables::load(r, layer, head, lay_, n_);
   }
   int64_t indexed_rows() const override { return n_; }
@@ -145,12 +145,14 @@ void validate_lsh(const ArtifactReader& r) {
   validate_part_list(r);
   LshLayout lay = LshLayout::of(r);
   IndexedRows rows = IndexedRows::of(r);
-  const uint64_t seed = r.manifest()["params"]["seed"];
+  const json& seed_json = member(r.manifest()["params"], "seed", "params");
+  KVT_CHECK(seed_json.is_number_unsigned(), BAD_MANIFEST, "params.seed is not a non-negative integer");
+  const uint64_t seed = seed_json.get<uint64_t>();
   size_t sections = 0;
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
-    int64_t layer = pm["layer"], head = pm["kv_head"];
+    const int64_t layer = int_member(pm, "layer", "part"), head = int_member(pm, "kv_head", "part");
     KVT_CHECK(
-        pm.contains("indexed_rows") && pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
+        int_member(pm, "indexed_rows", "lsh part") == rows.count(), PART_INVALID,
         "lsh part (" << layer << ", " << head << ") does not index the " << rows.count() << " rows of its coverage");
     const int64_t n = rows.count();
     if (n == 0) continue;
@@ -194,10 +196,14 @@ json summarize_lsh(const ArtifactReader& r) {
     if (s.name == "lsh_offsets" || s.name == "lsh_ids") raw += s.raw_size, stored += s.stored_size;
   double empty = 0;
   int64_t max_bucket = 0, parts = 0;
-  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
-    if (!pm.contains("bucket_empty_fraction")) continue;
+  // inspect summarizes artifacts it has not validated: read only members of the expected types.
+  const json parts_list = r.manifest().value("kind_data", json::object()).value("parts", json::array());
+  for (const auto& pm : parts_list) {
+    if (!pm.is_object() || !pm.value("bucket_empty_fraction", json()).is_number() ||
+        !pm.value("bucket_max", json()).is_number_integer())
+      continue;
     empty += pm["bucket_empty_fraction"].get<double>();
-    max_bucket = std::max<int64_t>(max_bucket, pm["bucket_max"]);
+    max_bucket = std::max<int64_t>(max_bucket, pm["bucket_max"].get<int64_t>());
     ++parts;
   }
   return {{"table_bytes_raw", raw},

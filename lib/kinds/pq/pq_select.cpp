@@ -22,12 +22,12 @@ class PqSelector : public PartSelector {
   PqSelector(const ArtifactReader& r, int64_t layer, int64_t head) : lay_(PqLayout::of(r)), rows_(IndexedRows::of(r)) {
     const json& pm = part_meta(r, layer, head);
     dense_ = pm.value("dense", false);
-    n_ = pm["indexed_rows"];
+    n_ = int_member(pm, "indexed_rows", "pq part");
     if (dense_) return;
-    auto c = r.read_section(*r.find("pq_centroids", layer, head));
+    auto c = r.read_section(require_section(r, "pq_centroids", layer, head));
     centroids_.resize(c.size() / 4);
     std::memcpy(centroids_.data(), c.data(), c.size());
-    auto codes = r.read_section(*r.find("pq_codes", layer, head));
+    auto codes = r.read_section(require_section(r, "pq_codes", layer, head));
     codes_.resize(static_cast<size_t>(n_ * lay_.m));
     if (lay_.bits <= 8)
       for (size_t i = 0; i < codes_.size(); ++i) codes_[i] = codes[i];
@@ -87,11 +87,10 @@ void validate_pq(const ArtifactReader& r) {
   IndexedRows rows = IndexedRows::of(r);
   size_t sections_seen = 0;
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
-    int64_t layer = pm["layer"], head = pm["kv_head"];
-    KVT_CHECK(pm.contains("dense") && pm["dense"].is_boolean() && pm.contains("indexed_rows") &&
-                  pm["indexed_rows"].is_number_unsigned(),
-              PART_INVALID, "pq part (" << layer << ", " << head << ") lacks dense/indexed_rows");
-    int64_t n = pm["indexed_rows"];
+    const int64_t layer = int_member(pm, "layer", "part"), head = int_member(pm, "kv_head", "part");
+    KVT_CHECK(pm.contains("dense") && pm["dense"].is_boolean(), PART_INVALID,
+              "pq part (" << layer << ", " << head << ") lacks dense");
+    const int64_t n = int_member(pm, "indexed_rows", "pq part");
     KVT_CHECK(
         n == rows.count(), PART_INVALID,
         "pq part (" << layer << ", " << head << ") indexes " << n << " rows but the coverage has " << rows.count());

@@ -40,19 +40,19 @@ class SqueezeSelector : public PartSelector {
  public:
   SqueezeSelector(const ArtifactReader& r, int64_t layer, int64_t head) : rows_(IndexedRows::of(r)) {
     const json& pm = part_meta(r, layer, head);
-    n_ = pm["indexed_rows"];
+    n_ = int_member(pm, "indexed_rows", "squeeze part");
     d_ = r.source().geo.head_dim;
     const json& kd = r.manifest()["kind_data"];
     KVT_CHECK(kd.contains("thresholds"), PART_INVALID,
               "the squeeze artifact has no calibrated thresholds (an unmerged shard?)");
     thresholds_ = kd["thresholds"];
-    coarse_factor_ = r.manifest()["params"]["coarse_factor"];
+    coarse_factor_ = member(r.manifest()["params"], "coarse_factor", "params").get<double>();
     if (n_ == 0) return;
     fine_ = ClusterSet::load(r, layer, head, d_, "sq_fine");
-    auto cb = r.read_section(*r.find("sq_coarse_centroids", layer, head));
+    auto cb = r.read_section(require_section(r, "sq_coarse_centroids", layer, head));
     coarse_.resize(cb.size() / 4);
     std::memcpy(coarse_.data(), cb.data(), cb.size());
-    auto pb = r.read_section(*r.find("sq_parent", layer, head));
+    auto pb = r.read_section(require_section(r, "sq_parent", layer, head));
     parent_.resize(pb.size() / 4);
     std::memcpy(parent_.data(), pb.data(), pb.size());
     const int64_t G = static_cast<int64_t>(coarse_.size()) / d_;
@@ -164,14 +164,43 @@ class SqueezeSelector : public PartSelector {
   std::vector<uint64_t> group_size_;
 };
 
+// params.quantiles (numbers in (0, 1]) and params.coarse_factor (a finite number >= 0), which
+// every query reads.
+void validate_squeeze_params(const json& params) {
+  const json& qs = member(params, "quantiles", "params");
+  KVT_CHECK(qs.is_array() && !qs.empty(), BAD_MANIFEST, "params.quantiles must be a non-empty list");
+  for (const auto& q : qs)
+    KVT_CHECK(q.is_number() && q.get<double>() > 0 && q.get<double>() <= 1, BAD_MANIFEST,
+              "params.quantiles holds " << q.dump() << ", not a number in (0, 1]");
+  const json& cf = member(params, "coarse_factor", "params");
+  KVT_CHECK(cf.is_number() && std::isfinite(cf.get<double>()) && cf.get<double>() >= 0, BAD_MANIFEST,
+            "params.coarse_factor must be a finite number >= 0");
+}
+
+// The calibration record of one part: scores and weights, numbers, of equal length.
+void validate_calibration(const json& pm, int64_t layer, int64_t head) {
+  if (!pm.contains("calibration_scores") && !pm.contains("calibration_weights")) return;  // a part without rows
+  const json& s = member(pm, "calibration_scores", "squeeze part");
+  const json& w = member(pm, "calibration_weights", "squeeze part");
+  KVT_CHECK(s.is_array() && w.is_array() && s.size() == w.size(), BAD_MANIFEST,
+            "the calibration scores and weights of part (" << layer << ", " << head << ") are not lists of one length");
+  for (size_t i = 0; i < s.size(); ++i)
+    KVT_CHECK(s[i].is_number() && w[i].is_number() && std::isfinite(s[i].get<double>()) && w[i].get<double>() >= 0,
+              BAD_MANIFEST, "calibration entry " << i << " of part (" << layer << ", " << head << ") is not a number");
+  KVT_CHECK(!pm.contains("calibration_sha256") || pm["calibration_sha256"].is_string(), BAD_MANIFEST,
+            "calibration_sha256 of part (" << layer << ", " << head << ") is not a string");
+}
+
 void validate_squeeze(const ArtifactReader& r) {
   validate_part_list(r);
+  validate_squeeze_params(r.manifest()["params"]);
   IndexedRows rows = IndexedRows::of(r);
   const int64_t d = r.source().geo.head_dim;
   size_t sections = 0;
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
-    int64_t layer = pm["layer"], head = pm["kv_head"];
-    KVT_CHECK(pm.contains("indexed_rows") && pm["indexed_rows"].get<int64_t>() == rows.count(), PART_INVALID,
+    const int64_t layer = int_member(pm, "layer", "part"), head = int_member(pm, "kv_head", "part");
+    validate_calibration(pm, layer, head);
+    KVT_CHECK(int_member(pm, "indexed_rows", "squeeze part") == rows.count(), PART_INVALID,
               "squeeze part (" << layer << ", " << head << ") does not index the " << rows.count()
                                << " rows of its coverage");
     if (rows.count() == 0) continue;
@@ -201,6 +230,11 @@ void validate_squeeze(const ArtifactReader& r) {
         KVT_CHECK(m[i] >= rows.begin() && m[i] < rows.end() && labels[m[i] - rows.begin()] == c, MEMBERS_NOT_PARTITION,
                   "row " << m[i] << " of part (" << layer << ", " << head << ") is listed in cluster " << c
                          << " but labelled otherwise");
+        // Ascending within a cluster and one label per row: no row is listed twice, so the
+        // rows.count() members are exactly the indexed rows.
+        KVT_CHECK(i == 0 || m[i] > m[i - 1], MEMBERS_NOT_PARTITION,
+                  "members of fine cluster " << c << " of part (" << layer << ", " << head
+                                             << ") are not in ascending row order");
         ++count[c];
       }
     }
@@ -230,6 +264,8 @@ void validate_squeeze(const ArtifactReader& r) {
   }
   KVT_CHECK(sections == r.sections().size(), PART_INVALID, "the artifact has sections that belong to no squeeze part");
   const json& kd = r.manifest()["kind_data"];
+  KVT_CHECK(!kd.contains("thresholds") || kd["thresholds"].is_object(), BAD_MANIFEST,
+            "kind_data.thresholds is not an object");
   if (kd["part_range"][0] == 0 && kd["part_range"][1] == kd["parts_total"]) {
     json expect = kinds::squeeze_kind().finalize(r.manifest()["params"], kd["parts"]);
     KVT_CHECK(kd.contains("thresholds") && kd["thresholds"] == expect["thresholds"] &&

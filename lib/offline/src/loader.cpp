@@ -63,8 +63,10 @@ LoadReport load_artifacts(const LoadOptions& opt) {
       SelectorSet direct(file);
       const auto params = direct.params(settings_for(*kind, opt.settings));
       const int64_t cov = file.source().coverage_end;
+      const auto parts = artifact_parts(file);  // a partial artifact (--layers) is asked only about its parts
       for (int64_t l = 0; l < geo.layers; ++l)
         for (int64_t h = 0; h < geo.q_heads; ++h) {
+          if (!parts.count({l, file.source().id.q_to_kv_head[static_cast<size_t>(h)]})) continue;
           dump->read_q(l, h, qs.data());
           KeyRows kr;
           if (kind->needs_keys) {

@@ -1,5 +1,7 @@
 #include "kvtool/kinds.h"
 
+#include "kvtool/admission.h"
+
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 
@@ -12,14 +14,19 @@ namespace kvtool {
 namespace {
 
 // "container-test": the reserved kind used by tests and fixtures before (and besides) the index
-// kinds. Its sections are opaque; validation checks that part-bound sections name a real part.
+// kinds. Its sections are its own small vocabulary (formats/kinds-v1.md, section 7), so an index
+// of a real kind relabelled "container-test" is refused rather than passed as opaque bytes; part-
+// bound sections must name a real part. It is never served: it has no selector.
 void validate_container_test(const ArtifactReader& r) {
   const auto& g = r.source().geo;
   for (const auto& s : r.sections()) {
+    const bool part_bound = s.layer != -1 || s.kv_head != -1;
+    const bool known = (part_bound && (s.name == "keys" || s.name == "ids")) || (!part_bound && s.name == "note");
+    KVT_CHECK(known, PART_INVALID,
+              "section '" << s.name << "' is not a container-test section (part-bound 'keys' and 'ids', "
+                          << "artifact-wide 'note')");
     KVT_CHECK(
-        (s.layer == -1 && s.kv_head == -1) ||
-            (s.layer >= 0 && s.layer < g.layers && s.kv_head >= 0 && s.kv_head < g.kv_heads),
-        SHAPE_MISMATCH,
+        !part_bound || (s.layer >= 0 && s.layer < g.layers && s.kv_head >= 0 && s.kv_head < g.kv_heads), SHAPE_MISMATCH,
         "section '" << s.name << "' names part (" << s.layer << ", " << s.kv_head << ") outside the source geometry");
   }
 }
@@ -182,41 +189,67 @@ int64_t IndexedRows::begin() const { return std::min(sink, coverage_end); }
 int64_t IndexedRows::end() const { return std::max(begin(), coverage_end - local); }
 
 IndexedRows IndexedRows::of(const ArtifactReader& r) {
-  const json& p = r.manifest()["params"];
-  KVT_CHECK(
-      p.contains("sink") && p["sink"].is_number_unsigned() && p.contains("local") && p["local"].is_number_unsigned(),
-      BAD_MANIFEST, "params.sink and params.local must be non-negative integers");
+  const json& p = member(r.manifest(), "params", "manifest");
   IndexedRows x;
   x.coverage_end = r.source().coverage_end;
-  x.sink = p["sink"];
-  x.local = p["local"];
+  x.sink = int_member(p, "sink", "params");
+  x.local = int_member(p, "local", "params");
+  // Row ids are int64 and widened to u32 in sections: a sink or window beyond 2^32 rows is a lie.
+  KVT_CHECK(x.sink >= 0 && x.local >= 0 && x.sink <= (int64_t{1} << 32) && x.local <= (int64_t{1} << 32), BAD_MANIFEST,
+            "params.sink " << x.sink << " / params.local " << x.local << " are out of range");
   return x;
 }
 
+const json& member(const json& obj, const char* name, const std::string& where) {
+  KVT_CHECK(obj.is_object() && obj.contains(name), BAD_MANIFEST, where << " has no member '" << name << "'");
+  return obj[name];
+}
+
+namespace {
+// An integer that fits int64 (nlohmann stores large non-negative numbers as uint64).
+bool is_int64(const json& v) {
+  return v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
+}
+}  // namespace
+
+int64_t int_member(const json& obj, const char* name, const std::string& where) {
+  const json& v = member(obj, name, where);
+  KVT_CHECK(is_int64(v), BAD_MANIFEST, where << "." << name << " is not a 64-bit integer");
+  return v.get<int64_t>();
+}
+
+int64_t int_element(const json& arr, size_t i, const std::string& where) {
+  KVT_CHECK(arr.is_array() && i < arr.size() && is_int64(arr[i]), BAD_MANIFEST,
+            where << "[" << i << "] is not a 64-bit integer");
+  return arr[i].get<int64_t>();
+}
+
 void validate_part_list(const ArtifactReader& r) {
-  const json& kd = r.manifest()["kind_data"];
-  const json& p = r.manifest()["params"];
+  const json& kd = member(r.manifest(), "kind_data", "manifest");
+  const json& p = member(r.manifest(), "params", "manifest");
   const auto& g = r.source().geo;
-  KVT_CHECK(kd.contains("parts") && kd["parts"].is_array() && kd.contains("part_range") &&
-                kd["part_range"].is_array() && kd["part_range"].size() == 2 && kd.contains("parts_total") &&
-                p.contains("layers") && p["layers"].is_array() && p["layers"].size() == 2,
-            BAD_MANIFEST, "kind_data must list parts, part_range and parts_total, and params the layer range");
-  int64_t lf = p["layers"][0], ll = p["layers"][1];
+  const json& parts = member(kd, "parts", "kind_data");
+  const json& range = member(kd, "part_range", "kind_data");
+  const json& layers = member(p, "layers", "params");
+  KVT_CHECK(parts.is_array() && range.is_array() && range.size() == 2 && layers.is_array() && layers.size() == 2,
+            BAD_MANIFEST, "kind_data must list parts and a part_range [a, b), and params a layer range [first, last]");
+  const int64_t lf = int_element(layers, 0, "params.layers"), ll = int_element(layers, 1, "params.layers");
   KVT_CHECK(lf >= 0 && lf <= ll && ll < g.layers, SHAPE_MISMATCH,
             "params.layers [" << lf << ", " << ll << "] is outside the geometry");
-  int64_t total = kd["parts_total"], a = kd["part_range"][0], b = kd["part_range"][1];
-  KVT_CHECK(
-      total == (ll - lf + 1) * g.kv_heads && 0 <= a && a <= b && b <= total &&
-          static_cast<int64_t>(kd["parts"].size()) == b - a,
-      PART_INVALID,
-      "kind_data lists " << kd["parts"].size() << " parts for part range [" << a << ", " << b << ") of " << total);
+  const int64_t total = int_member(kd, "parts_total", "kind_data");
+  const int64_t a = int_element(range, 0, "kind_data.part_range"), b = int_element(range, 1, "kind_data.part_range");
+  KVT_CHECK(total == (ll - lf + 1) * g.kv_heads && 0 <= a && a <= b && b <= total &&
+                static_cast<int64_t>(parts.size()) == b - a,
+            PART_INVALID,
+            "kind_data lists " << parts.size() << " parts for part range [" << a << ", " << b << ") of " << total);
   for (int64_t i = a; i < b; ++i) {
-    const json& pm = kd["parts"][static_cast<size_t>(i - a)];
-    KVT_CHECK(pm.is_object() && pm.value("layer", int64_t{-1}) == lf + i / g.kv_heads &&
-                  pm.value("kv_head", int64_t{-1}) == i % g.kv_heads,
-              PART_INVALID,
-              "kind_data.parts[" << i - a << "] is not part " << i << " (layer " << lf + i / g.kv_heads << ", kv head "
-                                 << i % g.kv_heads << ")");
+    const json& pm = parts[static_cast<size_t>(i - a)];
+    const std::string where = "kind_data.parts[" + std::to_string(i - a) + "]";
+    KVT_CHECK(
+        pm.is_object() && int_member(pm, "layer", where) == lf + i / g.kv_heads &&
+            int_member(pm, "kv_head", where) == i % g.kv_heads,
+        PART_INVALID,
+        where << " is not part " << i << " (layer " << lf + i / g.kv_heads << ", kv head " << i % g.kv_heads << ")");
   }
   for (const auto& s : r.sections()) {
     int64_t idx = (s.layer - lf) * g.kv_heads + s.kv_head;
@@ -228,9 +261,22 @@ void validate_part_list(const ArtifactReader& r) {
 }
 
 const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t kv_head) {
-  for (const auto& pm : r.manifest()["kind_data"]["parts"])
-    if (pm["layer"] == layer && pm["kv_head"] == kv_head) return pm;
+  for (const auto& pm : member(member(r.manifest(), "kind_data", "manifest"), "parts", "kind_data"))
+    if (pm.is_object() && pm.value("layer", json()) == layer && pm.value("kv_head", json()) == kv_head) return pm;
   KVT_THROW(USAGE, "part (layer " << layer << ", kv head " << kv_head << ") is not in this artifact");
+}
+
+std::set<std::pair<int64_t, int64_t>> artifact_parts(const ArtifactReader& r) {
+  std::set<std::pair<int64_t, int64_t>> out;
+  for (const auto& pm : member(member(r.manifest(), "kind_data", "manifest"), "parts", "kind_data"))
+    out.emplace(int_member(pm, "layer", "part"), int_member(pm, "kv_head", "part"));
+  return out;
+}
+
+const SectionEntry& require_section(const ArtifactReader& r, const std::string& name, int64_t layer, int64_t kv_head) {
+  const SectionEntry* s = r.find(name, layer, kv_head);
+  KVT_CHECK(s, PART_INVALID, "part (layer " << layer << ", kv head " << kv_head << ") has no section '" << name << "'");
+  return *s;
 }
 
 const KindSpec* find_kind(const std::string& name) {
@@ -242,8 +288,20 @@ const KindSpec* find_kind(const std::string& name) {
 const KindSpec& validate_kind(const ArtifactReader& r) {
   const KindSpec* k = find_kind(r.kind());
   KVT_CHECK(k, UNKNOWN_KIND, "artifact kind '" << r.kind() << "' is not known to this kvtool");
-  k->validate(r);
+  try {
+    k->validate(r);
+  } catch (const json::exception& e) {
+    // A member of another JSON type than the kind's reader expects is a malformed manifest; the
+    // kinds check types where they read, this is the net under them.
+    KVT_THROW(BAD_MANIFEST, "the " << r.kind() << " manifest has a member of the wrong type (" << e.what() << ")");
+  }
   return *k;
+}
+
+const KindSpec& admit_artifact(const ArtifactReader& r, const TrustPolicy& trust) {
+  r.verify_signature(trust.trusted, trust.require_signature);
+  r.verify_sections();
+  return validate_kind(r);
 }
 
 std::vector<std::string> kind_names() {

@@ -389,8 +389,7 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     // Validate the copy (not the file): container, sections, signature, tenant, content, kind.
     g->reader = std::make_unique<ArtifactReader>(g->image.p, size, rq.artifact);
     const ArtifactReader& r = *g->reader;
-    r.verify_sections();
-    r.verify_signature(rq.trust.trusted, rq.trust.require_signature);
+    const KindSpec* kind = &admit_artifact(r, rq.trust);  // signature, sections, kind structure
     const SourceBinding& src = r.source();
     KVT_CHECK(
         rq.tenant.empty() || src.id.tenant_namespace == rq.tenant, TENANT_MISMATCH,
@@ -398,7 +397,6 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     KVT_CHECK(rq.expected_content_digest.empty() || src.content_digest == rq.expected_content_digest, CONTENT_MISMATCH,
               "'" << rq.artifact << "' is bound to content digest " << src.content_digest << ", not the expected "
                   << rq.expected_content_digest);
-    const KindSpec* kind = &validate_kind(r);
     g->index_generation = r.manifest()["index_generation"];
     {
       std::lock_guard<std::mutex> l(st_->mu);

@@ -2,6 +2,7 @@
 // [--csv F] [--plot F.svg] [--json] [-q]
 #include "commands.h"
 #include "eval_output.h"
+#include "kvtool/admission.h"
 #include "kvtool/eval.h"
 
 namespace kvtool::cmd {
@@ -38,7 +39,7 @@ std::map<std::string, std::vector<std::string>> sweep(const Args& a, const KindS
 
 int run(const Args& a, const Flags& flags) {
   ArtifactReader r(a.art);
-  r.verify_sections();
+  admit_artifact(r, {});  // what verify checks: a file verify rejects is never queried
   DumpReader d(a.source);
   EvalOptions eo;
   eo.sweep = sweep(a, find_kind(r.kind()));

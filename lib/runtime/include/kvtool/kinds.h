@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 namespace kvtool {
 
 class ArtifactReader;
+struct SectionEntry;
 
 // A budget counts index-chosen rows only: a fraction of the indexed rows (0 < value < 1, or a
 // value written with a '%') or a row count (an integer >= 1).
@@ -226,6 +228,16 @@ std::vector<std::string> kind_names();
 void validate_part_list(const ArtifactReader& r);
 // kind_data.parts entry of one part (USAGE when the artifact does not hold that part).
 const json& part_meta(const ArtifactReader& r, int64_t layer, int64_t kv_head);
+// The (layer, kv head) parts kind_data.parts lists (after validate_part_list).
+std::set<std::pair<int64_t, int64_t>> artifact_parts(const ArtifactReader& r);
+// The section `name` of one part; PART_INVALID when the artifact lacks it (selectors never
+// dereference a section lookup unchecked, even after validation).
+const SectionEntry& require_section(const ArtifactReader& r, const std::string& name, int64_t layer, int64_t kv_head);
+// Typed reads of manifest members: BAD_MANIFEST with the member's name when it is missing or of
+// another JSON type (a manifest is hostile input; a type error is never an internal error).
+const json& member(const json& obj, const char* name, const std::string& where);
+int64_t int_member(const json& obj, const char* name, const std::string& where);
+int64_t int_element(const json& arr, size_t i, const std::string& where);
 
 namespace kinds {
 // Defined in lib/kinds/KIND/KIND_select.cpp.

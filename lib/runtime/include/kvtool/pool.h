@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtool/admission.h"
 #include "kvtool/device.h"
 #include "kvtool/json.h"
 #include "kvtool/query.h"
@@ -26,11 +27,6 @@
 #include "kvtool/store.h"
 
 namespace kvtool {
-
-struct TrustPolicy {
-  std::vector<PublicKeyRaw> trusted;  // empty: any valid signature (or none) is accepted
-  bool require_signature = false;
-};
 
 enum class Tier { host, device };
 
