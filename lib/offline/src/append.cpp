@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "kvtool/admission.h"
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
@@ -47,10 +48,9 @@ json append_parts(const ArtifactReader& old, const DumpReader& dump, const Appen
 AppendSummary append_generation(const std::string& artifact, const std::string& dump_path, const std::string& output,
                                 int64_t prefix, const std::string& sign_key, bool quiet, KindAppender& kind) {
   ArtifactReader old(artifact);
-  old.verify_sections();
   KVT_CHECK(old.kind() == kind.kind(), USAGE,
             "'" << artifact << "' is a " << old.kind() << " artifact, not " << kind.kind());
-  find_kind(kind.kind())->validate(old);
+  admit_artifact(old, {});  // what is appended to (and re-signed) passes what verify checks
   DumpReader dump(dump_path);
   check_source(old.source(), dump, false);  // rows under the old coverage must be unchanged
   const int64_t frontier = dump.info().committed_frontier;

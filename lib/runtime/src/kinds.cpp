@@ -1,7 +1,6 @@
 #include "kvtool/kinds.h"
 
 #include "kvtool/admission.h"
-
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 
