@@ -132,6 +132,20 @@ void write_test_artifact(const std::string& dump, const std::string& out, const 
   w.finish(core, key);
 }
 
+namespace {
+// What a builder supplied for r's manifest (the writer adds the rest).
+ManifestCore core_of(const ArtifactReader& r) {
+  ManifestCore core;
+  core.kind = r.kind();
+  core.params = r.manifest()["params"];
+  core.source = r.source();
+  core.index_generation = r.manifest()["index_generation"];
+  core.selector_generation = r.manifest()["selector_generation"];
+  core.kind_data = r.manifest()["kind_data"];
+  return core;
+}
+}  // namespace
+
 void forge_artifact(const ArtifactReader& r, const std::string& out, int64_t layer, int64_t kv_head,
                     const std::function<void(const SectionEntry&, std::vector<uint8_t>&)>& edit,
                     const std::function<void(json&)>& meta) {
@@ -141,13 +155,7 @@ void forge_artifact(const ArtifactReader& r, const std::string& out, int64_t lay
     if (s.layer == layer && s.kv_head == kv_head) edit(s, bytes);
     w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
   }
-  ManifestCore core;
-  core.kind = r.kind();
-  core.params = r.manifest()["params"];
-  core.source = r.source();
-  core.index_generation = r.manifest()["index_generation"];
-  core.selector_generation = r.manifest()["selector_generation"];
-  core.kind_data = r.manifest()["kind_data"];
+  ManifestCore core = core_of(r);
   if (meta) meta(core.kind_data);
   w.finish(core);
 }
@@ -175,14 +183,7 @@ void repack_artifact(const std::string& in, const std::string& out, const Repack
         if (names_section(s, ref) && !bytes.empty()) std::memset(bytes.data(), byte, bytes.size());
       w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
     }
-    ManifestCore core;
-    core.kind = r.kind();
-    core.params = r.manifest()["params"];
-    core.source = r.source();
-    core.index_generation = r.manifest()["index_generation"];
-    core.selector_generation = r.manifest()["selector_generation"];
-    core.kind_data = r.manifest()["kind_data"];
-    w.finish(core);
+    w.finish(core_of(r));
   }
   rewrite_manifest(out, [&](json& m) {
     for (const auto& [pointer, value] : rp.set) m[json::json_pointer(pointer)] = value;
