@@ -29,7 +29,8 @@ expect_exit 0 "$KVTOOL" keygen -o key.pem
 [ -s key.pub.pem ] || fail "no key.pub.pem"
 expect_reason 3 OUTPUT_EXISTS "$KVTOOL" keygen -o key.pem
 "$KVTOOL" keygen -o other.pem >/dev/null
-expect_reason 1 SIGNATURE_REQUIRED "$KVTOOL" verify a.kvi --require-signature
+expect_reason 1 SIGNATURE_REQUIRED "$KVTOOL" verify a.kvi --require-signature --pubkey key.pub.pem
+expect_reason 2 USAGE "$KVTOOL" verify a.kvi --require-signature
 cp a.kvi unsigned.kvi
 expect_exit 0 "$KVTOOL" sign a.kvi --key key.pem
 expect_exit 0 "$KVTOOL" verify a.kvi --require-signature --pubkey key.pub.pem --source d.h5

@@ -35,7 +35,9 @@ expect_reason 1 HOST_BUDGET_EXCEEDED "$KVTOOL" load pq.kvi --source p.h5 --host-
 expect_exit 1 "$KVTOOL" load pq.kvi --source other.h5
 grep -Eq "error \[(PREFIX_MISMATCH|STALE_SOURCE)\]" "$WORK/err" || fail "another prompt's dump: $(cat "$WORK/err")"
 expect_reason 1 TENANT_MISMATCH "$KVTOOL" load pq.kvi --tenant someone-else
-expect_reason 1 SIGNATURE_REQUIRED "$KVTOOL" load pq.kvi --require-signature
+"$KVTOOL" keygen -o k.pem >/dev/null
+expect_reason 2 USAGE "$KVTOOL" load pq.kvi --require-signature
+expect_reason 1 SIGNATURE_REQUIRED "$KVTOOL" load pq.kvi --require-signature --pubkey k.pub.pem
 cp pq.kvi bad.kvi
 size=$(stat -c %s bad.kvi)
 printf '\xff' | dd of=bad.kvi bs=1 seek=$((size / 4)) conv=notrunc 2>/dev/null

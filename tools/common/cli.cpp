@@ -39,6 +39,7 @@ int run(const std::string& tool, CLI::App& app, int argc, char** argv, const boo
       std::cerr << "Run '" << tool << " --help' for usage.\n";
       return static_cast<int>(ExitCode::usage);
     }
+    apply_read_budget_from_env();
     return body();
   } catch (...) {
     Error e = error_from_exception(std::current_exception());

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "parse.h"
 
@@ -58,6 +59,22 @@ std::string sibling_program(const std::string& name) {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? name : (self.parent_path() / name).string();
+}
+
+}  // namespace kvtool::cli
+
+namespace kvtool::cli {
+
+void apply_read_budget_from_env() {
+  const char* env = std::getenv("KVTOOL_READ_BUDGET");
+  if (!env) return;
+  try {
+    const int64_t b = parse_bytes(env);
+    KVT_CHECK(b > 0, USAGE, "zero");
+    set_default_read_budget(static_cast<uint64_t>(b));
+  } catch (const Error&) {
+    KVT_THROW(USAGE, "KVTOOL_READ_BUDGET='" << env << "' is not a byte count (examples: 512M, 8G)");
+  }
 }
 
 }  // namespace kvtool::cli

@@ -14,6 +14,10 @@ int default_threads();
 // SLURM_ARRAY_TASK_COUNT. USAGE outside a job array.
 void slurm_array_shard(int64_t& index, int64_t& count);
 
+// KVTOOL_READ_BUDGET (bytes with an optional K/M/G/T suffix; USAGE when malformed), when set,
+// becomes the process's default artifact read budget (kvtool/artifact.h, default_read_budget).
+void apply_read_budget_from_env();
+
 // The path a program `name` has next to the running executable (`name` alone when that is unknown).
 std::string sibling_program(const std::string& name);
 

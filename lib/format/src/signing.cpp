@@ -41,7 +41,40 @@ PublicKeyRaw raw_public(EVP_PKEY* p, const std::string& path) {
   size_t len = pub.size();
   KVT_CHECK(EVP_PKEY_get_raw_public_key(p, pub.data(), &len) == 1 && len == 32, BAD_KEY,
             "cannot extract the public key from '" << path << "'");
+  KVT_CHECK(!is_weak_public_key(pub), BAD_KEY,
+            "'" << path << "' is a small-order or non-canonical Ed25519 public key; it cannot be trusted");
   return pub;
+}
+
+// y coordinates (little-endian, sign bit of x cleared) of the 8 small-order points of Ed25519:
+// 0 (order 4), 1 (identity), the two order-8 values and p - 1 (order 2). Non-canonical encodings
+// (y >= p, including p and p + 1, aliases of 0 and 1) are refused separately.
+const uint8_t kSmallOrderY[5][32] = {
+    {0},
+    {1},
+    {0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98, 0xf0,
+     0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53, 0xfc, 0x05},
+    {0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67, 0x0f,
+     0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac, 0x03, 0x7a},
+    {0xec, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+};
+// The group order L = 2^252 + 27742317777372353535851937790883648493, little-endian.
+const uint8_t kOrderL[32] = {0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7,
+                             0xa2, 0xde, 0xf9, 0xde, 0x14, 0,    0,    0,    0,    0,    0,
+                             0,    0,    0,    0,    0,    0,    0,    0,    0,    0x10};
+
+bool weak_point(const uint8_t* enc) {
+  uint8_t y[32];
+  std::memcpy(y, enc, 32);
+  y[31] &= 0x7f;  // the sign of x does not change the order
+  // y >= p = 2^255 - 19: bytes 1..30 are 0xff, byte 31 is 0x7f and byte 0 is at least 0xed.
+  bool high_ones = y[31] == 0x7f;
+  for (int i = 1; i < 31 && high_ones; ++i) high_ones = y[i] == 0xff;
+  if (high_ones && y[0] >= 0xed) return true;
+  for (const auto& s : kSmallOrderY)
+    if (std::memcmp(y, s, 32) == 0) return true;
+  return false;
 }
 
 void write_new_file(const std::string& path, const std::string& data, mode_t mode) {
@@ -165,7 +198,18 @@ std::vector<PublicKeyRaw> load_trusted_keys(const std::string& dir) {
   return keys;
 }
 
+bool is_weak_public_key(const PublicKeyRaw& pub) { return weak_point(pub.data()); }
+
+bool is_canonical_signature(const SignatureRaw& sig) {
+  if (weak_point(sig.data())) return false;
+  for (int i = 31; i >= 0; --i) {  // S (bytes 32..63, little-endian) must be below L
+    if (sig[32 + i] != kOrderL[i]) return sig[32 + i] < kOrderL[i];
+  }
+  return false;  // S == L
+}
+
 bool verify_signature(const PublicKeyRaw& pub, const std::string& msg, const SignatureRaw& sig) {
+  if (is_weak_public_key(pub) || !is_canonical_signature(sig)) return false;
   PkeyPtr p(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, pub.data(), pub.size()));
   if (!p) return false;
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);

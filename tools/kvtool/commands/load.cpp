@@ -40,6 +40,10 @@ int run(Args& a, const Flags& flags) {
     for (const auto& [name, value] : parse_query_settings(o)) lo.settings[name] = value;
   lo.tenant = lo.store_key.tenant;
   lo.trust.trusted = trusted_keys(a.pubkeys, a.trusted);
+  // Any key can sign anything: "signed" alone says nothing about who wrote the manifest.
+  KVT_CHECK(!lo.trust.require_signature || !lo.trust.trusted.empty(), USAGE,
+            "--require-signature needs --pubkey or --trusted-keys: a signature only means something when it is "
+            "checked against a key you trust");
   if (!lo.store_dir.empty()) {
     check_store_key(lo.store_key, false);
   } else {
@@ -87,7 +91,8 @@ cli::Command register_load(CLI::App& app, Flags& flags) {
                   "query options for the replay as NAME=VALUE; each artifact takes its kind's");
   sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
   sub->add_option("--trusted-keys", a->trusted, "directory of trusted public keys (*.pem)");
-  sub->add_flag("--require-signature", a->lo.trust.require_signature, "refuse unsigned artifacts");
+  sub->add_flag("--require-signature", a->lo.trust.require_signature,
+                "refuse unsigned artifacts (needs --pubkey or --trusted-keys)");
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] { return run(*a, flags); }};
 }

@@ -34,6 +34,10 @@ int run(Args& a, const Flags& flags) {
     DumpVerification v = verify_dump(a.path);
     return emit(flags, v.to_json(), [&] { cli::print_verify_result(v); });
   }
+  // Any key can sign anything: "signed" alone says nothing about who wrote the manifest.
+  KVT_CHECK(!o.require_signature || !o.trusted_keys.empty(), USAGE,
+            "--require-signature needs --pubkey or --trusted-keys: a signature only means something when it is "
+            "checked against a key you trust");
   ArtifactVerification v = verify_artifact(a.path, o);
   return emit(flags, v.to_json(), [&] { cli::print_verify_result(v); });
 }
@@ -51,7 +55,8 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
                 "also require the dump's snapshot digest (generations, frontier) to match");
   sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
   sub->add_option("--trusted-keys", a->trusted_dir, "directory of trusted public keys (*.pem)");
-  sub->add_flag("--require-signature", a->opt.require_signature, "fail unsigned artifacts");
+  sub->add_flag("--require-signature", a->opt.require_signature,
+                "fail unsigned artifacts (needs --pubkey or --trusted-keys)");
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] { return run(*a, flags); }};
 }

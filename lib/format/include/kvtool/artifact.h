@@ -22,6 +22,9 @@ inline constexpr uint64_t kKviFooterSize = 80;
 inline constexpr uint64_t kKviAlign = 64;
 inline constexpr uint64_t kKviSignatureSize = 104;
 inline constexpr uint64_t kKviMaxManifest = 64ull << 20;
+// Largest zstd window a section frame may use (2^24 = 16 MiB; kvtool's levels 1..19 use at most
+// 2^23): streaming verification needs no more memory than this, whatever a section claims.
+inline constexpr int kKviMaxWindowLog = 24;
 inline constexpr const char* kBuilderVersion = "0.1.0";
 
 // Element size of a section dtype name ("u8", "u16", "u32", "u64", "i32", "i64", "f16", "f32");
@@ -70,6 +73,12 @@ class ArtifactWriter {
   bool finished_ = false;
 };
 
+// The default memory budget of a new reader's materializing reads (read_section): what
+// set_default_read_budget() set for this process (the command-line tools set it from
+// KVTOOL_READ_BUDGET; the library reads no environment), otherwise half the physical memory.
+uint64_t default_read_budget();
+void set_default_read_budget(uint64_t bytes);
+
 class ArtifactReader {
  public:
   // Maps the file read-only and checks header, footer, bounds, manifest digest and schema.
@@ -98,17 +107,35 @@ class ArtifactReader {
   const SignatureRaw& signature() const { return signature_; }
   const uint8_t* data() const { return data_; }
 
-  // Raw bytes of one section: decompressed, size- and SHA-256-checked.
+  // Raw bytes of one section: decompressed, size- and SHA-256-checked. Refused with OUT_OF_MEMORY
+  // before anything is allocated when the artifact's total raw section bytes exceed the memory
+  // budget (a bound on what a caller that materializes every section can hold).
   std::vector<uint8_t> read_section(const SectionEntry& s) const;
+  // Every section digest, in bounded memory: compressed sections are streamed through a fixed
+  // buffer into an incremental SHA-256, never materialized; the budget does not apply.
   void verify_sections() const;
-  // Checks the signature against the embedded key (BAD_SIGNATURE), then trust (UNTRUSTED_KEY).
+  // Checks the signature against the embedded key (BAD_SIGNATURE: also small-order or non-canonical
+  // keys and signatures), then trust (UNTRUSTED_KEY). Uses only the footer's manifest digest, so it
+  // can (and in admission does) run before any section is read.
   void verify_signature(const std::vector<PublicKeyRaw>& trusted, bool require) const;
+  // Sum of the raw sizes the manifest claims for all sections (saturating).
+  uint64_t raw_total() const { return raw_total_; }
+  uint64_t memory_budget() const { return budget_; }
+  void set_memory_budget(uint64_t bytes) { budget_ = bytes; }
 
  private:
   void parse();
+  void parse_header();
+  void parse_footer();
+  void parse_manifest();
+  SectionEntry parse_section(const json& js) const;
   void release();
-  void check_digest(const SectionEntry& s, const uint8_t* raw) const;
+  void check_frame(const SectionEntry& s) const;
+  Digest hash_zstd_section(const SectionEntry& s) const;
+  void check_digest(const SectionEntry& s, const Digest& d) const;
   mutable bool verified_ = false;
+  uint64_t raw_total_ = 0;
+  uint64_t budget_ = default_read_budget();
   std::string path_;
   int fd_ = -1;
   const uint8_t* data_ = nullptr;

@@ -35,9 +35,16 @@ class SigningKey {
 // Refuses to overwrite either file (OUTPUT_EXISTS). Returns the public key path.
 std::string generate_keypair(const std::string& private_pem_path);
 std::string public_key_path_for(const std::string& private_pem_path);
-PublicKeyRaw load_public_key(const std::string& pem_path);  // accepts a public or private PEM
+PublicKeyRaw load_public_key(const std::string& pem_path);  // public or private PEM; BAD_KEY when weak
 // Loads every *.pem in a directory as a trusted public key.
 std::vector<PublicKeyRaw> load_trusted_keys(const std::string& dir);
+// True for an encoding no honest key has: a point of small order (the 8 torsion points, which
+// verify a forged signature for every message, e.g. identity key, R = identity, S = 0) or a
+// non-canonical encoding (y >= p). Checked before OpenSSL, which accepts both.
+bool is_weak_public_key(const PublicKeyRaw& pub);
+// False when R is a weak point (as above) or S is not below the group order L.
+bool is_canonical_signature(const SignatureRaw& sig);
+// False also for weak keys and non-canonical signatures.
 bool verify_signature(const PublicKeyRaw& pub, const std::string& message, const SignatureRaw& sig);
 
 }  // namespace kvtool
