@@ -1,0 +1,86 @@
+// Shared by the libFuzzer targets (fuzz/README.md): what counts as a finding, and the query pass
+// that takes an admitted artifact through its selectors the way `kvtool query` does
+// (tools/kvtool/commands/query.cpp).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "kvtool/admission.h"
+#include "kvtool/error.h"
+#include "kvtool/query.h"
+
+namespace kvtool::fuzz {
+
+// Rejected input is fine when it carries a reason a person can act on (exit 1 or 2 in the CLI).
+// INTERNAL, any exception that is not a kvtool::Error (exit 4 in the CLI: finding 12 of issue 14)
+// and out-of-memory (a bounded input must not need unbounded memory: finding 4) are findings, so
+// the target aborts and libFuzzer keeps the input.
+inline void on_exception(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    if (err.reason() != Reason::INTERNAL && err.reason() != Reason::OUT_OF_MEMORY) return;
+    std::fprintf(stderr, "fuzz finding: %s: %s\n", err.reason_name(), err.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "fuzz finding: std::bad_alloc escaped\n");
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "fuzz finding: exception that is not a kvtool::Error: %s\n", ex.what());
+  } catch (...) {
+    std::fprintf(stderr, "fuzz finding: unknown exception\n");
+  }
+  std::abort();
+}
+
+// One query per part listed in kind_data.parts, through the first query head that maps to the
+// part's kv head, at the last covered row. Keys (lsh) are synthetic rows, bounded in size.
+inline void query_every_part(const ArtifactReader& r) {
+  const SourceBinding& src = r.source();
+  const int64_t dim = src.geo.head_dim, end = src.coverage_end;
+  if (dim <= 0 || dim > 4096 || end <= 0) return;
+  SelectorSet sel(r);
+  const auto params = sel.params();
+  std::vector<float> q(static_cast<size_t>(dim));
+  for (int64_t i = 0; i < dim; ++i) q[static_cast<size_t>(i)] = static_cast<float>((i % 7) - 3) * 0.25f;
+  std::vector<float> krows;
+  KeyRows keys;
+  if (sel.kind().needs_keys) {
+    if (end * dim > (int64_t(1) << 22)) return;  // keep an iteration cheap; not a finding
+    krows.resize(static_cast<size_t>(end * dim));
+    for (size_t i = 0; i < krows.size(); ++i) krows[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.1f;
+    keys = KeyRows{krows.data(), end, dim};
+  }
+  const json& parts = r.manifest()["kind_data"].value("parts", json::array());
+  int queries = 0;
+  for (const auto& p : parts) {
+    if (!p.is_object() || !p.contains("layer") || !p.contains("kv_head")) continue;
+    if (!p["layer"].is_number_integer() || !p["kv_head"].is_number_integer()) continue;
+    const int64_t layer = p["layer"].get<int64_t>(), kv = p["kv_head"].get<int64_t>();
+    for (size_t h = 0; h < src.id.q_to_kv_head.size() && static_cast<int64_t>(h) < src.geo.q_heads; ++h) {
+      if (src.id.q_to_kv_head[h] != kv) continue;
+      sel.query(layer, static_cast<int64_t>(h), q.data(), end - 1, *params, sel.kind().needs_keys ? &keys : nullptr);
+      break;
+    }
+    if (++queries == 16) break;
+  }
+  // The last query head the binding claims: SelectorSet must check it against the head map itself
+  // (finding 2 of issue 14: q_heads larger than q_to_kv_head).
+  if (!parts.empty() && src.geo.q_heads > 0 && src.geo.q_heads <= (int64_t(1) << 20)) {
+    const auto& p = parts.front();
+    if (p.is_object() && p.value("layer", json()).is_number_integer())
+      sel.query(p["layer"].get<int64_t>(), src.geo.q_heads - 1, q.data(), end - 1, *params,
+                sel.kind().needs_keys ? &keys : nullptr);
+  }
+}
+
+// Admission (signature, digests, structure) and then the query pass; rejected input returns.
+inline void admit_and_query(const ArtifactReader& r) {
+  admit_artifact(r, {});
+  query_every_part(r);
+}
+
+}  // namespace kvtool::fuzz

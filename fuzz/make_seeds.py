@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Writes the committed seed corpora under fuzz/corpus/ from a tiny synthetic dump and one small
+artifact of every kind (fuzz/README.md). Usage: make_seeds.py KVTOOL_BINARY [CORPUS_DIR]."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "adversarial"))
+import kvi  # noqa: E402
+
+KINDS = ["pq", "clusterkv", "lsh", "squeeze"]
+# Small enough for a few KB per artifact, large enough that no part is dense.
+BUILD = {
+    "pq": ["-b", "4", "-m", "2", "--iters", "4"],
+    "clusterkv": ["--tokens-per-cluster", "16", "--iters", "4"],
+    "lsh": ["-K", "4", "-L", "4"],
+    "squeeze": ["--observation-window", "8", "--percent-clusters", "10", "--iters", "4"],
+}
+
+
+def run(*args):
+    subprocess.run([str(a) for a in args], check=True, stdout=subprocess.DEVNULL)
+
+
+def put(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def kind_seed(kind_index, manifest, sections):
+    """The fuzz_kind input format (fuzz/fuzz_kind.cpp)."""
+    core = {k: manifest[k] for k in ("params", "source", "kind_data")}
+    text = kvi.canonical(core).encode()
+    out = bytearray([kind_index]) + struct.pack("<I", len(text)) + text
+    for entry, raw in sections:
+        head = kvi.canonical({k: entry[k] for k in ("name", "dtype", "shape", "layer", "kv_head")}).encode()
+        out += struct.pack("<I", len(head)) + head + raw
+    return bytes(out)
+
+
+def main():
+    kvtool, corpus = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "corpus")
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = os.path.join(tmp, "tiny.h5")
+        run(kvtool, "synth", "--layers", 2, "--kv-heads", 1, "--q-heads", 2, "--head-dim", 8, "--tokens", 160,
+            "--seed", 1, "--query-count", 8, "-o", dump, "-q")
+        small = os.path.join(tmp, "small.h5")
+        run(kvtool, "synth", "--layers", 1, "--kv-heads", 1, "--q-heads", 2, "--head-dim", 4, "--tokens", 8,
+            "--seed", 2, "--query-count", 2, "--dtype", "f32", "-o", small, "-q")
+        put(os.path.join(corpus, "dump", "small-f32.h5"), open(small, "rb").read())
+        for i, kind in enumerate(KINDS):
+            art = os.path.join(tmp, kind + ".kvi")
+            run(kvtool, "build", kind, dump, "-o", art, "-q", "--zstd-level", 0, "--threads", 1, "--sink", 4,
+                "--local", 8, *BUILD[kind])
+            data = open(art, "rb").read()
+            put(os.path.join(corpus, "container", kind + ".kvi"), data)
+            manifest, sections = kvi.read(art)
+            m_off, m_size = struct.unpack_from("<2Q", data, len(data) - 80)
+            put(os.path.join(corpus, "manifest", kind + ".json"), data[m_off : m_off + m_size])
+            put(os.path.join(corpus, "kind", kind + ".bin"), kind_seed(i, manifest, sections))
+            if kind == "pq":
+                store = os.path.join(tmp, "store")
+                run(kvtool, "store", "put", "--store", store, art)
+                refs = os.path.join(store, "refs")
+                ref = open(os.path.join(refs, os.listdir(refs)[0]), "rb").read()
+                put(os.path.join(corpus, "store_ref", "pq.json"), ref)
+                key = json.loads(ref)["key"]
+                parts = [key[k] for k in ("tenant", "model", "adapter", "prefix_hash", "kind", "params_digest",
+                                          "position_contract")]
+                put(os.path.join(corpus, "store_key", "pq"), b"\x01" + "\n".join(parts).encode())
+                put(os.path.join(corpus, "store_key", "short"), b"\x00a\nb\nc\nd\ne")
+
+
+if __name__ == "__main__":
+    main()
