@@ -46,7 +46,7 @@ chmod u+w "$obj"; printf 'KVTOOL-DAMAGE' | dd of="$obj" bs=1 seek=300 conv=notru
 expect_reason 1 STORE_CORRUPT "$KVTOOL" store get --store conc --tenant acme --model "$MODEL" --adapter "$ADAPTER" --prefix-hash "$PREFIX" --kind squeeze
 [ -s "$WORK/out" ] && fail "a corrupt entry printed a path"
 # ls, rm and gc.
-expect_exit 0 "$KVTOOL" store ls --store st --json
+expect_exit 0 "$KVTOOL" store ls --store st --all-tenants --json
 [ "$(json_get "$WORK/out" '["refs"].__len__()')" = 3 ] || fail "three refs expected"
 expect_exit 0 "$KVTOOL" store rm --store st --tenant acme --model "$MODEL" --adapter "$ADAPTER" --prefix-hash "$PREFIX" --kind squeeze --params-digest "$PARAMS"
 expect_exit 0 "$KVTOOL" store gc --store st --grace 1h --json
@@ -54,5 +54,5 @@ contains "$WORK/out" '"objects_removed": 0'
 expect_exit 0 "$KVTOOL" store gc --store st --grace 0s --json
 contains "$WORK/out" '"objects_removed": 1'
 expect_reason 2 USAGE "$KVTOOL" store gc --store st --grace soon
-expect_reason 3 IO_ERROR "$KVTOOL" store ls --store nowhere
+expect_reason 3 IO_ERROR "$KVTOOL" store ls --store nowhere --all-tenants
 finish

@@ -90,7 +90,7 @@ TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a p
   CHECK(kvtool_pool_retire(pool, "doc", 1) == KVTOOL_ERR_INVALID);
 
   // From the prefix store, by key.
-  Store(tmp.file("st"), true).put(tmp.file("a.kvi"));
+  Store(tmp.file("st"), true).put(tmp.file("a.kvi"), StoreTrust{});
   ArtifactReader r(tmp.file("a.kvi"));
   const auto& src = r.manifest()["source"];
   std::string model = src["model_artifact_sha256"], adapter = src["adapter_set_sha256"],

@@ -38,7 +38,7 @@ TEST_CASE("store keys never name paths: '/', '..', NUL and control characters ar
   TempDir tmp;
   CHECK(reason_of([&] { Store s(tmp.file("none")); }) == "IO_ERROR");
   Store s(tmp.file("st"), true);
-  CHECK(s.ls()["refs"].empty());
-  CHECK(reason_of([&] { s.get(k); }) == "STORE_MISS");
+  CHECK(s.ls("").refs.empty());
+  CHECK(reason_of([&] { s.get(k, StoreTrust{}); }) == "STORE_MISS");
   CHECK(std::filesystem::exists(tmp.file("st/objects")));
 }

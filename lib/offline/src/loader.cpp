@@ -18,9 +18,9 @@ LoadReport load_artifacts(const LoadOptions& opt) {
   std::vector<std::pair<std::string, std::string>> items;  // (pool key, path)
   for (const auto& a : opt.artifacts) items.emplace_back(a, a);
   if (!opt.store_dir.empty()) {
-    json got = Store(opt.store_dir).get(opt.store_key);
+    // The store admits the object under the same trust policy the pool applies.
     items.emplace_back("store:" + opt.store_key.tenant + "/" + opt.store_key.kind + "/" + opt.store_key.prefix_hash,
-                       got["path"].get<std::string>());
+                       Store(opt.store_dir).get(opt.store_key, opt.trust).path);
   }
   KVT_CHECK(!items.empty(), USAGE, "give at least one artifact or --store with a key");
   std::unique_ptr<DumpReader> dump;

@@ -341,7 +341,7 @@ PublishTicket Pool::begin(const PublishRequest& req) {
   w->req = req;
   if (req.artifact.empty()) {
     KVT_CHECK(!req.store_dir.empty(), USAGE, "give an artifact path or a store directory and key");
-    w->req.artifact = Store(req.store_dir).get(req.store_key)["path"].get<std::string>();  // verified on get
+    w->req.artifact = Store(req.store_dir).get(req.store_key, req.trust).path;  // admitted on get, and again below
     if (w->req.tenant.empty()) w->req.tenant = req.store_key.tenant;
   }
   const PublishRequest& rq = w->req;

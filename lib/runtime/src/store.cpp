@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,90 +11,219 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
+#include <limits>
 #include <map>
+#include <memory>
 
 #include "kvtool/artifact.h"
 #include "kvtool/atomic_file.h"
 #include "kvtool/error.h"
+#include "kvtool/identity.h"
 #include "kvtool/kinds.h"
 #include "kvtool/sha256.h"
+#include "kvtool/signing.h"
 
 namespace kvtool {
 
 namespace {
-// What `kvtool verify` checks without a source or trust policy: sections, kind structure, and a
-// signature (when present) that verifies.
-void check_servable(const ArtifactReader& r) {
-  r.verify_sections();
-  validate_kind(r);
-  r.verify_signature({}, false);
+
+constexpr int kMaxRefDepth = 4;  // a ref nests two levels (the ref, its key); anything deeper is damage
+constexpr size_t kMaxConfigBytes = 4096;
+const char* const kConfigName = "store.json";
+const char* const kLockName = "lock";
+
+// Owns one file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+// A read-only mapping of a whole file, so that the bytes hashed are the bytes admitted.
+class Mapping {
+ public:
+  Mapping(int fd, size_t size, const std::string& what) : size_(size) {
+    void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    KVT_CHECK(p != MAP_FAILED, IO_ERROR, "cannot map " << what << ": " << std::strerror(errno));
+    data_ = static_cast<const uint8_t*>(p);
+  }
+  ~Mapping() { munmap(const_cast<uint8_t*>(data_), size_); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  const uint8_t* data() const { return data_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_;
+};
+
+// A directory below the store, never reached through a symlink.
+int open_dir_at(int dfd, const std::string& name) {
+  return openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
-}  // namespace
 
-namespace {
+struct Entry {
+  std::string name;
+  struct stat st {};
+  bool ok = false;  // false: the entry vanished between readdir and fstatat
+};
 
-void mkdir_p(const std::string& p) {
-  std::string cur;
-  for (size_t i = 0; i < p.size(); ++i) {
-    cur.push_back(p[i]);
-    if ((p[i] == '/' || i + 1 == p.size()) && cur != "/") {
-      if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-        KVT_THROW(IO_ERROR, "cannot create '" << cur << "': " << std::strerror(errno));
+// The entries of a directory with their own (never a link target's) status, sorted by name.
+std::vector<Entry> list_at(int dfd, const std::string& what) {
+  int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+  KVT_CHECK(fd >= 0, IO_ERROR, "cannot read " << what << ": " << std::strerror(errno));
+  std::unique_ptr<DIR, int (*)(DIR*)> d(fdopendir(fd), &closedir);
+  if (!d) {
+    close(fd);
+    KVT_THROW(IO_ERROR, "cannot read " << what << ": " << std::strerror(errno));
+  }
+  rewinddir(d.get());  // the duplicate shares the offset of earlier listings
+  std::vector<Entry> out;
+  while (dirent* e = readdir(d.get())) {
+    Entry en;
+    en.name = e->d_name;
+    if (en.name == "." || en.name == "..") continue;
+    en.ok = fstatat(dfd, en.name.c_str(), &en.st, AT_SYMLINK_NOFOLLOW) == 0;
+    out.push_back(en);
+  }
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  return out;
+}
+
+// Reads a small regular file below the store (false when it does not exist). Links, FIFOs and
+// files over `cap` are damage: O_NONBLOCK keeps a planted FIFO from hanging us.
+bool read_small_at(int dfd, const std::string& name, size_t cap, const std::string& what, std::string& text) {
+  Fd fd(openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.ok() && errno == ENOENT) return false;
+  KVT_CHECK(
+      fd.ok(), STORE_CORRUPT,
+      "cannot open " << what << ": " << std::strerror(errno) << " (symlinks are never followed inside the store)");
+  struct stat st {};
+  KVT_CHECK(fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), STORE_CORRUPT, what << " is not a regular file");
+  KVT_CHECK(static_cast<uint64_t>(st.st_size) <= cap, STORE_CORRUPT,
+            what << " is " << st.st_size << " bytes; at most " << cap << " are allowed");
+  text.assign(cap + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = read(fd.get(), &text[got], text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    KVT_CHECK(n >= 0, IO_ERROR, "cannot read " << what << ": " << std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  KVT_CHECK(got <= cap, STORE_CORRUPT, what << " grew past " << cap << " bytes while being read");
+  text.resize(got);
+  return true;
+}
+
+// Refuses nesting deeper than `max_depth` before a recursive JSON parser sees the text.
+void check_nesting(const std::string& text, int max_depth, const char* what) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      KVT_CHECK(++depth <= max_depth, STORE_CORRUPT, what << " nests deeper than " << max_depth << " levels");
+    } else if (c == '}' || c == ']') {
+      --depth;
     }
   }
 }
 
-bool exists(const std::string& p) {
-  struct stat st {};
-  return stat(p.c_str(), &st) == 0;
+bool is_hex64(const std::string& s) {
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-std::vector<std::string> list_dir(const std::string& d) {
-  std::vector<std::string> out;
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir(d.c_str()), &closedir);
-  if (!dir) return out;
-  while (dirent* e = readdir(dir.get())) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+// Exclusive (gc, put's ref write) or shared (put's object write) flock on STORE/lock.
+class StoreLock {
+ public:
+  StoreLock(int root, int mode, int op)
+      : fd_(openat(root, kLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode)) {
+    KVT_CHECK(fd_.ok(), IO_ERROR, "cannot open the store lock file: " << std::strerror(errno));
+    while (flock(fd_.get(), op) != 0)
+      KVT_CHECK(errno == EINTR, IO_ERROR, "cannot lock the store: " << std::strerror(errno));
+  }  // closing the descriptor releases the lock
 
-std::string read_text(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  KVT_CHECK(f.good(), IO_ERROR, "cannot read '" << p << "'");
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+ private:
+  Fd fd_;
+};
 
-void write_atomic(const std::string& path, const std::string& text) {
-  AtomicOutput out(path, true);
-  write_all(out.fd(), text.data(), text.size(), path);
-  out.commit();
+void check_key_part(const std::string& v, const char* name, bool required) {
+  KVT_CHECK(!required || !v.empty(), BAD_STORE_KEY, "the store key needs --" << name);
+  if (v.empty()) return;                            // an optional part left out
+  const std::string problem = key_part_problem(v);  // the one rule dumps and the store share
+  KVT_CHECK(problem.empty(), BAD_STORE_KEY, "--" << name << " " << problem);
 }
 
 std::string ref_id(const StoreKey& k) { return to_hex(sha256(canonical_json(k.to_json()))); }
 
+std::string signer_id(const ArtifactReader& r) { return r.is_signed() ? key_id(*r.signer()) : std::string(); }
+
 StoreKey key_of(const ArtifactReader& r) {
   const auto& s = r.source();
+  const json& m = r.manifest();
   StoreKey k;
   k.tenant = s.id.tenant_namespace;
   k.model = s.id.model_artifact_sha256;
   k.adapter = s.id.adapter_set_sha256;
   k.prefix_hash = s.prefix_tokens_sha256;
   k.kind = r.kind();
-  k.params_digest = r.manifest()["params_digest"];
+  auto pd = m.find("params_digest");
+  k.params_digest = pd != m.end() && pd->is_string() ? pd->get<std::string>() : std::string();
   k.position_contract = s.id.position_contract;
   return k;
 }
 
-bool matches(const json& ref_key, const StoreKey& k) {
-  auto eq = [&](const char* f, const std::string& v) { return v.empty() || ref_key.value(f, std::string()) == v; };
-  return ref_key.value("tenant", std::string()) == k.tenant && eq("model", k.model) && eq("adapter", k.adapter) &&
-         eq("prefix_hash", k.prefix_hash) && eq("kind", k.kind) && eq("params_digest", k.params_digest) &&
-         eq("position_contract", k.position_contract);
+// All parts the query gives (params digest and position contract may be empty: any) are equal.
+bool matches(const StoreKey& have, const StoreKey& want) {
+  auto eq = [](const std::string& h, const std::string& w) { return w.empty() || h == w; };
+  return have.tenant == want.tenant && eq(have.model, want.model) && eq(have.adapter, want.adapter) &&
+         eq(have.prefix_hash, want.prefix_hash) && eq(have.kind, want.kind) &&
+         eq(have.params_digest, want.params_digest) && eq(have.position_contract, want.position_contract);
 }
+
+// The admission check of `load` under the tenant's trust (formats/store-v1.md §Trust).
+void admit_for_tenant(const ArtifactReader& r, const StoreTrust& t, const std::string& tenant) {
+  TrustPolicy p = t.all;
+  auto own = t.tenant_keys.find(tenant);
+  if (own != t.tenant_keys.end()) {
+    p.trusted.insert(p.trusted.end(), own->second.begin(), own->second.end());
+    p.require_signature = true;
+  }
+  const bool anchored = !t.all.trusted.empty() || !t.tenant_keys.empty();
+  // TrustPolicy reads an empty key list as "any signer"; with other tenants' keys configured it
+  // must mean "no signer" for this tenant, or tenant B's key would vouch for tenant A.
+  KVT_CHECK(!(anchored && p.trusted.empty() && r.is_signed()), UNTRUSTED_KEY,
+            "the artifact of tenant '" << tenant << "' is signed by key " << signer_id(r).substr(0, 16)
+                                       << ", but no key is trusted for this tenant");
+  admit_artifact(r, p);
+}
+
+json warnings_json(const std::vector<StoreWarning>& w) {
+  json a = json::array();
+  for (const auto& x : w) a.push_back(x.to_json());
+  return a;
+}
+
+json signer_json(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 
 }  // namespace
 
@@ -107,154 +238,454 @@ json StoreKey::to_json() const {
 }
 
 void check_store_key(const StoreKey& k, bool need_params) {
-  auto part = [](const std::string& v, const char* name, bool required) {
-    KVT_CHECK(!required || !v.empty(), BAD_STORE_KEY, "the store key needs --" << name);
-    KVT_CHECK(v.size() <= 256, BAD_STORE_KEY, "--" << name << " is longer than 256 bytes");
-    KVT_CHECK(v != "." && v != "..", BAD_STORE_KEY, "--" << name << " may not be '" << v << "'");
-    for (unsigned char c : v)
-      KVT_CHECK(c >= 0x20 && c != '/' && c != '\\' && c != 0x7f, BAD_STORE_KEY,
-                "--" << name << " holds a '/', '\\', NUL or control character; key parts never name paths");
+  check_key_part(k.tenant, "tenant", true);
+  check_key_part(k.model, "model", true);
+  check_key_part(k.adapter, "adapter", true);
+  check_key_part(k.prefix_hash, "prefix-hash", true);
+  check_key_part(k.kind, "kind", true);
+  check_key_part(k.params_digest, "params-digest", need_params);
+  check_key_part(k.position_contract, "position-contract", false);
+}
+
+json StoreRef::to_json() const {
+  json j = {{"schema_version", 1},
+            {"key", key.to_json()},
+            {"object", object},
+            {"coverage_end", coverage_end},
+            {"content_digest", content_digest},
+            {"created", created}};
+  if (!signer.empty()) j["signer"] = signer;
+  return j;
+}
+
+StoreRef parse_store_ref(const std::string& text) {
+  KVT_CHECK(text.size() <= kMaxStoreRefBytes, STORE_CORRUPT,
+            "the ref is " << text.size() << " bytes; a ref is at most " << kMaxStoreRefBytes);
+  check_nesting(text, kMaxRefDepth, "the ref");
+  json j = parse_json(text, Reason::STORE_CORRUPT, "the ref");
+  KVT_CHECK(j.is_object(), STORE_CORRUPT, "the ref is not a JSON object");
+  auto str = [](const json& o, const char* f, const char* where) {
+    auto it = o.find(f);
+    KVT_CHECK(it != o.end() && it->is_string(), STORE_CORRUPT,
+              "the ref's " << where << "\"" << f << "\" is missing or not a string");
+    return it->get<std::string>();
   };
-  part(k.tenant, "tenant", true);
-  part(k.model, "model", true);
-  part(k.adapter, "adapter", true);
-  part(k.prefix_hash, "prefix-hash", true);
-  part(k.kind, "kind", true);
-  part(k.params_digest, "params-digest", need_params);
-  part(k.position_contract, "position-contract", false);
+  auto integer = [&j](const char* f) {
+    auto it = j.find(f);
+    KVT_CHECK(it != j.end() && it->is_number_integer() &&
+                  (!it->is_number_unsigned() ||
+                   it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
+              STORE_CORRUPT, "the ref's \"" << f << "\" is missing or not an integer");
+    return it->get<int64_t>();
+  };
+  KVT_CHECK(integer("schema_version") == 1, STORE_CORRUPT, "the ref's schema_version is not 1");
+  auto key = j.find("key");
+  KVT_CHECK(key != j.end() && key->is_object(), STORE_CORRUPT, "the ref's \"key\" is missing or not an object");
+  StoreRef r;
+  r.key.tenant = str(*key, "tenant", "key ");
+  r.key.model = str(*key, "model", "key ");
+  r.key.adapter = str(*key, "adapter", "key ");
+  r.key.prefix_hash = str(*key, "prefix_hash", "key ");
+  r.key.kind = str(*key, "kind", "key ");
+  r.key.params_digest = str(*key, "params_digest", "key ");
+  r.key.position_contract = str(*key, "position_contract", "key ");
+  try {
+    check_store_key(r.key, true);
+  } catch (const Error& e) {
+    KVT_THROW(STORE_CORRUPT, "the ref's key is invalid: " << e.what());
+  }
+  r.object = str(j, "object", "");
+  KVT_CHECK(is_hex64(r.object), STORE_CORRUPT, "the ref's object is not 64 lowercase hex digits");
+  r.coverage_end = integer("coverage_end");
+  KVT_CHECK(r.coverage_end >= 0, STORE_CORRUPT, "the ref's coverage_end is negative");
+  r.content_digest = str(j, "content_digest", "");
+  r.created = integer("created");
+  auto s = j.find("signer");
+  if (s != j.end() && !s->is_null()) {
+    KVT_CHECK(s->is_string() && is_hex64(s->get<std::string>()), STORE_CORRUPT,
+              "the ref's signer is not a key id (64 lowercase hex digits)");
+    r.signer = s->get<std::string>();
+  }
+  return r;
 }
 
-Store::Store(std::string dir, bool create) : dir_(std::move(dir)) {
+StoreTrust load_store_trust(const std::vector<std::string>& pubkeys, const std::string& dir, bool require_signature) {
+  StoreTrust t;
+  t.all.require_signature = require_signature;
+  for (const auto& p : pubkeys) t.all.trusted.push_back(load_public_key(p));
+  if (dir.empty()) return t;
+  auto top = load_trusted_keys(dir);  // IO_ERROR when the directory cannot be read
+  t.all.trusted.insert(t.all.trusted.end(), top.begin(), top.end());
+  std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), &closedir);
+  KVT_CHECK(d, IO_ERROR, "cannot open trusted key directory '" << dir << "'");
+  while (dirent* e = readdir(d.get())) {
+    std::string n = e->d_name, sub = dir + "/" + n;
+    struct stat st {};
+    if (n[0] == '.' || stat(sub.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    check_key_part(n, "trusted-keys tenant folder", true);
+    auto keys = load_trusted_keys(sub);
+    KVT_CHECK(!keys.empty(), USAGE, "the tenant folder '" << sub << "' holds no *.pem keys");
+    t.tenant_keys[n] = keys;
+  }
+  KVT_CHECK(!t.all.trusted.empty() || !t.tenant_keys.empty(), USAGE,
+            "--trusted-keys directory '" << dir << "' holds no *.pem keys (at its top or in <tenant>/ folders)");
+  return t;
+}
+
+json StoreWarning::to_json() const { return {{"path", path}, {"reason", reason}, {"message", message}}; }
+
+json StorePutResult::to_json() const {
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"object", object},
+          {"path", path},
+          {"key", key.to_json()},
+          {"signer", signer_json(signer)},
+          {"object_written", object_written},
+          {"warnings", warnings_json(warnings)}};
+}
+
+json StoreGetResult::to_json() const {
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"path", path},
+          {"object", object},
+          {"key", ref.key.to_json()},
+          {"signer", signer_json(ref.signer)},
+          {"warnings", warnings_json(warnings)}};
+}
+
+json StoreListing::to_json() const {
+  json items = json::array();
+  for (const auto& r : refs) items.push_back(r.to_json());
+  return {{"schema_version", kJsonSchemaVersion}, {"refs", items}, {"warnings", warnings_json(warnings)}};
+}
+
+json StoreRmResult::to_json() const {
+  return {{"schema_version", kJsonSchemaVersion},
+          {"ok", true},
+          {"refs_removed", refs_removed},
+          {"warnings", warnings_json(warnings)}};
+}
+
+json StoreGcResult::to_json() const {
+  return {{"schema_version", kJsonSchemaVersion}, {"ok", true},
+          {"refs_removed", refs_removed},         {"objects_removed", objects_removed},
+          {"temps_removed", temps_removed},       {"grace_seconds", grace_seconds},
+          {"warnings", warnings_json(warnings)}};
+}
+
+namespace {
+
+void mkdir_parents(const std::string& p) {
+  for (size_t i = 1; i < p.size(); ++i) {
+    if (p[i] != '/') continue;
+    std::string cur = p.substr(0, i);
+    if (mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST)
+      KVT_THROW(IO_ERROR, "cannot create '" << cur << "': " << std::strerror(errno));
+  }
+}
+
+// Creates `name` below `dfd` with exactly `mode` (mkdirat alone is subject to the umask).
+void make_dir_at(int dfd, const char* name, int mode) {
+  if (mkdirat(dfd, name, static_cast<mode_t>(mode)) != 0) {
+    KVT_CHECK(errno == EEXIST, IO_ERROR, "cannot create '" << name << "' in the store: " << std::strerror(errno));
+    return;
+  }
+  Fd d(open_dir_at(dfd, name));
+  if (d.ok()) fchmod(d.get(), static_cast<mode_t>(mode));
+}
+
+}  // namespace
+
+Store::Store(std::string dir, bool create, StoreCreateOptions opt) : dir_(std::move(dir)) {
   KVT_CHECK(!dir_.empty(), USAGE, "--store is empty");
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  bool made_root = false;
   if (create) {
-    mkdir_p(dir_ + "/objects");
-    mkdir_p(dir_ + "/refs");
+    mkdir_parents(dir_);
+    made_root = mkdir(dir_.c_str(), 0700) == 0;
+    KVT_CHECK(made_root || errno == EEXIST, IO_ERROR, "cannot create '" << dir_ << "': " << std::strerror(errno));
   }
-  KVT_CHECK(exists(dir_ + "/objects") && exists(dir_ + "/refs"), IO_ERROR,
-            "'" << dir_ << "' is not a kvtool store (no objects/ and refs/)");
+  // The root is the user's path and may be a symlink they made; nothing below it is followed.
+  root_ = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  KVT_CHECK(root_ >= 0, IO_ERROR, "cannot open the store '" << dir_ << "': " << std::strerror(errno));
+  try {
+    struct stat st {};
+    const bool fresh = create && fstatat(root_, "refs", &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+    if (fresh) {
+      file_mode_ = opt.group_shared ? 0640 : 0600;
+      dir_mode_ = opt.group_shared ? 0750 : 0700;
+      if (made_root) fchmod(root_, static_cast<mode_t>(dir_mode_));
+      std::string cfg = json{{"schema_version", 1}, {"group_shared", opt.group_shared}}.dump(1) + "\n";
+      AtomicOutput out(root_, kConfigName, true, file_mode_);
+      write_all(out.fd(), cfg.data(), cfg.size(), std::string(kConfigName));
+      out.commit();
+      make_dir_at(root_, "objects", dir_mode_);
+      make_dir_at(root_, "refs", dir_mode_);
+    }
+    std::string cfg;
+    if (read_small_at(root_, kConfigName, kMaxConfigBytes, kConfigName, cfg)) {
+      check_nesting(cfg, 2, kConfigName);
+      json c = parse_json(cfg, Reason::STORE_CORRUPT, kConfigName);
+      auto g = c.is_object() ? c.find("group_shared") : c.end();
+      KVT_CHECK(g != c.end() && g->is_boolean(), STORE_CORRUPT, kConfigName << " has no boolean group_shared");
+      file_mode_ = g->get<bool>() ? 0640 : 0600;
+      dir_mode_ = g->get<bool>() ? 0750 : 0700;
+    }
+    for (const char* sub : {"objects", "refs"}) {
+      int fd = open_dir_at(root_, sub);
+      KVT_CHECK(fd >= 0 || errno != ENOENT, IO_ERROR, "'" << dir_ << "' is not a kvtool store (no objects/ and refs/)");
+      KVT_CHECK(fd >= 0, STORE_CORRUPT,
+                "'" << dir_ << "/" << sub << "' is not a plain directory (" << std::strerror(errno)
+                    << "); symlinks are never followed inside the store");
+      (sub[0] == 'o' ? objects_ : refs_) = fd;
+    }
+  } catch (...) {
+    for (int fd : {root_, objects_, refs_})
+      if (fd >= 0) close(fd);
+    throw;
+  }
 }
 
-json Store::put(const std::string& artifact) {
-  ArtifactReader r(artifact);
-  check_servable(r);  // never store what would not be served
-  StoreKey k = key_of(r);
-  KVT_CHECK(!k.prefix_hash.empty(), BAD_STORE_KEY,
-            "the artifact records no prefix-token hash (its dump had no /kv/tokens)");
-  check_store_key(k, true);
-  std::string hex = to_hex(sha256_file(artifact));
-  std::string odir = dir_ + "/objects/" + hex.substr(0, 2);
-  mkdir_p(odir);
-  std::string obj = odir + "/" + hex + ".kvi";
-  if (!exists(obj)) {
-    // Concurrent puts of the same object write identical bytes; rename makes either one win whole.
-    AtomicOutput out(obj, true);
-    std::ifstream in(artifact, std::ios::binary);
-    std::vector<char> buf(1 << 20);
-    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
-      write_all(out.fd(), buf.data(), static_cast<size_t>(in.gcount()), obj);
-    out.commit();
-    KVT_CHECK(to_hex(sha256_file(obj)) == hex, IO_ERROR, "the stored object does not match its digest");
-  }
-  json ref = {{"key", k.to_json()},
-              {"object", hex},
-              {"coverage_end", r.source().coverage_end},
-              {"content_digest", r.source().content_digest},
-              {"created", static_cast<int64_t>(std::time(nullptr))},
-              {"schema_version", 1}};
-  write_atomic(dir_ + "/refs/" + ref_id(k) + ".json", ref.dump(1) + "\n");
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"object", hex}, {"path", obj}, {"key", k.to_json()}};
+Store::~Store() {
+  for (int fd : {root_, objects_, refs_})
+    if (fd >= 0) close(fd);
 }
 
-std::vector<std::pair<std::string, json>> Store::refs() const {
-  std::vector<std::pair<std::string, json>> out;
-  for (const auto& n : list_dir(dir_ + "/refs")) {
-    if (n.size() < 5 || n.substr(n.size() - 5) != ".json" || n[0] == '.') continue;
-    std::string p = dir_ + "/refs/" + n;
+std::vector<Store::RefFile> Store::refs(std::vector<StoreWarning>& warnings) const {
+  std::vector<RefFile> out;
+  for (const auto& e : list_at(refs_, "refs/")) {
+    const std::string& n = e.name;
+    if (!e.ok || n[0] == '.' || n.size() < 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
+    const std::string rel = "refs/" + n;
     try {
-      out.emplace_back(p, json::parse(read_text(p)));
-    } catch (...) {
-      out.emplace_back(p, json{{"invalid", true}});
+      std::string text;
+      if (!read_small_at(refs_, n, kMaxStoreRefBytes, rel, text)) continue;  // removed meanwhile
+      StoreRef ref = parse_store_ref(text);
+      KVT_CHECK(ref_id(ref.key) + ".json" == n, STORE_CORRUPT, "the ref's key does not hash to its file name");
+      out.push_back({n, std::move(ref)});
+    } catch (const Error& err) {
+      // One damaged ref must not stop every tenant: report it and go on (formats/store-v1.md).
+      warnings.push_back({rel, err.reason_name(), err.what()});
     }
   }
   return out;
 }
 
-json Store::get(const StoreKey& key) {
+std::string Store::write_object(const std::string& hex, const uint8_t* data, uint64_t size, bool& written) {
+  const std::string shard = hex.substr(0, 2), name = hex + ".kvi", rel = "objects/" + shard + "/" + name;
+  make_dir_at(objects_, shard.c_str(), dir_mode_);
+  Fd sd(open_dir_at(objects_, shard));
+  KVT_CHECK(sd.ok(), STORE_CORRUPT,
+            "objects/" << shard << " is not a plain directory (" << std::strerror(errno)
+                       << "); kvtool never writes through a symlink inside the store");
+  struct stat st {};
+  if (fstatat(sd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    KVT_CHECK(S_ISREG(st.st_mode), STORE_CORRUPT, rel << " is not a regular file");
+    // A put that reuses an object refreshes its time, so gc's grace counts from this put.
+    Fd of(openat(sd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (of.ok()) futimens(of.get(), nullptr);
+    written = false;
+  } else {
+    // Concurrent puts of the same object write identical bytes; rename makes either one win whole.
+    AtomicOutput out(sd.get(), name, true, file_mode_);
+    write_all(out.fd(), data, size, rel);
+    out.commit();
+    written = true;
+  }
+  return dir_ + "/" + rel;
+}
+
+void Store::check_replace(const StoreRef& ref, std::vector<StoreWarning>& warnings) const {
+  const std::string name = ref_id(ref.key) + ".json", rel = "refs/" + name;
+  StoreRef old;
+  try {
+    std::string text;
+    if (!read_small_at(refs_, name, kMaxStoreRefBytes, rel, text)) return;
+    old = parse_store_ref(text);
+  } catch (const Error& err) {
+    warnings.push_back({rel, err.reason_name(), std::string(err.what()) + "; replaced"});
+    return;
+  }
+  if (old.signer.empty()) return;
+  KVT_CHECK(!ref.signer.empty(), SIGNATURE_REQUIRED,
+            "tenant '" << ref.key.tenant << "' holds a ref for this key signed by key " << old.signer.substr(0, 16)
+                       << "; an unsigned artifact never replaces a signed ref (`kvtool store rm` it first to "
+                          "replace it on purpose)");
+  KVT_CHECK(ref.signer == old.signer, UNTRUSTED_KEY,
+            "tenant '" << ref.key.tenant << "' holds a ref for this key signed by key " << old.signer.substr(0, 16)
+                       << ", but this artifact is signed by key " << ref.signer.substr(0, 16)
+                       << "; a signed ref is only replaced by an artifact of the same signer");
+}
+
+void Store::write_ref(const StoreRef& ref, std::vector<StoreWarning>& warnings) {
+  const std::string name = ref_id(ref.key) + ".json", rel = "refs/" + name;
+  check_replace(ref, warnings);  // again, under the lock: the answer before it may be stale
+  const std::string text = ref.to_json().dump(1) + "\n";
+  AtomicOutput out(refs_, name, true, file_mode_);
+  write_all(out.fd(), text.data(), text.size(), rel);
+  out.commit();
+}
+
+StorePutResult Store::put(const std::string& artifact, const StoreTrust& trust) {
+  ArtifactReader r(artifact);
+  admit_for_tenant(r, trust, r.source().id.tenant_namespace);  // never store what would not be served
+  StorePutResult res;
+  res.key = key_of(r);
+  KVT_CHECK(!res.key.prefix_hash.empty(), BAD_STORE_KEY,
+            "the artifact records no prefix-token hash (its dump had no /kv/tokens)");
+  check_store_key(res.key, true);
+  // The bytes admitted above are the bytes hashed and stored: the input file is not read again.
+  res.object = to_hex(sha256(r.data(), r.file_size()));
+  res.signer = signer_id(r);
+  StoreRef ref;
+  ref.key = res.key;
+  ref.object = res.object;
+  ref.coverage_end = r.source().coverage_end;
+  ref.content_digest = r.source().content_digest;
+  ref.created = static_cast<int64_t>(std::time(nullptr));
+  ref.signer = res.signer;
+  std::vector<StoreWarning> early;  // reported by the check under the lock
+  check_replace(ref, early);        // refuse before copying bytes that could never be referenced
+  {
+    StoreLock shared(root_, file_mode_, LOCK_SH);  // gc never sweeps while an object is being put
+    res.path = write_object(res.object, r.data(), r.file_size(), res.object_written);
+  }
+  // Under the exclusive lock no gc runs: the object is checked (rewritten if a gc took it between
+  // the two locks) and the ref written as one step, so no ref ever names a deleted object.
+  StoreLock excl(root_, file_mode_, LOCK_EX);
+  bool again = false;
+  write_object(res.object, r.data(), r.file_size(), again);
+  res.object_written = res.object_written || again;
+  write_ref(ref, res.warnings);
+  return res;
+}
+
+StoreGetResult Store::get(const StoreKey& key, const StoreTrust& trust) {
   check_store_key(key, false);
-  std::vector<json> hits;
-  for (auto& [p, ref] : refs())
-    if (ref.contains("key") && matches(ref["key"], key)) hits.push_back(ref);
-  KVT_CHECK(!hits.empty(), STORE_MISS, "no artifact in the store for tenant '" << key.tenant << "' and this key");
+  StoreGetResult res;
+  std::vector<StoreRef> hits;
+  for (auto& rf : refs(res.warnings))
+    if (matches(rf.ref.key, key)) hits.push_back(rf.ref);
+  KVT_CHECK(!hits.empty(), STORE_MISS,
+            "no artifact in the store for tenant '" << key.tenant << "' and this key"
+                                                    << (res.warnings.empty() ? "" : " (damaged refs were skipped)"));
   KVT_CHECK(hits.size() == 1, STORE_AMBIGUOUS,
             hits.size() << " artifacts match (different params); give --params-digest to choose one");
-  const json& ref = hits[0];
-  std::string hex = ref["object"];
-  Digest tmp;
-  KVT_CHECK(from_hex(hex, tmp), STORE_CORRUPT, "a ref names an invalid object");
-  std::string obj = dir_ + "/objects/" + hex.substr(0, 2) + "/" + hex + ".kvi";
-  KVT_CHECK(exists(obj), STORE_CORRUPT, "the object " << hex << " of this key is missing");
-  KVT_CHECK(to_hex(sha256_file(obj)) == hex, STORE_CORRUPT,
-            "the object " << hex << " does not match its name (modified on disk)");
-  ArtifactReader r(obj);
-  check_servable(r);  // an entry that fails verify is reported with its reason, not served
+  res.ref = hits[0];
+  res.object = res.ref.object;
+  const std::string shard = res.object.substr(0, 2), name = res.object + ".kvi";
+  const std::string rel = "objects/" + shard + "/" + name;
+  Fd sd(open_dir_at(objects_, shard));
+  Fd of(sd.ok() ? openat(sd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1);
+  KVT_CHECK(of.ok(), STORE_CORRUPT,
+            "the object " << res.object << " of this key is missing or not a plain file (symlinks are never followed)");
+  struct stat st {};
+  KVT_CHECK(fstat(of.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0, STORE_CORRUPT,
+            rel << " is not a regular, non-empty file");
+  Mapping m(of.get(), static_cast<size_t>(st.st_size), rel);
+  KVT_CHECK(to_hex(sha256(m.data(), static_cast<size_t>(st.st_size))) == res.object, STORE_CORRUPT,
+            "the object " << res.object << " does not match its name (modified on disk)");
+  res.path = dir_ + "/" + rel;
+  ArtifactReader r(m.data(), static_cast<uint64_t>(st.st_size), res.path);
+  admit_for_tenant(r, trust, key.tenant);  // an entry that fails admission is reported with its reason, not served
   StoreKey got = key_of(r);
   KVT_CHECK(got.tenant == key.tenant, TENANT_MISMATCH, "the stored artifact belongs to another tenant");
-  KVT_CHECK(matches(got.to_json(), key), STORE_CORRUPT, "the stored artifact's binding does not match the key");
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"path", obj}, {"object", hex}, {"key", ref["key"]}};
+  KVT_CHECK(canonical_json(got.to_json()) == canonical_json(res.ref.key.to_json()), STORE_CORRUPT,
+            "the stored artifact's binding does not match its ref");
+  KVT_CHECK(signer_id(r) == res.ref.signer, STORE_CORRUPT,
+            "the stored artifact's signer does not match the signer its ref recorded");
+  return res;
 }
 
-json Store::ls() const {
-  json items = json::array();
-  for (auto& [p, ref] : refs()) items.push_back(ref);
-  return {{"schema_version", kJsonSchemaVersion}, {"refs", items}};
+StoreListing Store::ls(const std::string& tenant) const {
+  StoreListing res;
+  for (auto& rf : refs(res.warnings))
+    if (tenant.empty() || rf.ref.key.tenant == tenant) res.refs.push_back(rf.ref);
+  return res;
 }
 
-json Store::rm(const StoreKey& key) {
+StoreRmResult Store::rm(const StoreKey& key) {
   check_store_key(key, false);
-  int64_t removed = 0;
-  for (auto& [p, ref] : refs())
-    if (ref.contains("key") && matches(ref["key"], key) && unlink(p.c_str()) == 0) ++removed;
-  KVT_CHECK(removed > 0, STORE_MISS, "no ref matches this key");
-  return {{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"refs_removed", removed}};
+  StoreRmResult res;
+  for (auto& rf : refs(res.warnings))
+    if (matches(rf.ref.key, key) && unlinkat(refs_, rf.name.c_str(), 0) == 0) ++res.refs_removed;
+  KVT_CHECK(res.refs_removed > 0, STORE_MISS, "no ref matches this key");
+  return res;
 }
 
-json Store::gc(int64_t keep_last, int64_t grace) {
-  auto all = refs();
-  int64_t refs_removed = 0, objects_removed = 0;
+void Store::sweep_shard(const std::string& shard, const std::map<std::string, bool>& live, int64_t grace,
+                        StoreGcResult& res) {
+  const std::string where = "objects/" + shard;
+  Fd sd(open_dir_at(objects_, shard));
+  if (!sd.ok()) {
+    res.warnings.push_back({where, "STORE_CORRUPT", "cannot open: " + std::string(std::strerror(errno))});
+    return;
+  }
+  for (const auto& e : list_at(sd.get(), where)) {
+    const std::string rel = where + "/" + e.name;
+    if (!e.ok) continue;
+    if (!S_ISREG(e.st.st_mode)) {
+      res.warnings.push_back({rel, "STORE_CORRUPT", "not a regular file; skipped (never followed)"});
+      continue;
+    }
+    const bool temp = is_temp_name(e.name);
+    const std::string hex = e.name.size() == 68 ? e.name.substr(0, 64) : std::string();
+    if (!temp && (!is_hex64(hex) || e.name.compare(64, 4, ".kvi") != 0 || hex.compare(0, 2, shard) != 0)) {
+      res.warnings.push_back({rel, "STORE_CORRUPT", "not a store object; skipped"});
+      continue;
+    }
+    if (!temp && live.count(hex)) continue;
+    // Re-read the time right before unlinking: a put may have just refreshed it.
+    struct stat st {};
+    if (fstatat(sd.get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        std::time(nullptr) - st.st_mtime < grace)
+      continue;
+    if (unlinkat(sd.get(), e.name.c_str(), 0) == 0) ++(temp ? res.temps_removed : res.objects_removed);
+  }
+}
+
+StoreGcResult Store::gc(int64_t keep_last, int64_t grace) {
+  KVT_CHECK(keep_last >= 0 && grace >= 0, USAGE, "--keep-last and --grace must not be negative");
+  StoreLock lock(root_, file_mode_, LOCK_EX);  // no put writes a ref during mark and sweep
+  StoreGcResult res;
+  res.grace_seconds = grace;
+  auto all = refs(res.warnings);
   if (keep_last > 0) {
     std::map<std::string, std::vector<std::pair<int64_t, std::string>>> groups;
-    for (auto& [p, ref] : all) {
-      if (!ref.contains("key")) continue;
-      json g = ref["key"];
-      g.erase("params_digest");
-      groups[canonical_json(g)].emplace_back(ref.value("created", int64_t{0}), p);
+    for (const auto& rf : all) {
+      StoreKey g = rf.ref.key;
+      g.params_digest.clear();
+      groups[canonical_json(g.to_json())].emplace_back(rf.ref.created, rf.name);
     }
     for (auto& [g, v] : groups) {
       std::sort(v.rbegin(), v.rend());  // newest first
       for (size_t i = static_cast<size_t>(keep_last); i < v.size(); ++i)
-        if (unlink(v[i].second.c_str()) == 0) ++refs_removed;
+        if (unlinkat(refs_, v[i].second.c_str(), 0) == 0) ++res.refs_removed;
     }
-    all = refs();
+    std::vector<StoreWarning> again;  // already reported
+    all = refs(again);
   }
   std::map<std::string, bool> live;
-  for (auto& [p, ref] : all)
-    if (ref.contains("object")) live[ref["object"].get<std::string>()] = true;
-  const time_t now = std::time(nullptr);
-  for (const auto& sub : list_dir(dir_ + "/objects")) {
-    for (const auto& n : list_dir(dir_ + "/objects/" + sub)) {
-      std::string p = dir_ + "/objects/" + sub + "/" + n;
-      if (n[0] == '.') continue;  // a put in flight
-      std::string hex = n.substr(0, n.find('.'));
-      struct stat st {};
-      if (live.count(hex) || stat(p.c_str(), &st) != 0) continue;
-      if (now - st.st_mtime >= grace && unlink(p.c_str()) == 0) ++objects_removed;
+  for (const auto& rf : all) live[rf.ref.object] = true;
+  for (const auto& e : list_at(objects_, "objects/")) {
+    if (!e.ok) continue;
+    if (!S_ISDIR(e.st.st_mode)) {
+      res.warnings.push_back({"objects/" + e.name, "STORE_CORRUPT", "not a plain directory; skipped (never followed)"});
+      continue;
     }
+    sweep_shard(e.name, live, grace, res);
   }
-  return {{"schema_version", kJsonSchemaVersion},
-          {"ok", true},
-          {"refs_removed", refs_removed},
-          {"objects_removed", objects_removed},
-          {"grace_seconds", grace}};
+  for (const auto& e : list_at(refs_, "refs/")) {
+    if (!e.ok || !is_temp_name(e.name)) continue;
+    if (!S_ISREG(e.st.st_mode)) {
+      res.warnings.push_back({"refs/" + e.name, "STORE_CORRUPT", "not a regular file; skipped (never followed)"});
+      continue;
+    }
+    if (std::time(nullptr) - e.st.st_mtime >= grace && unlinkat(refs_, e.name.c_str(), 0) == 0) ++res.temps_removed;
+  }
+  return res;
 }
 
 }  // namespace kvtool

@@ -77,17 +77,13 @@ std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOpti
   bo.output = sq;
   cli::print_build_summary(build_artifact(dump, bo, SqueezeBuilder(sp)));
   Store st(store_dir, true);
-  json put = st.put(sq);
-  std::cout << "\n== kvtool store put " << sq << " --store " << store_dir << "\nstored as object "
-            << put["object"].get<std::string>() << "\n";
-  StoreKey key;
-  const json& k = put["key"];
-  key.tenant = k["tenant"];
-  key.model = k["model"];
-  key.adapter = k["adapter"];
-  key.prefix_hash = k["prefix_hash"];
-  key.kind = k["kind"];
-  std::string got = st.get(key)["path"];
+  const StorePutResult put = st.put(sq, StoreTrust{});
+  std::cout << "\n== kvtool store put " << sq << " --store " << store_dir << "\nstored as object " << put.object
+            << "\n";
+  StoreKey key = put.key;
+  key.params_digest.clear();
+  key.position_contract.clear();
+  std::string got = st.get(key, StoreTrust{}).path;
   std::cout << "\n== kvtool store get --store " << store_dir << " --tenant " << key.tenant << " --model "
             << key.model.substr(0, 12) << "... --adapter " << key.adapter.substr(0, 12) << "... --prefix-hash "
             << key.prefix_hash.substr(0, 12) << "... --kind squeeze\n"

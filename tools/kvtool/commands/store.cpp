@@ -10,7 +10,9 @@ namespace kvtool::cmd {
 namespace {
 
 struct Args {
-  std::string dir, art, grace = "1h";
+  std::string dir, art, grace = "1h", trusted, ls_tenant;
+  std::vector<std::string> pubkeys;
+  bool require_signature = false, all_tenants = false, group_shared = false;
   int64_t keep = 0;
   StoreKey key;
   CLI::App *put = nullptr, *get = nullptr, *ls = nullptr, *rm = nullptr, *gc = nullptr;
@@ -27,35 +29,56 @@ void add_key_options(CLI::App* c, StoreKey& k) {
   c->add_option("--position-contract", k.position_contract, "position contract (optional filter)");
 }
 
-void print_refs(const json& j) {
-  for (const auto& r : j["refs"])
-    std::cout << r["key"]["tenant"].get<std::string>() << "  " << r["key"]["kind"].get<std::string>() << "  prefix "
-              << r["key"]["prefix_hash"].get<std::string>().substr(0, 12) << "  model "
-              << r["key"]["model"].get<std::string>().substr(0, 12) << "  -> "
-              << r["object"].get<std::string>().substr(0, 16) << "\n";
+// The same trust options as `kvtool verify` and `kvtool load`, plus per-tenant key folders.
+void add_trust_options(CLI::App* c, Args& a) {
+  c->add_option("--pubkey", a.pubkeys, "trusted Ed25519 public key (PEM), for every tenant; may be repeated");
+  c->add_option("--trusted-keys", a.trusted,
+                "directory of trusted public keys (*.pem for every tenant, <tenant>/*.pem for that tenant only)");
+  c->add_flag("--require-signature", a.require_signature, "refuse unsigned artifacts");
+}
+
+void print_warnings(const std::vector<StoreWarning>& w) {
+  for (const auto& x : w)
+    std::cerr << "kvtool: warning [" << x.reason << "]: " << x.path << ": " << x.message << " (skipped)\n";
+}
+
+void print_refs(const StoreListing& l) {
+  for (const auto& r : l.refs)
+    std::cout << r.key.tenant << "  " << r.key.kind << "  prefix " << r.key.prefix_hash.substr(0, 12) << "  model "
+              << r.key.model.substr(0, 12) << "  -> " << r.object.substr(0, 16)
+              << (r.signer.empty() ? "  unsigned" : "  signer " + r.signer.substr(0, 12)) << "\n";
+}
+
+// Runs one subcommand; `warnings` go to stderr in text mode (they are in the JSON otherwise).
+template <typename Result, typename Text>
+int finish(const Flags& flags, const Result& res, Text text) {
+  if (!flags.json) print_warnings(res.warnings);
+  return emit(flags, res.to_json(), [&] { text(res); });
 }
 
 int run(const Args& a, const Flags& flags) {
-  json j;
-  if (*a.put)
-    j = Store(a.dir, true).put(a.art);
-  else if (*a.get)
-    j = Store(a.dir).get(a.key);
-  else if (*a.ls)
-    j = Store(a.dir).ls();
-  else if (*a.rm)
-    j = Store(a.dir).rm(a.key);
-  else
-    j = Store(a.dir).gc(a.keep, cli::parse_duration(a.grace));
-  return emit(flags, j, [&] {
-    if (*a.get)
-      std::cout << j["path"].get<std::string>() << "\n";
-    else if (*a.put)
-      std::cout << "stored " << a.art << " as object " << j["object"].get<std::string>() << "\n";
-    else if (*a.ls)
-      print_refs(j);
-    else
-      cli::print_json(j);
+  StoreTrust trust;
+  if (*a.put || *a.get) trust = load_store_trust(a.pubkeys, a.trusted, a.require_signature);
+  if (*a.put) {
+    StoreCreateOptions co;
+    co.group_shared = a.group_shared;
+    return finish(flags, Store(a.dir, true, co).put(a.art, trust), [&](const StorePutResult& r) {
+      std::cout << "stored " << a.art << " as object " << r.object << (r.object_written ? "" : " (already stored)")
+                << "\n";
+    });
+  }
+  if (*a.get)
+    return finish(flags, Store(a.dir).get(a.key, trust), [](const StoreGetResult& r) { std::cout << r.path << "\n"; });
+  if (*a.ls) {
+    KVT_CHECK(a.all_tenants != !a.ls_tenant.empty(), USAGE, "store ls needs --tenant T or --all-tenants");
+    return finish(flags, Store(a.dir).ls(a.ls_tenant), [](const StoreListing& l) { print_refs(l); });
+  }
+  if (*a.rm)
+    return finish(flags, Store(a.dir).rm(a.key),
+                  [](const StoreRmResult& r) { std::cout << "removed " << r.refs_removed << " ref(s)\n"; });
+  return finish(flags, Store(a.dir).gc(a.keep, cli::parse_duration(a.grace)), [](const StoreGcResult& r) {
+    std::cout << "removed " << r.refs_removed << " ref(s), " << r.objects_removed << " object(s) and "
+              << r.temps_removed << " temporary file(s) older than " << r.grace_seconds << " s\n";
   });
 }
 
@@ -67,17 +90,24 @@ cli::Command register_store(CLI::App& app, Flags& flags) {
   sub->require_subcommand(1);
   a->put = sub->add_subcommand("put", "Verify an artifact and store it under the key its manifest binds");
   a->put->add_option("ART", a->art, "artifact")->required();
+  a->put->add_flag("--group-shared", a->group_shared,
+                   "when this put creates the store: files 0640 and directories 0750 (group may read)");
+  add_trust_options(a->put, *a);
   a->get = sub->add_subcommand("get", "Print the path of the verified artifact stored for a key");
   add_key_options(a->get, a->key);
-  a->ls = sub->add_subcommand("ls", "List the refs");
+  add_trust_options(a->get, *a);
+  a->ls = sub->add_subcommand("ls", "List the refs of one tenant (--tenant) or of all (--all-tenants)");
+  a->ls->add_option("--tenant", a->ls_tenant, "list this tenant's refs");
+  a->ls->add_flag("--all-tenants", a->all_tenants, "list every tenant's refs");
   a->rm = sub->add_subcommand("rm", "Remove the refs of a key (objects go at the next gc)");
   add_key_options(a->rm, a->key);
-  a->gc = sub->add_subcommand("gc", "Drop old refs (--keep-last) and unreferenced objects older than --grace");
+  a->gc =
+      sub->add_subcommand("gc", "Drop old refs (--keep-last), unreferenced objects and temporaries older than --grace");
   a->gc
       ->add_option("--keep-last", a->keep,
                    "keep the newest N refs per (tenant, model, adapter, prefix, kind); 0 keeps all")
       ->capture_default_str();
-  a->gc->add_option("--grace", a->grace, "only remove unreferenced objects older than this (s, m, h, d)")
+  a->gc->add_option("--grace", a->grace, "only remove objects and temporaries older than this (s, m, h, d)")
       ->capture_default_str();
   for (auto* c : {a->put, a->get, a->ls, a->rm, a->gc}) {
     c->add_option("--store", a->dir, "store directory")->required();
