@@ -58,12 +58,69 @@ std::string get_str(const json& j, const char* k) {
   return j[k].get<std::string>();
 }
 int64_t get_int(const json& j, const char* k) {
-  KVT_CHECK(j.contains(k) && j[k].is_number_integer(), BAD_MANIFEST,
-            "source binding field '" << k << "' is missing or not an integer");
+  // is_number_integer() is also true for unsigned values above INT64_MAX, which get<int64_t> wraps.
+  KVT_CHECK(j.contains(k) && ((j[k].is_number_integer() && !j[k].is_number_unsigned()) ||
+                              (j[k].is_number_unsigned() && j[k].get<uint64_t>() <= uint64_t(INT64_MAX))),
+            BAD_MANIFEST, "source binding field '" << k << "' is missing or not a 64-bit integer");
   return j[k].get<int64_t>();
 }
 
+void check_geometry(const DumpGeometry& g, int64_t frontier, std::optional<Reason> as) {
+  auto in = [](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
+  KVT_CHECK(in(g.layers, 1, kMaxDumpLayers) && in(g.kv_heads, 1, kMaxDumpHeads) && in(g.head_dim, 1, kMaxDumpHeadDim),
+            as.value_or(SHAPE_MISMATCH),
+            "the geometry [L=" << g.layers << ", H_kv=" << g.kv_heads << ", d=" << g.head_dim << "] is outside [1, "
+                               << kMaxDumpLayers << "] x [1, " << kMaxDumpHeads << "] x [1, " << kMaxDumpHeadDim
+                               << "]");
+  KVT_CHECK(in(g.tokens, 0, kMaxDumpTokens) && in(g.q_tokens, 0, kMaxDumpTokens), as.value_or(SHAPE_MISMATCH),
+            "T=" << g.tokens << " or T_q=" << g.q_tokens << " is outside [0, 2^31]");
+  KVT_CHECK(in(g.q_heads, 1, kMaxDumpHeads), as.value_or(BAD_HEAD_MAP),
+            "q_to_kv_head has " << g.q_heads << " query heads; expected 1 to " << kMaxDumpHeads);
+  KVT_CHECK(g.q_heads % g.kv_heads == 0, as.value_or(BAD_HEAD_MAP),
+            "q_to_kv_head has " << g.q_heads << " query heads, not a multiple of " << g.kv_heads << " kv heads");
+  KVT_CHECK(in(frontier, 0, g.tokens), as.value_or(FRONTIER_BEYOND_T),
+            "committed_frontier " << frontier << " is outside [0, T=" << g.tokens << "]");
+}
+
 }  // namespace
+
+std::string key_part_problem(const std::string& part) {
+  if (part.empty()) return "is empty";
+  if (part.size() > 256) return "is longer than 256 bytes";
+  if (part == "." || part == "..") return "may not be '.' or '..'";
+  for (unsigned char c : part)
+    if (c < 0x20 || c == 0x7f || c == '/' || c == '\\')
+      return "holds a '/', '\\', NUL or control character; key parts never name paths";
+  return {};
+}
+
+bool is_hex_sha256(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+         });
+}
+
+void check_dump_identity(const DumpIdentity& id, const DumpGeometry& g, int64_t frontier, std::optional<Reason> as) {
+  KVT_CHECK(is_hex_sha256(id.model_artifact_sha256), as.value_or(BAD_ATTRIBUTE),
+            "model_artifact_sha256 is not a 64-digit hex SHA-256: '" << id.model_artifact_sha256 << "'");
+  KVT_CHECK(is_hex_sha256(id.adapter_set_sha256), as.value_or(BAD_ATTRIBUTE),
+            "adapter_set_sha256 is not a 64-digit hex SHA-256: '" << id.adapter_set_sha256 << "'");
+  std::string why = key_part_problem(id.tenant_namespace);
+  KVT_CHECK(why.empty(), as.value_or(BAD_ATTRIBUTE), "tenant_namespace '" << id.tenant_namespace << "' " << why);
+  KVT_CHECK(!id.representation.empty() && !id.position_contract.empty(), as.value_or(BAD_ATTRIBUTE),
+            "representation and position_contract must not be empty");
+  try {
+    canonical_rope_config(id.rope_config);
+  } catch (const Error& e) {
+    KVT_THROW(as.value_or(e.reason()), e.what());
+  }
+  check_geometry(g, frontier, as);
+  KVT_CHECK(static_cast<int64_t>(id.q_to_kv_head.size()) == g.q_heads, as.value_or(BAD_HEAD_MAP),
+            "q_to_kv_head has " << id.q_to_kv_head.size() << " entries but there are " << g.q_heads << " query heads");
+  for (size_t i = 0; i < id.q_to_kv_head.size(); ++i)
+    KVT_CHECK(id.q_to_kv_head[i] >= 0 && id.q_to_kv_head[i] < g.kv_heads, as.value_or(BAD_HEAD_MAP),
+              "q_to_kv_head[" << i << "] = " << id.q_to_kv_head[i] << " is not a kv head in [0, " << g.kv_heads << ")");
+}
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -89,7 +146,8 @@ size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 std::string empty_adapter_set_digest() { return to_hex(sha256("kvtool.adapter-set.v1:[]")); }
 
 std::string canonical_rope_config(const std::string& rope) {
-  json j = parse_json(rope, Reason::BAD_ATTRIBUTE, "rope_config");
+  // A dump attribute or a manifest string: untrusted text, depth and size limits before parsing.
+  json j = parse_untrusted_json(rope, "rope_config", Reason::BAD_ATTRIBUTE);
   KVT_CHECK(j.is_object(), BAD_ATTRIBUTE, "rope_config must be a JSON object");
   return canonical_json(j);
 }
@@ -157,6 +215,35 @@ json SourceBinding::to_json() const {
   return j;
 }
 
+namespace {
+
+// q_to_kv_head of a manifest: a JSON array of integers; an entry outside int32 cannot be a head.
+std::vector<int32_t> head_map_from_json(const json& j) {
+  KVT_CHECK(j.contains("q_to_kv_head") && j["q_to_kv_head"].is_array(), BAD_MANIFEST,
+            "source binding field 'q_to_kv_head' is missing or not an array");
+  const json& a = j["q_to_kv_head"];
+  KVT_CHECK(a.size() <= static_cast<size_t>(kMaxDumpHeads), BAD_MANIFEST,
+            "source binding q_to_kv_head has more than " << kMaxDumpHeads << " entries");
+  std::vector<int32_t> out;
+  for (const auto& x : a) {
+    KVT_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() < kMaxDumpHeads &&
+                  !(x.is_number_unsigned() && x.get<uint64_t>() >= uint64_t(kMaxDumpHeads)),
+              BAD_MANIFEST, "source binding q_to_kv_head entry " << x.dump() << " is not a kv head number");
+    out.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return out;
+}
+
+// The digests a binding records: 64 hex digits (prefix_tokens_sha256 may be empty: no /kv/tokens).
+void check_binding_digests(const SourceBinding& b) {
+  for (const auto* d : {&b.payload_sha256, &b.content_digest, &b.snapshot_digest})
+    KVT_CHECK(is_hex_sha256(*d), BAD_MANIFEST, "source binding digest '" << *d << "' is not 64 hex digits");
+  KVT_CHECK(b.prefix_tokens_sha256.empty() || is_hex_sha256(b.prefix_tokens_sha256), BAD_MANIFEST,
+            "source binding prefix_tokens_sha256 '" << b.prefix_tokens_sha256 << "' is not 64 hex digits");
+}
+
+}  // namespace
+
 SourceBinding SourceBinding::from_json(const json& j) {
   KVT_CHECK(j.is_object(), BAD_MANIFEST, "source binding is not an object");
   SourceBinding b;
@@ -170,11 +257,7 @@ SourceBinding SourceBinding::from_json(const json& j) {
   b.id.request_generation = get_int(j, "request_generation");
   b.id.cache_generation = get_int(j, "cache_generation");
   b.id.publication_generation = get_int(j, "publication_generation");
-  KVT_CHECK(j.contains("q_to_kv_head") && j["q_to_kv_head"].is_array(), BAD_MANIFEST, "q_to_kv_head missing");
-  for (const auto& x : j["q_to_kv_head"]) {
-    KVT_CHECK(x.is_number_integer(), BAD_MANIFEST, "q_to_kv_head entries must be integers");
-    b.id.q_to_kv_head.push_back(x.get<int32_t>());
-  }
+  b.id.q_to_kv_head = head_map_from_json(j);
   b.id.representation = get_str(j, "representation");
   b.geo.layers = get_int(j, "layers");
   b.geo.kv_heads = get_int(j, "kv_heads");
@@ -192,9 +275,12 @@ SourceBinding SourceBinding::from_json(const json& j) {
   b.content_digest = get_str(j, "content_digest");
   b.snapshot_digest = get_str(j, "snapshot_digest");
   b.prefix_tokens_sha256 = get_str(j, "prefix_tokens_sha256");
-  KVT_CHECK(b.geo.layers > 0 && b.geo.kv_heads > 0 && b.geo.head_dim > 0 && b.coverage_end >= 0 &&
-                b.coverage_end <= b.committed_frontier && b.committed_frontier <= b.geo.tokens,
-            BAD_MANIFEST, "source binding geometry or coverage is inconsistent");
+  // The same rules as a dump's attributes (one function), then what only a binding has.
+  check_dump_identity(b.id, b.geo, b.committed_frontier, Reason::BAD_MANIFEST);
+  KVT_CHECK(b.coverage_end >= 0 && b.coverage_end <= b.committed_frontier, BAD_MANIFEST,
+            "source binding coverage_end " << b.coverage_end
+                                           << " is outside [0, committed_frontier=" << b.committed_frontier << "]");
+  check_binding_digests(b);
   return b;
 }
 

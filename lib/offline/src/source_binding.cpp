@@ -66,6 +66,17 @@ std::vector<Digest> payload_digests(const DumpReader& dump, const std::vector<in
   return out;
 }
 
+// Every dumped query must be finite (formats/kvdump-v1.md, "Values"); read_q rejects non-finite
+// values, so one pass over the query heads checks them. Binding runs for `verify` and every build,
+// which thereby accept the same dumps.
+void check_queries(const DumpReader& dump) {
+  const auto& g = dump.info().geo;
+  if (!dump.info().has_q || g.q_tokens == 0) return;
+  std::vector<float> buf(static_cast<size_t>(g.q_tokens * g.head_dim));
+  for (int64_t l = 0; l < g.layers; ++l)
+    for (int64_t h = 0; h < g.q_heads; ++h) dump.read_q(l, h, buf.data());
+}
+
 }  // namespace
 
 Digest payload_digest(const DumpReader& dump, int64_t end) { return payload_digests(dump, {end})[0]; }
@@ -74,6 +85,7 @@ SourceBinding bind_source(const DumpReader& dump, int64_t coverage_end) {
   const auto& info = dump.info();
   KVT_CHECK(coverage_end >= 0 && coverage_end <= info.committed_frontier, USAGE,
             "coverage end " << coverage_end << " is beyond the committed frontier " << info.committed_frontier);
+  check_queries(dump);
   SourceBinding b;
   b.id = info.id;
   b.geo = info.geo;

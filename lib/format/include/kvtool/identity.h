@@ -4,9 +4,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kvtool/error.h"
 #include "kvtool/json.h"
 #include "kvtool/sha256.h"
 
@@ -56,6 +58,31 @@ struct SourceBinding {
   json to_json() const;
   static SourceBinding from_json(const json& j);  // BAD_MANIFEST on missing/mistyped fields
 };
+
+// Documented bounds on a dump's geometry (formats/kvdump-v1.md, "Limits"). They keep every size
+// computed from a dump or a manifest far from overflow and bound the work a hostile file can ask for.
+inline constexpr int64_t kMaxDumpLayers = 4096;
+inline constexpr int64_t kMaxDumpHeads = 4096;  // kv heads and query heads alike
+inline constexpr int64_t kMaxDumpHeadDim = 4096;
+inline constexpr int64_t kMaxDumpTokens = int64_t(1) << 31;  // T and T_q
+
+// The rule for a name that becomes a store key part or a path component (a tenant namespace among
+// them): not empty, at most 256 bytes, not "." or "..", no '/', '\\', NUL or control character.
+// Returns an empty string when `part` follows it, else what is wrong (a phrase). The store's key
+// check and the dump reader both use it, so that a tenant a dump accepts is one the store accepts.
+std::string key_part_problem(const std::string& part);
+
+// True when `s` is exactly 64 hex digits (a SHA-256 as text).
+bool is_hex_sha256(const std::string& s);
+
+// Every rule formats/kvdump-v1.md states for the identity attributes and the geometry of a dump:
+// digests are 64 hex digits, strings non-empty, the tenant a valid key part, rope_config a JSON
+// object, the head map has q_heads entries in [0, kv_heads) with q_heads a multiple of kv_heads,
+// dimensions within the limits above and 0 <= frontier <= T. A failure carries the reason the
+// dump format gives that field, or `as` when given (a manifest's source binding uses BAD_MANIFEST).
+// The dump reader and SourceBinding::from_json both call it, so both accept exactly the same.
+void check_dump_identity(const DumpIdentity& id, const DumpGeometry& geo, int64_t committed_frontier,
+                         std::optional<Reason> as = std::nullopt);
 
 // Content digest from identity + geometry + a payload digest (no generations, no frontier).
 Digest content_digest(const DumpIdentity& id, const DumpGeometry& geo, int64_t end, const Digest& payload);

@@ -13,7 +13,7 @@ namespace kvtool {
 Digest payload_digest(const DumpReader& dump, int64_t end);
 
 // Reads the dump once and computes everything an artifact records for coverage [0, coverage_end).
-// Also requires every committed K/V value to be finite (NON_FINITE).
+// Also requires every committed K/V value and every dumped query to be finite (NON_FINITE).
 SourceBinding bind_source(const DumpReader& dump, int64_t coverage_end);
 
 // Checks that `dump` is a valid source for an artifact that recorded `recorded`. Throws Error naming
