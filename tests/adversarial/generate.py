@@ -62,9 +62,10 @@ class Corpus:
         os.makedirs(self.dir, exist_ok=True)
         self.cases = []
 
-    def add(self, name, type_, finding, what, exits=(1,)):
+    def add(self, name, type_, finding, what, exits=(1,), inspect_exits=None):
         path = os.path.join(self.dir, name + (".kvi" if type_ == "artifact" else ".h5"))
-        self.cases.append(dict(name=name, file=path, type=type_, finding=finding, what=what, exits=list(exits)))
+        self.cases.append(dict(name=name, file=path, type=type_, finding=finding, what=what, exits=list(exits),
+                               inspect_exits=list(inspect_exits or exits)))
         return path
 
 
@@ -296,12 +297,12 @@ def write_dump(path, arrays, attrs, chunks=None, shapes=None):
 def dump_cases(corpus, dump):
     arrays, attrs = good_dump_arrays(dump)
 
-    def lie(name, finding, what, arrays_=None, attrs_=None, exits=(1,), **kw):
+    def lie(name, finding, what, arrays_=None, attrs_=None, exits=(1,), inspect_exits=None, **kw):
         a = dict(arrays)
         a.update(arrays_ or {})
         t = dict(attrs)
         t.update(attrs_ or {})
-        write_dump(corpus.add(name, "dump", finding, what, exits), a, t, **kw)
+        write_dump(corpus.add(name, "dump", finding, what, exits, inspect_exits), a, t, **kw)
 
     k = arrays["k"]
     L, H, T, d = k.shape
@@ -309,7 +310,9 @@ def dump_cases(corpus, dump):
         shapes={"k": (1 << 20, H, T, d), "v": (1 << 20, H, T, d), "q": (1 << 20,) + arrays["q"].shape[1:]})
     q = arrays["q"].copy()
     q[0, 0, 0, 0] = np.nan
-    lie("dump-nan-in-q", 13, "NaN in /kv/q", arrays_={"q": q})
+    # inspect is a health report of values (it counts NaN/Inf, formats/kvdump-v1.md): it refuses a
+    # dump's structure lies, not its values; verify, queries and builds refuse the NaN.
+    lie("dump-nan-in-q", 13, "NaN in /kv/q", arrays_={"q": q}, inspect_exits=(0,))
     qp = arrays["q_positions"].copy()
     qp[0] = -3
     lie("dump-q-position-negative", 13, "q_positions entry -3", arrays_={"q_positions": qp})

@@ -74,7 +74,7 @@ def commands(case, good):
     return [(name, [KVTOOL] + argv + ["--json"] * (name != "build")) for name, argv in runs]
 
 
-def judge(case, code, text, rss, seconds):
+def judge(case, command, code, text, rss, seconds):
     """'ok' or what is wrong with one run."""
     m = REASON_RE.search(text)
     reason = (m.group(1) or m.group(2)) if m else ""
@@ -83,7 +83,7 @@ def judge(case, code, text, rss, seconds):
         problems.append("timeout (killed after %.0f s)" % SECONDS)
     elif code < 0:
         problems.append("signal %d" % -code)
-    elif code not in case["exits"]:
+    elif code not in (case.get("inspect_exits", case["exits"]) if command == "inspect" else case["exits"]):
         problems.append("exit %d" % code)
     if code > 0 and not reason:
         problems.append("no reason")
@@ -110,7 +110,7 @@ def main():
             continue
         for name, argv in commands(case, good):
             code, text, rss, seconds = measure(argv)
-            reason, verdict = judge(case, code, text, rss, seconds)
+            reason, verdict = judge(case, name, code, text, rss, seconds)
             print("%-34s %-8s %5d %-26s %8.0f %7.2f  %s" % (case["name"], name, code, reason, rss, seconds, verdict),
                   flush=True)
             if verdict != "ok":

@@ -9,6 +9,10 @@
 
 namespace kvtool {
 
+void json_precondition_failed(const char* condition) {
+  KVT_THROW(BAD_MANIFEST, "a JSON document lacks a member or element its reader needs (" << condition << ")");
+}
+
 namespace {
 
 std::string dump_leaf(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::strict); }

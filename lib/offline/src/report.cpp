@@ -203,8 +203,9 @@ json DumpVerification::to_json() const {
           {"checks", {"attributes", "shapes", "head_map", "frontier", "finite_committed_rows"}}};
 }
 
-ArtifactInspection inspect_artifact(const std::string& path) {
+ArtifactInspection inspect_artifact(const std::string& path, bool admit) {
   ArtifactReader r(path);
+  if (admit) admit_artifact(r, {});
   const json& m = r.manifest();
   ArtifactInspection a;
   a.path = path;

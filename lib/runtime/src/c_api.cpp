@@ -39,6 +39,8 @@ int guarded(F&& f) {
 }
 
 void need(const void* p, const char* what) { KVT_CHECK(p, USAGE, what << " must not be NULL"); }
+// Outside extern "C": a function returning std::string has no C linkage.
+std::string str(const char* s) { return s ? s : ""; }
 }  // namespace
 
 extern "C" {
@@ -82,7 +84,6 @@ void publish(kvtool_pool* pool, kvtool::PublishRequest& r, const kvtool_publish_
   kvtool::PublishReceipt rc = pool->pool.publish(r);
   if (generation) *generation = rc.generation;
 }
-std::string str(const char* s) { return s ? s : ""; }
 }  // namespace
 
 int kvtool_pool_publish(kvtool_pool* pool, const char* key, const char* path, const kvtool_publish_options* opt,

@@ -8,6 +8,7 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
   struct Args {
     std::string path;
     int top_channels = 3;
+    bool unchecked = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("inspect",
@@ -17,6 +18,9 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
   sub->add_option("--top-channels", a->top_channels, "outlier channels listed per (layer, head)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_flag("--unchecked", a->unchecked,
+                "artifacts: show a file that fails verification (container and manifest schema still checked); "
+                "by default inspect refuses what verify, query and load refuse");
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] {
             FileKind k = detect_file_kind(a->path);
@@ -26,7 +30,7 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
               DumpInspection d = inspect_dump(a->path, a->top_channels);
               return emit(flags, d.to_json(), [&] { cli::print_dump_inspection(d); });
             }
-            ArtifactInspection r = inspect_artifact(a->path);
+            ArtifactInspection r = inspect_artifact(a->path, !a->unchecked);
             return emit(flags, r.to_json(), [&] { cli::print_artifact_inspection(r); });
           }};
 }

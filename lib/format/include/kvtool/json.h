@@ -2,11 +2,19 @@
 // form (formats/kvi-v1.md §Manifest): keys sorted by bytes, no insignificant whitespace, integers
 // as integers, other numbers in the shortest form that reads back as the same double.
 #pragma once
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
 #include "kvtool/error.h"
+
+namespace kvtool {
+// nlohmann's precondition checks (JSON_ASSERT) are `assert`s, compiled out in release builds, where
+// a broken precondition — above all the const operator[] of a member a hostile document lacks — is
+// undefined behaviour. kvtool makes each one a thrown BAD_MANIFEST error instead.
+[[noreturn]] void json_precondition_failed(const char* condition);
+}  // namespace kvtool
+#define JSON_ASSERT(x) ((x) ? static_cast<void>(0) : ::kvtool::json_precondition_failed(#x))
+#include <nlohmann/json.hpp>
 
 namespace kvtool {
 using json = nlohmann::json;

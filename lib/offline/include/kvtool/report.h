@@ -76,7 +76,10 @@ struct ArtifactInspection {
   std::optional<json> kind_summary;  // KindSpec::summarize, for the kinds that have one: per kind, so JSON
   json to_json() const;
 };
-ArtifactInspection inspect_artifact(const std::string& path);
+// With `admit` (the default), the artifact first passes the admission every reader runs
+// (kvtool/admission.h; no trust anchor): inspect shows only what query and load would accept.
+// Without it, only the container and manifest schema are checked (looking into a refused file).
+ArtifactInspection inspect_artifact(const std::string& path, bool admit = true);
 
 struct VerifyOptions {
   std::string source;  // dump to check the content binding against ("" = none)
