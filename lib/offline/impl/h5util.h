@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kvtool/error.h"
+#include "impl/h5_heap_check.h"
 
 namespace kvtool::h5 {
 
@@ -71,23 +72,21 @@ inline std::string read_str_attr(hid_t loc, const char* name, bool required, con
             "attribute '" << name << "' of " << where << " must be a string");
   Hid sp(H5Aget_space(a), H5Sclose);
   KVT_CHECK(H5Sget_simple_extent_npoints(sp) == 1, BAD_ATTRIBUTE, "attribute '" << name << "' must be a single string");
-  if (H5Tis_variable_str(ft) > 0) {
-    Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(mt, H5T_VARIABLE);
-    H5Tset_cset(mt, H5Tget_cset(ft));
-    char* s = nullptr;
-    KVT_CHECK(H5Aread(a, mt, &s) >= 0, HDF5_ERROR, "cannot read attribute '" << name << "'");
-    std::string out = s ? s : "";
-    if (s) H5free_memory(s);
-    return out;
-  }
+  // Variable-length (h5py's str): never through H5Aread into a char*, which lets libhdf5 follow the
+  // file's global heap unchecked (h5_heap_check.h).
+  if (H5Tis_variable_str(ft) > 0) return read_vlen_string_attr(a, name);
+  // Fixed-length: read the full stored bytes in the file's own type (no conversion that would stop
+  // at a NUL), so that "a\0b" is seen whole and rejected instead of read as "a".
   size_t n = H5Tget_size(ft);
-  KVT_CHECK(n < (1u << 24), BAD_ATTRIBUTE, "attribute '" << name << "' is implausibly large");
-  std::string buf(n + 1, '\0');
-  Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(mt, n + 1);
-  KVT_CHECK(H5Aread(a, mt, buf.data()) >= 0, HDF5_ERROR, "cannot read attribute '" << name << "'");
-  buf.resize(std::strlen(buf.c_str()));
+  KVT_CHECK(n > 0 && n < (1u << 24), BAD_ATTRIBUTE, "attribute '" << name << "' is implausibly large");
+  std::string buf(n, '\0');
+  KVT_CHECK(H5Aread(a, ft, buf.data()) >= 0, HDF5_ERROR, "cannot read attribute '" << name << "'");
+  const bool spacepad = H5Tget_strpad(ft) == H5T_STR_SPACEPAD;
+  size_t end = spacepad ? buf.find_last_not_of(' ') + 1 : buf.find('\0');
+  if (end == std::string::npos) end = n;
+  KVT_CHECK(buf.find_first_not_of(spacepad ? ' ' : '\0', end) == std::string::npos && buf.find('\0') >= end,
+            BAD_ATTRIBUTE, "attribute '" << name << "' holds a NUL character inside the string");
+  buf.resize(end);
   return buf;
 }
 

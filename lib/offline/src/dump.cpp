@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -91,25 +92,136 @@ struct DumpReader::Impl {
   Hid file, k, v, q;
 };
 
-DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()), path_(path) {
-  std::lock_guard<std::recursive_mutex> lk(h5_mutex());
-  silence_h5();
-  {
-    std::ifstream probe(path, std::ios::binary);
-    KVT_CHECK(probe.good(), IO_ERROR, "cannot open '" << path << "' for reading");
-  }
-  KVT_CHECK(looks_like_hdf5(path), NOT_A_DUMP, "'" << path << "' is not an HDF5 file");
-  impl_->file = Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  KVT_CHECK(impl_->file.ok(), HDF5_ERROR, "the HDF5 library cannot open '" << path << "' (damaged or truncated?)");
-  hid_t f = impl_->file;
-  KVT_CHECK(H5Lexists(f, "/kv", H5P_DEFAULT) > 0 && H5Lexists(f, "/kv/k", H5P_DEFAULT) > 0 &&
-                H5Lexists(f, "/kv/v", H5P_DEFAULT) > 0,
-            NOT_A_DUMP, "'" << path << "' has no /kv/k and /kv/v datasets; it is not a kvdump file");
+namespace {
 
+// Bounds on how a dataset is stored (formats/kvdump-v1.md, "Storage and limits"): every size the
+// reader uses comes from the file's real storage, so a small file cannot ask for much memory or time.
+constexpr uint64_t kMaxChunksPerRead = 1024;       // chunks one slice read may touch ...
+constexpr uint64_t kMinChunkBytes = 4096;          // ... unless each chunk is at least this large
+constexpr uint64_t kMaxCompressionRatio = 256;     // logical bytes per stored byte of a filtered dataset
+constexpr uint64_t kCompressionFloor = 64u << 20;  // below this many logical bytes any ratio is fine
+
+uint64_t mul_checked(uint64_t a, uint64_t b, const std::string& name) {
+  KVT_CHECK(b == 0 || a <= (uint64_t(1) << 62) / b, SHAPE_MISMATCH, name << " has an impossibly large shape");
+  return a * b;
+}
+
+// Objects of a dump are links inside the file: an external link would make the reader open another
+// file named by the dump.
+void check_link(hid_t f, const char* name) {
+  H5L_info_t li;
+  KVT_CHECK(H5Lget_info(f, name, &li, H5P_DEFAULT) >= 0, NOT_A_DUMP, "cannot look up " << name);
+  KVT_CHECK(li.type == H5L_TYPE_HARD || li.type == H5L_TYPE_SOFT, NOT_A_DUMP,
+            name << " is an external link; a dump is one self-contained file");
+}
+
+// Chunked storage: every chunk written (unwritten chunks read as fill values, so a tiny file could
+// claim any shape) and no slice read spread over a huge number of tiny chunks (HDF5 keeps a few KB of
+// bookkeeping per chunk of a read).
+void check_chunks(hid_t ds, hid_t dcpl, const std::string& name, const std::vector<hsize_t>& dims, size_t elem) {
+  const int rank = static_cast<int>(dims.size());
+  std::vector<hsize_t> c(static_cast<size_t>(rank));
+  KVT_CHECK(H5Pget_chunk(dcpl, rank, c.data()) == rank, HDF5_ERROR, "cannot read the chunk shape of " << name);
+  uint64_t all = 1, per_read = 1, chunk_bytes = elem;
+  for (int a = 0; a < rank; ++a) {
+    KVT_CHECK(c[a] > 0, SHAPE_MISMATCH, name << " has an empty chunk dimension");
+    const uint64_t n = dims[a] / c[a] + (dims[a] % c[a] != 0);
+    all = mul_checked(all, n, name);
+    if (rank < 4 || a >= rank - 2) per_read = mul_checked(per_read, n, name);  // reads fix (layer, head)
+    chunk_bytes = mul_checked(chunk_bytes, c[a], name);
+  }
+  KVT_CHECK(per_read <= kMaxChunksPerRead || chunk_bytes >= kMinChunkBytes, SHAPE_MISMATCH,
+            name << " is split into chunks of " << chunk_bytes << " bytes, " << per_read
+                 << " per (layer, head) slice; chunks under " << kMinChunkBytes << " bytes may number at most "
+                 << kMaxChunksPerRead << " per slice");
+  hsize_t written = 0;
+  Hid space(H5Dget_space(ds), H5Sclose);
+  KVT_CHECK(space.ok() && H5Dget_num_chunks(ds, space, &written) >= 0, HDF5_ERROR,
+            "cannot count the chunks of " << name);
+  KVT_CHECK(written == all, SHAPE_MISMATCH,
+            name << " has only " << written << " of its " << all << " chunks written; its shape claims data the file "
+                 << "does not hold");
+}
+
+// The dataset's shape is backed by real storage in this file before any size derived from it is used.
+void check_storage(hid_t f, hid_t ds, const std::string& name, const std::vector<hsize_t>& dims) {
+  Hid ft(H5Dget_type(ds), H5Tclose);
+  // Before the storage properties: their fill value of a variable-length or reference type would
+  // send libhdf5 into the file's global heap unchecked (h5_heap_check.h).
+  const H5T_class_t cls = H5Tget_class(ft);
+  KVT_CHECK(cls == H5T_INTEGER || cls == H5T_FLOAT, UNSUPPORTED_DTYPE,
+            name << " holds neither integers nor floats (HDF5 class " << static_cast<int>(cls) << ")");
+  const size_t elem = H5Tget_size(ft);
+  KVT_CHECK(elem > 0 && elem <= 16, UNSUPPORTED_DTYPE, name << " has an element size of " << elem << " bytes");
+  uint64_t bytes = elem;
+  for (hsize_t d : dims) bytes = mul_checked(bytes, d, name);
+  Hid dcpl(H5Dget_create_plist(ds), H5Pclose);
+  KVT_CHECK(dcpl.ok(), HDF5_ERROR, "cannot read the storage properties of " << name);
+  KVT_CHECK(H5Pget_external_count(dcpl) == 0, NOT_A_DUMP,
+            name << " keeps its data in an external file; a dump is one self-contained file");
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  KVT_CHECK(layout == H5D_CONTIGUOUS || layout == H5D_CHUNKED || layout == H5D_COMPACT, NOT_A_DUMP,
+            name << " has a virtual or unknown storage layout; a dump is one self-contained file");
+  if (bytes == 0) return;
+  hsize_t file_size = 0;
+  KVT_CHECK(H5Fget_filesize(f, &file_size) >= 0, HDF5_ERROR, "cannot read the file size");
+  const uint64_t stored = H5Dget_storage_size(ds);
+  KVT_CHECK(stored <= file_size, SHAPE_MISMATCH,
+            name << " claims " << stored << " bytes of storage in a file of " << file_size << " bytes");
+  const bool filtered = layout == H5D_CHUNKED && H5Pget_nfilters(dcpl) > 0;
+  if (filtered)
+    KVT_CHECK(bytes <= kCompressionFloor || bytes / kMaxCompressionRatio <= stored, SHAPE_MISMATCH,
+              name << " claims " << bytes << " bytes compressed into " << stored << "; more than "
+                   << kMaxCompressionRatio << ":1 is refused as a decompression bomb");
+  else
+    KVT_CHECK(stored >= bytes, SHAPE_MISMATCH,
+              name << " has a shape of " << bytes << " bytes but the file stores only " << stored
+                   << " bytes of it (unwritten or truncated data)");
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t off = H5Dget_offset(ds);
+    KVT_CHECK(off != HADDR_UNDEF && off <= file_size && stored <= file_size - off, SHAPE_MISMATCH,
+              name << " lies beyond the end of the file");
+  }
+  if (layout == H5D_CHUNKED) check_chunks(ds, dcpl, name, dims, elem);
+}
+
+Hid open_dataset(hid_t f, const char* name, std::vector<hsize_t>& dims) {
+  check_link(f, name);
+  Hid ds(H5Dopen2(f, name, H5P_DEFAULT), H5Dclose);
+  KVT_CHECK(ds.ok(), NOT_A_DUMP, name << " is not a dataset");
+  dims = dims_of(ds);
+  check_storage(f, ds, name, dims);
+  return ds;
+}
+
+std::vector<int64_t> read_int_dataset(hid_t f, const char* name) {
+  std::lock_guard<std::recursive_mutex> lk(h5_mutex());
+  std::vector<hsize_t> d;
+  Hid ds = open_dataset(f, name, d);
+  Hid ft(H5Dget_type(ds), H5Tclose);
+  KVT_CHECK(H5Tget_class(ft) == H5T_INTEGER, UNSUPPORTED_DTYPE, name << " must hold integers");
+  KVT_CHECK(d.size() == 1, SHAPE_MISMATCH, name << " must be one-dimensional");
+  KVT_CHECK(d[0] <= static_cast<hsize_t>(kMaxDumpTokens), SHAPE_MISMATCH, name << " is implausibly large");
+  std::vector<int64_t> v(d[0]);
+  if (!v.empty())
+    KVT_CHECK(H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, HDF5_ERROR,
+              "cannot read " << name);
+  return v;
+}
+
+// Length of a one-dimensional dataset, checked against its storage, without reading it.
+int64_t int_dataset_length(hid_t f, const char* name) {
+  std::vector<hsize_t> d;
+  Hid ds = open_dataset(f, name, d);
+  KVT_CHECK(d.size() == 1, SHAPE_MISMATCH, name << " must be one-dimensional");
+  return d[0] <= static_cast<hsize_t>(kMaxDumpTokens) ? static_cast<int64_t>(d[0]) : -1;
+}
+
+void read_identity(hid_t f, DumpInfo& info) {
   int64_t version = read_int_scalar(f, "kvdump_version", true, 0);
   KVT_CHECK(version == 1, UNSUPPORTED_VERSION,
             "kvdump_version " << version << " is not supported (this kvtool reads version 1)");
-  auto& id = info_.id;
+  auto& id = info.id;
   const std::string root = "the dump root";
   id.model_artifact_sha256 = read_str_attr(f, "model_artifact_sha256", true, root);
   id.checkpoint_generation = read_int_scalar(f, "checkpoint_generation", true, 0);
@@ -122,65 +234,100 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
   id.cache_generation = read_int_scalar(f, "cache_generation", true, 0);
   id.publication_generation = read_int_scalar(f, "publication_generation", true, 0);
   id.representation = read_str_attr(f, "representation", true, root);
-  for (int64_t h : read_int_attr(f, "q_to_kv_head", true, root)) {
-    KVT_CHECK(h >= INT32_MIN && h <= INT32_MAX, BAD_HEAD_MAP, "q_to_kv_head entry " << h << " is out of range");
+  auto map = read_int_attr(f, "q_to_kv_head", true, root);
+  KVT_CHECK(!map.empty() && map.size() <= static_cast<size_t>(kMaxDumpHeads), BAD_HEAD_MAP,
+            "q_to_kv_head has " << map.size() << " entries; expected 1 to " << kMaxDumpHeads);
+  for (int64_t h : map) {
+    KVT_CHECK(h >= 0 && h < kMaxDumpHeads, BAD_HEAD_MAP, "q_to_kv_head entry " << h << " is out of range");
     id.q_to_kv_head.push_back(static_cast<int32_t>(h));
   }
-  info_.committed_frontier = read_int_scalar(f, "committed_frontier", true, 0);
-  info_.generator = read_str_attr(f, "generator", false, root);
-  info_.synthetic = read_int_scalar(f, "synthetic", false, 0) != 0;
+  info.committed_frontier = read_int_scalar(f, "committed_frontier", true, 0);
+  info.generator = read_str_attr(f, "generator", false, root);
+  info.synthetic = read_int_scalar(f, "synthetic", false, 0) != 0;
+}
 
-  impl_->k = Hid(H5Dopen2(f, "/kv/k", H5P_DEFAULT), H5Dclose);
-  impl_->v = Hid(H5Dopen2(f, "/kv/v", H5P_DEFAULT), H5Dclose);
-  KVT_CHECK(impl_->k.ok() && impl_->v.ok(), NOT_A_DUMP, "/kv/k or /kv/v is not a dataset");
-  auto kd = dims_of(impl_->k), vd = dims_of(impl_->v);
+// /kv/q and /kv/q_positions: shape of the dump, and every query at a row in [0, T).
+Hid open_queries(hid_t f, DumpInfo& info) {
+  auto& g = info.geo;
+  std::vector<hsize_t> qd;
+  Hid q = open_dataset(f, "/kv/q", qd);
+  KVT_CHECK(qd.size() == 4 && static_cast<int64_t>(qd[0]) == g.layers && static_cast<int64_t>(qd[1]) == g.q_heads &&
+                static_cast<int64_t>(qd[3]) == g.head_dim && qd[2] <= static_cast<hsize_t>(kMaxDumpTokens),
+            SHAPE_MISMATCH,
+            "/kv/q must have shape [L=" << g.layers << ", H_q=" << g.q_heads << ", T_q, d=" << g.head_dim << "]");
+  KVT_CHECK(classify(q, "/kv/q") == g.dtype, SHAPE_MISMATCH, "/kv/q has another dtype than /kv/k");
+  g.q_tokens = static_cast<int64_t>(qd[2]);
+  info.has_q = true;
+  KVT_CHECK(H5Lexists(f, "/kv/q_positions", H5P_DEFAULT) > 0, SHAPE_MISMATCH,
+            "/kv/q is present but /kv/q_positions is missing");
+  KVT_CHECK(int_dataset_length(f, "/kv/q_positions") == g.q_tokens, SHAPE_MISMATCH,
+            "/kv/q_positions must have T_q=" << g.q_tokens << " entries");
+  auto qp = read_int_dataset(f, "/kv/q_positions");
+  for (size_t i = 0; i < qp.size(); ++i)
+    KVT_CHECK(qp[i] >= 0 && qp[i] < g.tokens, BAD_ATTRIBUTE,
+              "/kv/q_positions[" << i << "] = " << qp[i] << " is not a row in [0, T=" << g.tokens << ")");
+  return q;
+}
+
+// /kv/tokens and /kv/positions: length T; positions strictly increasing.
+void check_row_datasets(hid_t f, DumpInfo& info) {
+  const int64_t T = info.geo.tokens;
+  info.has_tokens = H5Lexists(f, "/kv/tokens", H5P_DEFAULT) > 0;
+  info.has_positions = H5Lexists(f, "/kv/positions", H5P_DEFAULT) > 0;
+  if (info.has_tokens)
+    KVT_CHECK(int_dataset_length(f, "/kv/tokens") == T, SHAPE_MISMATCH, "/kv/tokens must have T=" << T << " entries");
+  if (info.has_positions) {
+    KVT_CHECK(int_dataset_length(f, "/kv/positions") == T, SHAPE_MISMATCH,
+              "/kv/positions must have T=" << T << " entries");
+    auto p = read_int_dataset(f, "/kv/positions");
+    for (size_t i = 1; i < p.size(); ++i)
+      KVT_CHECK(p[i] > p[i - 1], BAD_ATTRIBUTE, "/kv/positions is not strictly increasing at row " << i);
+  }
+}
+
+}  // namespace
+
+// Every check formats/kvdump-v1.md makes on a dump's structure and attributes runs here, so that
+// `verify`, builds, `inspect`, `query` and `eval` accept exactly the same dumps. Only the values
+// (finite K/V below the frontier, finite queries) are checked as they are read.
+DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()), path_(path) {
+  std::lock_guard<std::recursive_mutex> lk(h5_mutex());
+  silence_h5();
+  {
+    std::ifstream probe(path, std::ios::binary);
+    KVT_CHECK(probe.good(), IO_ERROR, "cannot open '" << path << "' for reading");
+  }
+  KVT_CHECK(looks_like_hdf5(path), NOT_A_DUMP, "'" << path << "' is not an HDF5 file");
+  impl_->file = Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  // The file is readable and starts like HDF5 (checked above): a failed open is damaged input, exit 1.
+  KVT_CHECK(impl_->file.ok(), NOT_A_DUMP,
+            "'" << path << "' starts like HDF5 but the HDF5 library cannot open it (damaged or truncated)");
+  hid_t f = impl_->file;
+  KVT_CHECK(H5Lexists(f, "/kv", H5P_DEFAULT) > 0 && H5Lexists(f, "/kv/k", H5P_DEFAULT) > 0 &&
+                H5Lexists(f, "/kv/v", H5P_DEFAULT) > 0,
+            NOT_A_DUMP, "'" << path << "' has no /kv/k and /kv/v datasets; it is not a kvdump file");
+  check_link(f, "/kv");
+  read_identity(f, info_);
+
+  std::vector<hsize_t> kd, vd;
+  impl_->k = open_dataset(f, "/kv/k", kd);
+  impl_->v = open_dataset(f, "/kv/v", vd);
   KVT_CHECK(kd.size() == 4, SHAPE_MISMATCH, "/kv/k must have rank 4 [L, H_kv, T, d], has rank " << kd.size());
   KVT_CHECK(kd == vd, SHAPE_MISMATCH, "/kv/k and /kv/v have different shapes");
   DType kt = classify(impl_->k, "/kv/k"), vt = classify(impl_->v, "/kv/v");
   KVT_CHECK(kt == vt, SHAPE_MISMATCH, "/kv/k is " << dtype_name(kt) << " but /kv/v is " << dtype_name(vt));
   auto& g = info_.geo;
-  g.layers = kd[0];
-  g.kv_heads = kd[1];
-  g.tokens = kd[2];
-  g.head_dim = kd[3];
+  // The storage check bounds each dimension's product; the identity check bounds each dimension.
+  g.layers = static_cast<int64_t>(kd[0]);
+  g.kv_heads = static_cast<int64_t>(kd[1]);
+  g.tokens = static_cast<int64_t>(kd[2]);
+  g.head_dim = static_cast<int64_t>(kd[3]);
   g.dtype = kt;
-  g.q_heads = static_cast<int64_t>(id.q_to_kv_head.size());
-  KVT_CHECK(g.layers > 0 && g.kv_heads > 0 && g.head_dim > 0, SHAPE_MISMATCH,
-            "/kv/k has an empty dimension [" << g.layers << ", " << g.kv_heads << ", " << g.tokens << ", " << g.head_dim
-                                             << "]");
-  KVT_CHECK(g.q_heads > 0, BAD_HEAD_MAP, "q_to_kv_head is empty");
-  KVT_CHECK(g.q_heads % g.kv_heads == 0, BAD_HEAD_MAP,
-            "q_to_kv_head has " << g.q_heads << " query heads, not a multiple of " << g.kv_heads << " kv heads");
-  for (size_t i = 0; i < id.q_to_kv_head.size(); ++i)
-    KVT_CHECK(id.q_to_kv_head[i] >= 0 && id.q_to_kv_head[i] < g.kv_heads, BAD_HEAD_MAP,
-              "q_to_kv_head[" << i << "] = " << id.q_to_kv_head[i] << " is not a kv head in [0, " << g.kv_heads << ")");
-  KVT_CHECK(info_.committed_frontier >= 0 && info_.committed_frontier <= g.tokens, FRONTIER_BEYOND_T,
-            "committed_frontier " << info_.committed_frontier << " is outside [0, T=" << g.tokens << "]");
+  g.q_heads = static_cast<int64_t>(info_.id.q_to_kv_head.size());
+  check_dump_identity(info_.id, g, info_.committed_frontier);
 
-  if (H5Lexists(f, "/kv/q", H5P_DEFAULT) > 0) {
-    impl_->q = Hid(H5Dopen2(f, "/kv/q", H5P_DEFAULT), H5Dclose);
-    KVT_CHECK(impl_->q.ok(), NOT_A_DUMP, "/kv/q is not a dataset");
-    auto qd = dims_of(impl_->q);
-    KVT_CHECK(qd.size() == 4 && static_cast<int64_t>(qd[0]) == g.layers && static_cast<int64_t>(qd[1]) == g.q_heads &&
-                  static_cast<int64_t>(qd[3]) == g.head_dim,
-              SHAPE_MISMATCH,
-              "/kv/q must have shape [L=" << g.layers << ", H_q=" << g.q_heads << ", T_q, d=" << g.head_dim << "]");
-    KVT_CHECK(classify(impl_->q, "/kv/q") == g.dtype, SHAPE_MISMATCH, "/kv/q has another dtype than /kv/k");
-    g.q_tokens = qd[2];
-    info_.has_q = true;
-    KVT_CHECK(H5Lexists(f, "/kv/q_positions", H5P_DEFAULT) > 0, SHAPE_MISMATCH,
-              "/kv/q is present but /kv/q_positions is missing");
-    KVT_CHECK(static_cast<int64_t>(q_positions().size()) == g.q_tokens, SHAPE_MISMATCH,
-              "/kv/q_positions must have T_q=" << g.q_tokens << " entries");
-  }
-  info_.has_tokens = H5Lexists(f, "/kv/tokens", H5P_DEFAULT) > 0;
-  info_.has_positions = H5Lexists(f, "/kv/positions", H5P_DEFAULT) > 0;
-  if (info_.has_tokens)
-    KVT_CHECK(static_cast<int64_t>(tokens().size()) == g.tokens, SHAPE_MISMATCH,
-              "/kv/tokens must have T=" << g.tokens << " entries");
-  if (info_.has_positions)
-    KVT_CHECK(static_cast<int64_t>(positions().size()) == g.tokens, SHAPE_MISMATCH,
-              "/kv/positions must have T=" << g.tokens << " entries");
+  if (H5Lexists(f, "/kv/q", H5P_DEFAULT) > 0) impl_->q = open_queries(f, info_);
+  check_row_datasets(f, info_);
 }
 
 DumpReader::~DumpReader() {
@@ -236,35 +383,22 @@ void DumpReader::read_v(int64_t l, int64_t h, int64_t r0, int64_t r1, float* out
 
 void DumpReader::read_q(int64_t l, int64_t qh, float* out) const {
   KVT_CHECK(info_.has_q, INTERNAL, "dump has no /kv/q");
-  KVT_CHECK(l < info_.geo.layers && qh < info_.geo.q_heads, INTERNAL, "q slice out of range");
+  KVT_CHECK(l >= 0 && l < info_.geo.layers && qh >= 0 && qh < info_.geo.q_heads, INTERNAL, "q slice out of range");
   size_t n = static_cast<size_t>(info_.geo.q_tokens * info_.geo.head_dim);
   if (info_.geo.dtype == DType::f32) {
     read_rows(impl_->q, DType::f32, info_.geo, l, qh, 0, info_.geo.q_tokens, info_.geo.q_tokens, out, "/kv/q");
-    return;
+  } else {
+    std::vector<uint16_t> tmp(n);
+    read_rows(impl_->q, info_.geo.dtype, info_.geo, l, qh, 0, info_.geo.q_tokens, info_.geo.q_tokens, tmp.data(),
+              "/kv/q");
+    convert_to_f32(info_.geo.dtype, tmp.data(), out, n);
   }
-  std::vector<uint16_t> tmp(n);
-  read_rows(impl_->q, info_.geo.dtype, info_.geo, l, qh, 0, info_.geo.q_tokens, info_.geo.q_tokens, tmp.data(),
-            "/kv/q");
-  convert_to_f32(info_.geo.dtype, tmp.data(), out, n);
+  // Queries feed calibration and scoring directly: a NaN or Inf would poison every result it touches.
+  for (size_t i = 0; i < n; ++i)
+    KVT_CHECK(std::isfinite(out[i]), NON_FINITE,
+              "/kv/q of layer " << l << ", query head " << qh << " has a non-finite value at query "
+                                << static_cast<int64_t>(i) / info_.geo.head_dim);
 }
-
-namespace {
-std::vector<int64_t> read_int_dataset(hid_t f, const char* name) {
-  std::lock_guard<std::recursive_mutex> lk(h5_mutex());
-  Hid ds(H5Dopen2(f, name, H5P_DEFAULT), H5Dclose);
-  KVT_CHECK(ds.ok(), NOT_A_DUMP, name << " is not a dataset");
-  Hid ft(H5Dget_type(ds), H5Tclose);
-  KVT_CHECK(H5Tget_class(ft) == H5T_INTEGER, UNSUPPORTED_DTYPE, name << " must hold integers");
-  auto d = dims_of(ds);
-  KVT_CHECK(d.size() == 1, SHAPE_MISMATCH, name << " must be one-dimensional");
-  KVT_CHECK(d[0] < (1ull << 40), SHAPE_MISMATCH, name << " is implausibly large");
-  std::vector<int64_t> v(d[0]);
-  if (!v.empty())
-    KVT_CHECK(H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, HDF5_ERROR,
-              "cannot read " << name);
-  return v;
-}
-}  // namespace
 
 std::vector<int64_t> DumpReader::q_positions() const { return read_int_dataset(impl_->file, "/kv/q_positions"); }
 std::vector<int64_t> DumpReader::tokens() const {
