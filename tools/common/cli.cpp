@@ -80,7 +80,12 @@ void add_builder_options(CLI::App* cmd, BuilderCli& b) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--shard", b.shard,
                   "build only shard I/N of the parts (contiguous ranges in (layer, kv head) order), or 'auto' from the "
-                  "Slurm job array");
+                  "scheduler: a Slurm job array (SLURM_ARRAY_TASK_*), else a Kubernetes indexed Job "
+                  "(JOB_COMPLETION_INDEX with --shard-count or KVTOOL_SHARD_COUNT)");
+  cmd->add_option("--shard-count", b.shard_count,
+                  "with --shard auto in a Kubernetes indexed Job: the number of shards (the Job's completions; "
+                  "default: KVTOOL_SHARD_COUNT)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--sign-key", b.opt.sign_key, "Ed25519 private key (PEM) to sign the artifact");
   cmd->add_option("--zstd-level", b.opt.zstd_level, "zstd level of the sections (0 = store raw)")
       ->capture_default_str()
@@ -91,7 +96,8 @@ void add_builder_options(CLI::App* cmd, BuilderCli& b) {
 
 void finish_builder_options(BuilderCli& b) {
   if (!b.layers.empty()) parse_layers(b.layers, b.opt.layer_first, b.opt.layer_last);
-  if (!b.shard.empty()) parse_shard(b.shard, b.opt.shard_index, b.opt.shard_count);
+  KVT_CHECK(b.shard_count == 0 || !b.shard.empty(), USAGE, "--shard-count goes with --shard auto");
+  if (!b.shard.empty()) parse_shard(b.shard, b.opt.shard_index, b.opt.shard_count, b.shard_count);
   KVT_CHECK(b.opt.prefix >= -1 && b.opt.sink >= -1 && b.opt.local >= -1, USAGE,
             "--prefix, --sink and --local must be >= 0");
   if (b.opt.threads == 0) b.opt.threads = default_threads();

@@ -35,11 +35,12 @@ void print_json(const json& j);
 void add_identity_options(CLI::App* cmd, IdentityOptions& o);
 
 // The options every builder shares (-o, --prefix, --sink, --local, --layers, --seed, --threads,
-// --shard, --sign-key, --zstd-level, --json, --quiet); finish_builder_options() parses the strings
+// --shard, --shard-count, --sign-key, --zstd-level, --json, --quiet); finish_builder_options() parses the strings
 // and sets the thread count the library needs (--threads, or default_threads() from env.h).
 struct BuilderCli {
   BuildOptions opt;
   std::string layers, shard;
+  int64_t shard_count = 0;  // --shard-count, for --shard auto in a Kubernetes indexed Job
   bool json = false;
 };
 void add_builder_options(CLI::App* cmd, BuilderCli& b);

@@ -45,14 +45,35 @@ int default_threads() {
   return std::max(1, n);
 }
 
-void slurm_array_shard(int64_t& index, int64_t& count) {
-  const char* id = std::getenv("SLURM_ARRAY_TASK_ID");
-  const char* cnt = std::getenv("SLURM_ARRAY_TASK_COUNT");
-  KVT_CHECK(id && cnt, USAGE,
-            "--shard auto needs SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (run inside a Slurm job array)");
-  const char* mn = std::getenv("SLURM_ARRAY_TASK_MIN");
-  index = parse_int(id, "SLURM_ARRAY_TASK_ID") - (mn ? parse_int(mn, "SLURM_ARRAY_TASK_MIN") : 0);
-  count = parse_int(cnt, "SLURM_ARRAY_TASK_COUNT");
+const char* process_env(const char* name) { return std::getenv(name); }
+
+void scheduler_shard(int64_t& index, int64_t& count, int64_t count_flag, const EnvLookup& env) {
+  if (const char* id = env("SLURM_ARRAY_TASK_ID")) {
+    const char* cnt = env("SLURM_ARRAY_TASK_COUNT");
+    KVT_CHECK(cnt, USAGE, "--shard auto: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not");
+    const char* mn = env("SLURM_ARRAY_TASK_MIN");
+    index = parse_int(id, "SLURM_ARRAY_TASK_ID") - (mn ? parse_int(mn, "SLURM_ARRAY_TASK_MIN") : 0);
+    count = parse_int(cnt, "SLURM_ARRAY_TASK_COUNT");
+    return;
+  }
+  if (const char* id = env("JOB_COMPLETION_INDEX")) {
+    index = parse_int(id, "JOB_COMPLETION_INDEX");
+    if (count_flag > 0) {
+      count = count_flag;
+      return;
+    }
+    const char* cnt = env("KVTOOL_SHARD_COUNT");
+    KVT_CHECK(cnt, USAGE,
+              "--shard auto in a Kubernetes indexed Job (JOB_COMPLETION_INDEX="
+                  << id
+                  << ") needs the shard count: "
+                     "--shard-count N or KVTOOL_SHARD_COUNT=N (the Job's spec.completions)");
+    count = parse_int(cnt, "KVTOOL_SHARD_COUNT");
+    return;
+  }
+  KVT_THROW(USAGE,
+            "--shard auto needs a scheduler's shard index: SLURM_ARRAY_TASK_ID (a Slurm job array) or "
+            "JOB_COMPLETION_INDEX (a Kubernetes indexed Job); neither is set");
 }
 
 std::string sibling_program(const std::string& name) {

@@ -2,6 +2,7 @@
 // it takes explicit values (BuildOptions::threads, shard index and count), which these provide.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace kvtool::cli {
@@ -10,9 +11,17 @@ namespace kvtool::cli {
 // wins; at least 1).
 int default_threads();
 
-// This task's place in a Slurm job array: SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN of
-// SLURM_ARRAY_TASK_COUNT. USAGE outside a job array.
-void slurm_array_shard(int64_t& index, int64_t& count);
+// Reads one environment variable (nullptr when unset); std::getenv unless a test supplies another.
+using EnvLookup = std::function<const char*(const char*)>;
+const char* process_env(const char* name);
+
+// This task's place among the shards of a scheduler's job, for `--shard auto`. In this order (the
+// first whose index variable is set wins, so one job never mixes two schedulers' variables):
+//   1. a Slurm job array: SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN of SLURM_ARRAY_TASK_COUNT;
+//   2. a Kubernetes indexed Job: JOB_COMPLETION_INDEX of `count_flag` (--shard-count) when > 0,
+//      else of KVTOOL_SHARD_COUNT (Kubernetes does not put the completion count in the pod's env).
+// USAGE, naming what is missing, outside both or without a count.
+void scheduler_shard(int64_t& index, int64_t& count, int64_t count_flag = 0, const EnvLookup& env = process_env);
 
 // KVTOOL_READ_BUDGET (bytes with an optional K/M/G/T suffix; USAGE when malformed), when set,
 // becomes the process's default artifact read budget (kvtool/artifact.h, default_read_budget).

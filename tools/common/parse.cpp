@@ -22,10 +22,11 @@ int64_t parse_int(const std::string& s, const char* what) {
   }
 }
 
-void parse_shard(const std::string& spec, int64_t& index, int64_t& count) {
+void parse_shard(const std::string& spec, int64_t& index, int64_t& count, int64_t count_flag) {
   if (spec == "auto") {
-    slurm_array_shard(index, count);
+    scheduler_shard(index, count, count_flag);
   } else {
+    KVT_CHECK(count_flag == 0, USAGE, "--shard-count goes with --shard auto only (I/N already names the count)");
     auto slash = spec.find('/');
     KVT_CHECK(slash != std::string::npos, USAGE, "--shard must be I/N (e.g. 0/4) or auto, got '" << spec << "'");
     index = parse_int(spec.substr(0, slash), "--shard index");
@@ -76,8 +77,9 @@ int64_t parse_duration(const std::string& s) {
     if (unit == "m") return v * 60;
     if (unit == "h") return v * 3600;
     if (unit == "d") return v * 86400;
+    if (unit == "w") return v * 7 * 86400;
   } catch (...) {}
-  KVT_THROW(USAGE, "duration '" << s << "' must be a number with an optional unit s, m, h or d (e.g. 15m)");
+  KVT_THROW(USAGE, "duration '" << s << "' must be a number with an optional unit s, m, h, d or w (e.g. 15m, 1w)");
 }
 
 }  // namespace kvtool::cli

@@ -107,7 +107,7 @@ cli::Command register_store(CLI::App& app, Flags& flags) {
       ->add_option("--keep-last", a->keep,
                    "keep the newest N refs per (tenant, model, adapter, prefix, kind); 0 keeps all")
       ->capture_default_str();
-  a->gc->add_option("--grace", a->grace, "only remove objects and temporaries older than this (s, m, h, d)")
+  a->gc->add_option("--grace", a->grace, "only remove objects and temporaries older than this (s, m, h, d, w)")
       ->capture_default_str();
   for (auto* c : {a->put, a->get, a->ls, a->rm, a->gc}) {
     c->add_option("--store", a->dir, "store directory")->required();
