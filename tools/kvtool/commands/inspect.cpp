@@ -1,6 +1,7 @@
 // kvtool inspect FILE [--top-channels N] [--json]
 #include "commands.h"
 #include "kvtool/report.h"
+#include "stdin_input.h"
 
 namespace kvtool::cmd {
 
@@ -14,7 +15,8 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
   auto* sub = app.add_subcommand("inspect",
                                  "Show shapes, identity, byte ledger and health of a dump, or the manifest, sections "
                                  "and signature of an artifact");
-  sub->add_option("FILE", a->path, "dump (.h5) or artifact (.kvi); detected by content")->required();
+  sub->add_option("FILE", a->path, "dump (.h5) or artifact (.kvi); detected by content; - reads standard input")
+      ->required();
   sub->add_option("--top-channels", a->top_channels, "outlier channels listed per (layer, head)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
@@ -23,14 +25,17 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
                 "by default inspect refuses what verify, query and load refuse");
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] {
-            FileKind k = detect_file_kind(a->path);
+            const cli::InputFile in(a->path);
+            FileKind k = detect_file_kind(in.path());
             KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
                       "'" << a->path << "' is neither a kvdump (HDF5) nor a kvi artifact");
             if (k == FileKind::dump) {
-              DumpInspection d = inspect_dump(a->path, a->top_channels);
+              DumpInspection d = inspect_dump(in.path(), a->top_channels);
+              d.path = a->path;  // "-", not the temporary that held stdin
               return emit(flags, d.to_json(), [&] { cli::print_dump_inspection(d); });
             }
-            ArtifactInspection r = inspect_artifact(a->path, !a->unchecked);
+            ArtifactInspection r = inspect_artifact(in.path(), !a->unchecked);
+            r.path = a->path;
             return emit(flags, r.to_json(), [&] { cli::print_artifact_inspection(r); });
           }};
 }

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "kvtool/report.h"
+#include "stdin_input.h"
 
 namespace kvtool::cmd {
 
@@ -22,7 +23,8 @@ void require_file(const std::string& p, const char* what) {
 }
 
 int run(Args& a, const Flags& flags) {
-  FileKind k = detect_file_kind(a.path);
+  const cli::InputFile in(a.path);
+  FileKind k = detect_file_kind(in.path());
   KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
             "'" << a.path << "' is neither a kvdump (HDF5) nor a kvi artifact");
   VerifyOptions& o = a.opt;
@@ -31,14 +33,16 @@ int run(Args& a, const Flags& flags) {
   if (k == FileKind::dump) {
     KVT_CHECK(o.source.empty() && o.trusted_keys.empty() && !o.require_signature && !o.strict_snapshot, USAGE,
               "--source, --strict-snapshot and signature options apply to artifacts, not to dumps");
-    DumpVerification v = verify_dump(a.path);
+    DumpVerification v = verify_dump(in.path());
+    v.path = a.path;  // "-", not the temporary that held stdin
     return emit(flags, v.to_json(), [&] { cli::print_verify_result(v); });
   }
   // Any key can sign anything: "signed" alone says nothing about who wrote the manifest.
   KVT_CHECK(!o.require_signature || !o.trusted_keys.empty(), USAGE,
             "--require-signature needs --pubkey or --trusted-keys: a signature only means something when it is "
             "checked against a key you trust");
-  ArtifactVerification v = verify_artifact(a.path, o);
+  ArtifactVerification v = verify_artifact(in.path(), o);
+  v.path = a.path;
   return emit(flags, v.to_json(), [&] { cli::print_verify_result(v); });
 }
 
@@ -48,7 +52,7 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
       "verify", "Check structure, every digest, the signature and (with --source) the binding to a dump");
-  sub->add_option("FILE", a->path, "dump or artifact")->required();
+  sub->add_option("FILE", a->path, "dump or artifact; - reads standard input")->required();
   sub->add_option("--source", a->opt.source,
                   "dump the artifact must have been built from (content digest of its covered range)");
   sub->add_flag("--strict-snapshot", a->opt.strict_snapshot,

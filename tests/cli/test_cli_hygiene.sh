@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Command-line conventions: "-" reads standard input (inspect, verify), --shard auto in a Kubernetes
+# indexed Job, durations with weeks.
+. "$(dirname "$0")/lib.sh"
+"$KVTOOL" synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 16 --tokens 128 --seed 3 -o d.h5 >/dev/null
+"$BIN/kvtool-pq" build d.h5 -o full.kvi --bits 4 -q
+mkdir tmp
+export TMPDIR=$WORK/tmp
+
+# inspect/verify -: the same answer as with the path, "-" reported as the file, no temporary left.
+"$KVTOOL" inspect full.kvi --json > by_path.json
+expect_exit 0 "$KVTOOL" inspect - --json < full.kvi
+[ "$(json_get "$WORK/out" '["path"]')" = - ] || fail "inspect - names the file '-'"
+/usr/bin/python3 - by_path.json "$WORK/out" <<'PY' || fail "inspect - differs from inspect FILE"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+a.pop("path"); b.pop("path")
+sys.exit(a != b)
+PY
+expect_exit 0 "$KVTOOL" verify - < d.h5
+contains "$WORK/out" "OK: - is a valid kvdump"
+cat full.kvi | "$KVTOOL" verify - >/dev/null || fail "verify - from a pipe"
+head -c 4000 full.kvi > cut.kvi
+expect_reason 1 TRUNCATED "$KVTOOL" verify - < cut.kvi
+expect_reason 1 UNKNOWN_FILE_TYPE "$KVTOOL" inspect - < /dev/null
+[ -z "$(ls -A tmp)" ] || fail "temporaries left in TMPDIR: $(ls -A tmp)"
+
+# --shard auto from a Kubernetes indexed Job: the shards merge into the unsharded artifact.
+JOB_COMPLETION_INDEX=0 KVTOOL_SHARD_COUNT=2 "$BIN/kvtool-pq" build d.h5 -o s0.kvi --bits 4 --shard auto -q
+JOB_COMPLETION_INDEX=1 "$BIN/kvtool-pq" build d.h5 -o s1.kvi --bits 4 --shard auto --shard-count 2 -q
+"$KVTOOL" merge s0.kvi s1.kvi -o merged.kvi >/dev/null
+cmp -s merged.kvi full.kvi || fail "Kubernetes shards do not merge into the unsharded artifact"
+JOB_COMPLETION_INDEX=1 expect_reason 2 USAGE "$BIN/kvtool-pq" build d.h5 -o x.kvi --shard auto
+contains "$WORK/err" "KVTOOL_SHARD_COUNT"
+absent x.kvi
+
+# Durations: weeks are accepted, nonsense is a usage error.
+"$KVTOOL" store put full.kvi --store st >/dev/null
+expect_exit 0 "$KVTOOL" store gc --store st --grace 1w
+expect_reason 2 USAGE "$KVTOOL" store gc --store st --grace 1y
+finish
