@@ -38,4 +38,26 @@ absent x.kvi
 "$KVTOOL" store put full.kvi --store st >/dev/null
 expect_exit 0 "$KVTOOL" store gc --store st --grace 1w
 expect_reason 2 USAGE "$KVTOOL" store gc --store st --grace 1y
+
+# Settings: flag > environment > config file (--config FILE, else $XDG_CONFIG_HOME/kvtool/config).
+"$KVTOOL" store put full.kvi --store st2 >/dev/null
+printf '# team defaults\nstore = st\ntenant = default\n' > team.cfg
+expect_exit 0 "$KVTOOL" store ls --config team.cfg
+contains "$WORK/out" "default  pq"
+expect_exit 0 env KVTOOL_TENANT=other "$KVTOOL" store ls --config team.cfg
+[ ! -s "$WORK/out" ] || fail "the environment's tenant did not override the config file's"
+expect_exit 0 env KVTOOL_TENANT=other "$KVTOOL" store ls --config team.cfg --tenant default --store st2
+contains "$WORK/out" "default  pq"
+mkdir -p xdg/kvtool && cp team.cfg xdg/kvtool/config
+expect_exit 0 env XDG_CONFIG_HOME="$WORK/xdg" "$KVTOOL" store ls --json
+[ "$(json_get "$WORK/out" '["refs"][0]["key"]["tenant"]')" = default ] || fail "default config location"
+expect_exit 0 env KVTOOL_STORE=st "$KVTOOL" store ls --all-tenants
+contains "$WORK/out" "default  pq"
+printf 'stor = st\n' > typo.cfg
+expect_reason 2 USAGE "$KVTOOL" store ls --config typo.cfg
+contains "$WORK/err" "typo.cfg:1: unknown key 'stor'"
+expect_reason 3 IO_ERROR "$KVTOOL" --config missing.cfg store ls
+expect_exit 0 env KVTOOL_THREADS=1 "$BIN/kvtool-pq" build d.h5 -o t1.kvi --bits 4 -q
+cmp -s t1.kvi full.kvi || fail "KVTOOL_THREADS changed the artifact"
+expect_reason 2 USAGE env KVTOOL_THREADS=many "$BIN/kvtool-pq" build d.h5 -o t2.kvi --bits 4 -q
 finish

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "config.h"
 #include "env.h"
 #include "parse.h"
 #include "test_util.h"
@@ -38,7 +39,8 @@ TEST_CASE("cli env: --shard auto, a Slurm job array's task id counts from SLURM_
   CHECK(reason_of([] { shard_of({{"SLURM_ARRAY_TASK_ID", "x"}, {"SLURM_ARRAY_TASK_COUNT", "4"}}); }) == "USAGE");
 }
 
-TEST_CASE("cli env: --shard auto, a Kubernetes indexed Job's JOB_COMPLETION_INDEX with the count from the flag or env") {
+TEST_CASE(
+    "cli env: --shard auto, a Kubernetes indexed Job's JOB_COMPLETION_INDEX with the count from the flag or env") {
   CHECK(shard_of({{"JOB_COMPLETION_INDEX", "2"}, {"KVTOOL_SHARD_COUNT", "5"}}) == std::pair<int64_t, int64_t>{2, 5});
   // --shard-count wins over KVTOOL_SHARD_COUNT.
   CHECK(shard_of({{"JOB_COMPLETION_INDEX", "2"}, {"KVTOOL_SHARD_COUNT", "5"}}, 3) == std::pair<int64_t, int64_t>{2, 3});
@@ -76,4 +78,22 @@ TEST_CASE("cli env: durations take s, m, h, d and w") {
   CHECK(cli::parse_duration("90") == 90);
   CHECK(reason_of([] { cli::parse_duration("1y"); }) == "USAGE");
   CHECK(reason_of([] { cli::parse_duration("-1w"); }) == "USAGE");
+}
+
+TEST_CASE("cli env: config files are key = value lines with known keys only") {
+  auto c = cli::parse_config("# defaults\nstore = /data/st\n\n  tenant=acme  \nthreads = 4\n", "cfg");
+  CHECK(c.size() == 3);
+  CHECK(c.at("store") == "/data/st");
+  CHECK(c.at("tenant") == "acme");
+  CHECK(cli::config_keys().at("trusted-keys") == "KVTOOL_TRUSTED_KEYS");
+  for (const char* bad : {"store /data", "colour = red", "store =", "store = a\nstore = b"}) {
+    INFO(bad);
+    try {
+      cli::parse_config(bad, "cfg");
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(std::string(e.reason_name()) == "USAGE");
+      CHECK(std::string(e.what()).rfind("cfg:", 0) == 0);  // names the file and line
+    }
+  }
 }

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <new>
 
+#include "config.h"
 #include "env.h"
 #include "kvtool/atomic_file.h"
 #include "parse.h"
@@ -20,13 +21,30 @@ void print_error(const std::string& tool, const std::string& reason, const std::
                      2)
               << std::endl;
 }
+
+// --config FILE, accepted before or after the subcommand (config.h reads it before parsing).
+void add_config_option(CLI::App& app) {
+  static std::string unused;
+  app.add_option("--config", unused,
+                 "config file of defaults (store, tenant, trusted-keys, threads, ...); flags and environment win");
+  std::vector<CLI::App*> todo = app.get_subcommands({});
+  while (!todo.empty()) {
+    CLI::App* c = todo.back();
+    todo.pop_back();
+    c->fallthrough();
+    for (CLI::App* s : c->get_subcommands({})) todo.push_back(s);
+  }
+}
+
 }  // namespace
 
 int run(const std::string& tool, CLI::App& app, int argc, char** argv, const bool* json_errors,
         const std::function<int()>& body) {
   install_cleanup_handlers();
+  add_config_option(app);
   try {
     try {
+      apply_config_file(argc, argv);  // before parsing: its values become the options' environment
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
       return app.exit(e);
@@ -77,7 +95,8 @@ void add_builder_options(CLI::App* cmd, BuilderCli& b) {
   cmd->add_option("--seed", b.opt.seed, "seed of every random choice (per part: seed, layer, kv head)")
       ->capture_default_str();
   cmd->add_option("--threads", b.opt.threads, "worker threads (default: the CPUs this process may use)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->envname("KVTOOL_THREADS");
   cmd->add_option("--shard", b.shard,
                   "build only shard I/N of the parts (contiguous ranges in (layer, kv head) order), or 'auto' from the "
                   "scheduler: a Slurm job array (SLURM_ARRAY_TASK_*), else a Kubernetes indexed Job "

@@ -1,4 +1,5 @@
 // kvtool store put|get|ls|rm|gc --store DIR ... (formats/store-v1.md)
+#include <cstdlib>
 #include <iostream>
 
 #include "commands.h"
@@ -19,7 +20,7 @@ struct Args {
 };
 
 void add_key_options(CLI::App* c, StoreKey& k) {
-  c->add_option("--tenant", k.tenant, "tenant namespace")->required();
+  c->add_option("--tenant", k.tenant, "tenant namespace")->required()->envname("KVTOOL_TENANT");
   c->add_option("--model", k.model, "model artifact SHA-256")->required();
   c->add_option("--adapter", k.adapter, "adapter-set SHA-256")->required();
   c->add_option("--prefix-hash", k.prefix_hash, "prefix-token hash (the artifact's source.prefix_tokens_sha256)")
@@ -33,7 +34,8 @@ void add_key_options(CLI::App* c, StoreKey& k) {
 void add_trust_options(CLI::App* c, Args& a) {
   c->add_option("--pubkey", a.pubkeys, "trusted Ed25519 public key (PEM), for every tenant; may be repeated");
   c->add_option("--trusted-keys", a.trusted,
-                "directory of trusted public keys (*.pem for every tenant, <tenant>/*.pem for that tenant only)");
+                "directory of trusted public keys (*.pem for every tenant, <tenant>/*.pem for that tenant only)")
+      ->envname("KVTOOL_TRUSTED_KEYS");
   c->add_flag("--require-signature", a.require_signature, "refuse unsigned artifacts");
 }
 
@@ -70,8 +72,11 @@ int run(const Args& a, const Flags& flags) {
   if (*a.get)
     return finish(flags, Store(a.dir).get(a.key, trust), [](const StoreGetResult& r) { std::cout << r.path << "\n"; });
   if (*a.ls) {
-    KVT_CHECK(a.all_tenants != !a.ls_tenant.empty(), USAGE, "store ls needs --tenant T or --all-tenants");
-    return finish(flags, Store(a.dir).ls(a.ls_tenant), [](const StoreListing& l) { print_refs(l); });
+    // KVTOOL_TENANT (environment or config file) stands in for --tenant unless --all-tenants is given.
+    const char* env_tenant = std::getenv("KVTOOL_TENANT");
+    const std::string tenant = !a.ls_tenant.empty() || a.all_tenants || !env_tenant ? a.ls_tenant : env_tenant;
+    KVT_CHECK(a.all_tenants != !tenant.empty(), USAGE, "store ls needs --tenant T or --all-tenants (not both)");
+    return finish(flags, Store(a.dir).ls(tenant), [](const StoreListing& l) { print_refs(l); });
   }
   if (*a.rm)
     return finish(flags, Store(a.dir).rm(a.key),
@@ -97,7 +102,7 @@ cli::Command register_store(CLI::App& app, Flags& flags) {
   add_key_options(a->get, a->key);
   add_trust_options(a->get, *a);
   a->ls = sub->add_subcommand("ls", "List the refs of one tenant (--tenant) or of all (--all-tenants)");
-  a->ls->add_option("--tenant", a->ls_tenant, "list this tenant's refs");
+  a->ls->add_option("--tenant", a->ls_tenant, "list this tenant's refs (default: KVTOOL_TENANT, unless --all-tenants)");
   a->ls->add_flag("--all-tenants", a->all_tenants, "list every tenant's refs");
   a->rm = sub->add_subcommand("rm", "Remove the refs of a key (objects go at the next gc)");
   add_key_options(a->rm, a->key);
@@ -110,7 +115,7 @@ cli::Command register_store(CLI::App& app, Flags& flags) {
   a->gc->add_option("--grace", a->grace, "only remove objects and temporaries older than this (s, m, h, d, w)")
       ->capture_default_str();
   for (auto* c : {a->put, a->get, a->ls, a->rm, a->gc}) {
-    c->add_option("--store", a->dir, "store directory")->required();
+    c->add_option("--store", a->dir, "store directory")->required()->envname("KVTOOL_STORE");
     c->add_flag("--json", flags.json, "machine-readable output");
   }
   return {sub, [a, &flags] { return run(*a, flags); }};

@@ -58,7 +58,8 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   sub->add_flag("--strict-snapshot", a->opt.strict_snapshot,
                 "also require the dump's snapshot digest (generations, frontier) to match");
   sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
-  sub->add_option("--trusted-keys", a->trusted_dir, "directory of trusted public keys (*.pem)");
+  sub->add_option("--trusted-keys", a->trusted_dir, "directory of trusted public keys (*.pem)")
+      ->envname("KVTOOL_TRUSTED_KEYS");
   sub->add_flag("--require-signature", a->opt.require_signature,
                 "fail unsigned artifacts (needs --pubkey or --trusted-keys)");
   sub->add_flag("--json", flags.json, "machine-readable output");
