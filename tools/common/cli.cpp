@@ -31,6 +31,7 @@ void add_config_option(CLI::App& app) {
   while (!todo.empty()) {
     CLI::App* c = todo.back();
     todo.pop_back();
+    if (c->get_prefix_command()) continue;  // `kvtool build KIND ...` hands everything to the kind
     c->fallthrough();
     for (CLI::App* s : c->get_subcommands({})) todo.push_back(s);
   }
