@@ -60,4 +60,25 @@ expect_reason 3 IO_ERROR "$KVTOOL" --config missing.cfg store ls
 expect_exit 0 env KVTOOL_THREADS=1 "$BIN/kvtool-pq" build d.h5 -o t1.kvi --bits 4 -q
 cmp -s t1.kvi full.kvi || fail "KVTOOL_THREADS changed the artifact"
 expect_reason 2 USAGE env KVTOOL_THREADS=many "$BIN/kvtool-pq" build d.h5 -o t2.kvi --bits 4 -q
+
+# Bash completion: generated from the command definitions, so it offers exactly the subcommands and
+# options the programs have.
+expect_exit 0 "$KVTOOL" completion bash
+cp "$WORK/out" kvtool.bash
+bash -n kvtool.bash || fail "the completion script is not valid bash"
+complete_words() {  # what completing the given words offers, one line
+  bash -c 'source kvtool.bash; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _kvtool; echo "${COMPREPLY[*]}"' _ "$@"
+}
+[ "$(complete_words kvtool sto)" = store ] || fail "kvtool sto -> $(complete_words kvtool sto)"
+[ "$(complete_words kvtool store put --sto)" = --store ] || fail "store put --sto"
+[ "$(complete_words kvtool-pq build --subs)" = --subspaces ] || fail "kvtool-pq build --subs"
+[ "$(complete_words kvtool build pq --bi)" = --bits ] || fail "kvtool build pq --bi (alias of kvtool-pq build)"
+[ "$(complete_words kvtool build cl)" = clusterkv ] || fail "kvtool build cl"
+[ "$(complete_words kvtool-squeeze build d.h5 --percent-clu)" = --percent-clusters ] || fail "squeeze option"
+[ "$(complete_words kvtool verify --source d.)" = d.h5 ] || fail "a file after an option taking a value"
+# Every subcommand kvtool --help lists is offered after "kvtool ".
+"$KVTOOL" --help | awk '/^Subcommands:/{on=1; next} on && NF {print $1}' | sort > listed
+complete_words kvtool "" | tr ' ' '\n' | grep -v '^-' | sort > offered
+cmp -s listed offered || fail "subcommands in --help and in the completion differ: $(diff listed offered | tr '\n' ' ')"
+[ -s listed ] || fail "no subcommands parsed from kvtool --help"
 finish

@@ -11,6 +11,9 @@ prefix="$T/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 so="$(ls "$prefix"/lib*/libkvtool.so | head -1)"
 [ -f "$prefix/include/kvtool/kvtool_c.h" ] || fail "headers not installed"
+for prog in kvtool kvtool-pq kvtool-clusterkv kvtool-lsh kvtool-squeeze; do
+  [ -s "$prefix/share/bash-completion/completions/$prog" ] || fail "bash completion for $prog not installed"
+done
 [ -f "$(dirname "$so")/cmake/kvtool/kvtoolConfig.cmake" ] || fail "CMake package not installed"
 [ -f "$(dirname "$so")/pkgconfig/kvtool.pc" ] || fail "pkg-config file not installed"
 exported="$(nm -D --defined-only "$so" | awk '{print $3}')"

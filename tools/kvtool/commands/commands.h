@@ -32,6 +32,7 @@ cli::Command register_build(CLI::App& app, Flags& flags);
 cli::Command register_store(CLI::App& app, Flags& flags);
 cli::Command register_load(CLI::App& app, Flags& flags);
 cli::Command register_reasons(CLI::App& app, Flags& flags);
+cli::Command register_completion(CLI::App& app, Flags& flags);
 
 // Helpers several commands share (shared.cpp).
 // A command's result: `j` as JSON with --json, else `text()` unless -q. Returns 0.
