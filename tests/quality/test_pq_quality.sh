@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
-# Quality gate (issue: kvtool-pq): default pq parameters, --budget 0.1, real f32 dumps.
-# Mean retained mass / oracle mean retained mass must reach 0.90 (stories260K, 512 tokens,
-# --prefix 384) and 0.75 (babyllama361, 256 tokens, --prefix 192).
-. "$(dirname "$0")/../cli/lib.sh"
-M=$SHARED/models
-"$KVTOOL" dump --llama2c "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --tokens 512 --queries -o st.h5 -q
-"$KVTOOL" dump --llama2c "$M/babyllama361.bin" --tokens 256 --queries -o bb.h5 -q
-check_ratio() {  # dump prefix minimum
-  "$BIN/kvtool-pq" build "$1" --prefix "$2" -o "$1.pq.kvi" -q || { fail "build $1"; return; }
-  "$KVTOOL" eval "$1.pq.kvi" --source "$1" --budget 0.1 --json > "$1.eval.json" || { fail "eval $1"; return; }
-  /usr/bin/python3 - "$1.eval.json" "$3" "$1" <<'PY' || FAILS=$((FAILS + 1))
-import json, sys
-b = json.load(open(sys.argv[1]))["budgets"][0]
-ratio = b["retained_mass_mean"] / b["oracle_retained_mass_mean"]
-print(f"{sys.argv[3]}: retained {b['retained_mass_mean']:.4f} oracle {b['oracle_retained_mass_mean']:.4f} "
-      f"ratio {ratio:.4f} (min {sys.argv[2]}) selected fraction {b['selected_fraction_mean']:.4f} "
-      f"recall {b['recall_support_mean']:.4f} output error {b['output_error_mean']:.4f}")
-sys.exit(0 if ratio >= float(sys.argv[2]) else 1)
-PY
+# Quality gate (issues: kvtool-pq, 18): default pq parameters, --budget 0.1, real f32 dumps of the
+# three shared models (stories260K 512 tokens --prefix 384, babyllama361 256 tokens --prefix 192,
+# cheaders 512 tokens --prefix 384). Per model (tests/quality/baselines.py prints every number):
+# - ratio retained / oracle >= 0.90 / 0.75 / 0.70 (cheaders: measured 0.734 rounded down to 0.05
+#   after 0.02 off);
+# - the ratio beats the sink + window and the best prefix heavy-hitter (H2O-style) baselines with
+#   the same rows per query by 0.02 absolute, and on cheaders (where it measured >= 0.05 above it)
+#   the hindsight heavy-hitter set too;
+# - selected rows = the 32 sink rows + 0.1 of the indexed rows (indexed fraction in [0.095, 0.105]:
+#   rounding to whole rows moves it by at most 0.0031);
+# - raw section bytes equal formats/kinds-v1.md §3.3 and stored bytes per indexed row are at most
+#   half the key bytes of a row.
+. "$(dirname "$0")/quality_lib.sh"
+gate() {  # model prefix min [extra]
+  "$BIN/kvtool-pq" build "$1.h5" --prefix "$2" -o "$1.pq.kvi" -q || { fail "build $1"; return; }
+  baselines --kind pq --model "$1" --dump "$1.h5" --artifact "$1.pq.kvi" --eval-args "--budget 0.1" --settings 0.1 \
+    --min-ratio "$3" --always 32 --indexed-fraction 0.1 0.095 0.105 --max-key-fraction 0.5 --param sink=32 --param local=0 --param subspaces=2 --param bits=6 "${@:4}"
 }
-check_ratio st.h5 384 0.90
-check_ratio bb.h5 192 0.75
+gate st 384 0.90
+gate bb 192 0.75
+gate ch 384 0.70 --beat-hindsight
 finish
