@@ -7,6 +7,8 @@ re-packed manifest differs from the original only where a test changes it) and i
 the footer recomputed, so that only what the caller changed is wrong.
 """
 
+import ctypes
+import ctypes.util
 import hashlib
 import json
 import struct
@@ -40,21 +42,52 @@ def canonical(value):
     raise TypeError(type(value))
 
 
+_ZSTD = None
+
+
+def zstd_decompress(frame, raw_size):
+    """Decodes one zstd frame with the reference libzstd (ctypes; Debian's libzstd1, which kvtool
+    links too, but called here without any kvtool code). Returns the bytes, or None when libzstd
+    reports an error or a size other than raw_size."""
+    global _ZSTD
+    if _ZSTD is None:
+        _ZSTD = ctypes.CDLL(ctypes.util.find_library("zstd") or "libzstd.so.1")
+        _ZSTD.ZSTD_decompress.restype = ctypes.c_size_t
+        _ZSTD.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+        _ZSTD.ZSTD_isError.restype = ctypes.c_uint
+        _ZSTD.ZSTD_isError.argtypes = [ctypes.c_size_t]
+    out = ctypes.create_string_buffer(max(raw_size, 1))
+    n = _ZSTD.ZSTD_decompress(out, raw_size, bytes(frame), len(frame))
+    if _ZSTD.ZSTD_isError(n) or n != raw_size:
+        return None
+    return out.raw[:raw_size]
+
+
+def footer(data):
+    """(manifest offset, manifest size, signature offset, signature size, manifest SHA-256)."""
+    m_off, m_size, s_off, s_size = struct.unpack_from("<4Q", data, len(data) - 80)
+    return m_off, m_size, s_off, s_size, data[len(data) - 48 : len(data) - 16]
+
+
 def _pad(n):
     return (-n) % ALIGN
 
 
-def read(path):
-    """Returns (manifest, sections): sections is a list of [entry, raw bytes] in file order."""
+def read(path, decompress=False):
+    """Returns (manifest, sections): sections is a list of [entry, raw bytes] in file order. zstd
+    sections are refused unless `decompress` (then decoded with libzstd)."""
     data = open(path, "rb").read()
-    footer = data[-80:]
-    m_off, m_size, _s_off, _s_size = struct.unpack_from("<4Q", footer, 0)
+    m_off, m_size = footer(data)[:2]
     manifest = parse_json(data[m_off : m_off + m_size].decode("utf-8"))
     sections = []
     for e in manifest["sections"]:
         stored = data[e["offset"] : e["offset"] + e["stored_size"]]
         if e["codec"] == "zstd":
-            raise ValueError("build the seeds with --zstd-level 0")
+            if not decompress:
+                raise ValueError("build the seeds with --zstd-level 0")
+            stored = zstd_decompress(stored, e["raw_size"])
+            if stored is None:
+                raise ValueError("section %s does not decompress" % e["name"])
         sections.append([dict(e), stored])
     return manifest, sections
 
@@ -91,9 +124,9 @@ def write(path, manifest, sections, fix_params_digest=True, manifest_text=None, 
     m_off = len(out)
     out += text  # unsigned: the footer follows the manifest directly (what ArtifactWriter writes)
     total = len(out) + 80
-    footer = struct.pack("<4Q", m_off, len(text), 0, 0) + hashlib.sha256(text).digest()
-    footer += struct.pack("<IHH", 80, 1, 0) + bytes(4) + MAGIC
-    out += footer
+    tail = struct.pack("<4Q", m_off, len(text), 0, 0) + hashlib.sha256(text).digest()
+    tail += struct.pack("<IHH", 80, 1, 0) + bytes(4) + MAGIC
+    out += tail
     out[0:24] = MAGIC + struct.pack("<HHIIQ", 1, 0, 0, 64, total)
     with open(path, "wb") as f:
         f.write(out)

@@ -2,7 +2,9 @@
 """The adversarial corpus test (issue 14): generates the corpus (generate.py) into a temporary
 directory and runs `kvtool verify`, `inspect`, `query`, `eval` and `load` on every file of it.
 Each run must exit with a code the case accepts (1: validation failed, reason printed; man/kvtool.1
-EXIT STATUS), print a reason code, end without a signal, stay under a peak RSS and a wall time.
+EXIT STATUS), print the reason code the case expects and a message holding the case's fragment (the
+sentence of the one check the case was made for: generic reasons are raised at dozens of places),
+end without a signal, stay under a peak RSS and a wall time.
 
 Environment: KVTOOL (the binary; default build/bin/kvtool), KVTOOL_ADV_RSS_MB (default 256),
 KVTOOL_ADV_SECONDS (default 30), KVTOOL_ADV_KEEP (keep the corpus in this directory),
@@ -24,6 +26,8 @@ KVTOOL = os.environ.get("KVTOOL", os.path.join(HERE, "..", "..", "build", "bin",
 RSS_MB = float(os.environ.get("KVTOOL_ADV_RSS_MB", "256"))
 SECONDS = float(os.environ.get("KVTOOL_ADV_SECONDS", "30"))
 REASON_RE = re.compile(r'"reason"\s*:\s*"([A-Z0-9_]+)"|error \[([A-Z0-9_]+)\]')
+# The sentence: a JSON "message" (--json) or the rest of the "kvtool: error [REASON]: " line.
+MESSAGE_RE = re.compile(r'"message"\s*:\s*("(?:[^"\\]|\\.)*")|error \[[A-Z0-9_]+\]: ([^\n]*)')
 
 
 def measure(argv):
@@ -74,11 +78,24 @@ def commands(case, good):
     return [(name, [KVTOOL] + argv + ["--json"] * (name != "build")) for name, argv in runs]
 
 
+def message_of(text):
+    m = MESSAGE_RE.search(text)
+    if not m:
+        return ""
+    return json.loads(m.group(1)) if m.group(1) else m.group(2)
+
+
 def judge(case, command, code, text, rss, seconds):
     """'ok' or what is wrong with one run."""
     m = REASON_RE.search(text)
     reason = (m.group(1) or m.group(2)) if m else ""
     problems = []
+    if code > 0 and case.get("reason"):
+        if reason != case["reason"]:
+            problems.append("reason %s, expected %s" % (reason or "none", case["reason"]))
+        message = message_of(text)
+        if case["message"] not in message:
+            problems.append("message %r lacks %r" % (message[:200], case["message"]))
     if seconds >= SECONDS:
         problems.append("timeout (killed after %.0f s)" % SECONDS)
     elif code < 0:
