@@ -172,8 +172,9 @@ void validate_lsh(const ArtifactReader& r) {
                 "table " << tb << " of part (" << layer << ", " << head << "): offsets run from " << off[0] << " to "
                          << off[lay.buckets] << ", not 0 to " << n);
       for (int64_t b = 0; b < lay.buckets; ++b) {
-        KVT_CHECK(off[b] <= off[b + 1], BUCKET_TABLE_INVALID,
-                  "table " << tb << " offsets are not monotone at bucket " << b);
+        // Bounded by n too: a bucket running past the table's n ids would read the next table's.
+        KVT_CHECK(off[b] <= off[b + 1] && off[b + 1] <= n, BUCKET_TABLE_INVALID,
+                  "table " << tb << " offsets are not monotone within [0, " << n << "] at bucket " << b);
         for (uint32_t i = off[b]; i < off[b + 1]; ++i) {
           int64_t id = t.ids[tb * n + i];
           KVT_CHECK(id >= rows.begin() && id < rows.end(), BUCKET_TABLE_INVALID,

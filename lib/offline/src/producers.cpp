@@ -212,7 +212,8 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
     }
   };
   const int64_t parts = L * H;
-  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(parts, std::thread::hardware_concurrency()));
+  const int64_t wanted = o.threads > 0 ? o.threads : static_cast<int64_t>(std::thread::hardware_concurrency());
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(parts, wanted));
   std::vector<Slice> batch(static_cast<size_t>(workers));
   Progress progress("kvtool synth", parts, quiet);
   for (int64_t base = 0; base < parts; base += workers) {

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "env.h"
 #include "kvtool/producers.h"
 
 namespace kvtool::cmd {
@@ -26,9 +27,13 @@ cli::Command register_synth(CLI::App& app, Flags& flags) {
   sub->add_option("--query-count", o.query_count, "queries of the last N positions written to /kv/q")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--threads", o.threads, "worker threads (default: the CPUs this process may use); same file for any")
+      ->check(CLI::NonNegativeNumber)
+      ->envname("KVTOOL_THREADS");
   add_dump_output_options(sub, a->out, a->ident, flags);
   return {sub, [a, &flags] {
             a->opt.dtype = parse_dtype(a->dtype);
+            if (a->opt.threads == 0) a->opt.threads = cli::default_threads();
             synth_dump(a->opt, a->ident, a->out, true, flags.quiet || flags.json);
             json j{{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", a->out}, {"synthetic", true}};
             return emit(flags, j, [&] { std::cout << "wrote synthetic dump " << a->out << "\n"; });

@@ -28,6 +28,7 @@ struct SynthOptions {
   uint64_t seed = 0;
   DType dtype = DType::f16;
   int64_t query_count = 64;  // queries of the last min(T, query_count) positions go to /kv/q
+  int64_t threads = 0;       // worker threads (0: the hardware's); the file is the same for any count
 };
 
 // `quiet` silences the progress report on stderr.
