@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kvtool load: publish into the runtime pool, replay every dumped query against kvtool query's
-# answers, budgets, refusals with reasons, store keys, and the device tier when there is no GPU.
+# answers, budgets, refusals with reasons, store keys, and the device tier (--device cuda with a GPU,
+# DEVICE_UNAVAILABLE without one).
 . "$(dirname "$0")/lib.sh"
 M=$SHARED/models
 "$KVTOOL" dump --llama2c "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --prompt "Lily and Tom went to the park." --tokens 200 --queries -o p.h5 -q --tenant acme
@@ -38,16 +39,47 @@ expect_reason 1 TENANT_MISMATCH "$KVTOOL" load pq.kvi --tenant someone-else
 "$KVTOOL" keygen -o k.pem >/dev/null
 expect_reason 2 USAGE "$KVTOOL" load pq.kvi --require-signature
 expect_reason 1 SIGNATURE_REQUIRED "$KVTOOL" load pq.kvi --require-signature --pubkey k.pub.pem
-cp pq.kvi bad.kvi
-size=$(stat -c %s bad.kvi)
-printf '\xff' | dd of=bad.kvi bs=1 seek=$((size / 4)) conv=notrunc 2>/dev/null
-expect_exit 1 "$KVTOOL" load bad.kvi
-grep -Eq "error \[(SECTION_DIGEST|DECOMPRESS_FAILED|BAD_LAYOUT|MANIFEST_DIGEST|BAD_MANIFEST)\]" "$WORK/err" || fail "tampered artifact: $(cat "$WORK/err")"
+# A tampered artifact, deterministically: one byte inverted in the middle of a raw (uncompressed)
+# section's payload, found from inspect's offsets, is exactly SECTION_DIGEST naming that section.
+"$BIN/kvtool-pq" build p.h5 -o raw.kvi --prefix 160 --zstd-level 0 -q
+"$KVTOOL" inspect raw.kvi --json >raw.json
+/usr/bin/python3 - raw.json raw.kvi bad.kvi <<'PY' || fail "could not tamper raw.kvi"
+import json, sys
+s = [x for x in json.load(open(sys.argv[1]))["manifest"]["sections"]
+     if x["name"] == "pq_codes" and x["layer"] == 1 and x["kv_head"] == 2][0]
+assert s["codec"] == "none", s
+b = bytearray(open(sys.argv[2], "rb").read())
+b[s["offset"] + s["stored_size"] // 2] ^= 0xFF
+open(sys.argv[3], "wb").write(b)
+PY
+expect_reason 1 SECTION_DIGEST "$KVTOOL" load bad.kvi
+contains "$WORK/err" "section 'pq_codes' (layer 1, kv head 2) does not match its recorded SHA-256"
+expect_exit 0 "$KVTOOL" load raw.kvi --device cpu  # the untampered file loads
 expect_reason 3 IO_ERROR "$KVTOOL" load missing.kvi
 expect_reason 2 USAGE "$KVTOOL" load pq.kvi --host-budget lots
 expect_reason 2 USAGE "$KVTOOL" load
 expect_reason 2 USAGE "$KVTOOL" load pq.kvi --kind pq
-if ! command -v nvidia-smi >/dev/null 2>&1; then
+# The device tier. With a GPU (nvidia-smi lists one) and a CUDA build, --device cuda publishes every
+# kind into it and every replayed answer, scored there, equals kvtool query's; without a GPU, cuda is
+# refused with DEVICE_UNAVAILABLE and auto falls back to the host.
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  "$KVTOOL" load pq.kvi --device cuda >"$WORK/probe" 2>&1
+  if grep -q "built without CUDA" "$WORK/probe"; then
+    echo "note: a GPU is present but this kvtool was built without CUDA; checking the refusal only"
+    expect_reason 1 DEVICE_UNAVAILABLE "$KVTOOL" load pq.kvi --device cuda
+  else
+    expect_exit 0 "$KVTOOL" load pq.kvi lsh.kvi sq.kvi ck.kvi --source p.h5 --device cuda --json
+    cp "$WORK/out" cuda.json
+    [ "$(json_get cuda.json '["device"]')" = cuda ] || fail "--device cuda: device is $(json_get cuda.json '["device"]')"
+    [ "$(json_get cuda.json '["queries"]["mismatches"]')" = 0 ] || fail "--device cuda: mismatches"
+    [ "$(json_get cuda.json '["queries"]["count"]')" = "$(json_get load.json '["queries"]["count"]')" ] ||
+      fail "--device cuda replayed another number of queries than --device cpu"
+    [ "$(json_get cuda.json '["queries"]["device"]')" -gt 0 ] || fail "--device cuda: no query was scored on the device"
+    [ "$(json_get cuda.json '["tiers"]["device"]["used"]')" -gt 0 ] || fail "--device cuda: no device bytes"
+    expect_exit 0 "$KVTOOL" load pq.kvi --source p.h5 --device auto --json
+    [ "$(json_get "$WORK/out" '["device"]')" = cuda ] || fail "--device auto did not pick the GPU"
+  fi
+else
   expect_reason 1 DEVICE_UNAVAILABLE "$KVTOOL" load pq.kvi --device cuda
   expect_exit 0 "$KVTOOL" load pq.kvi --device auto --json
   [ "$(json_get "$WORK/out" '["device"]')" = None ] || fail "auto found a device on a machine without one"
