@@ -1,28 +1,27 @@
 // Benchmark (ctest -L bench, or by hand): kvtool-clusterkv build (default tokens-per-cluster 80,
 // 20 iterations, raw-mean centroids) against spherical k-means done with faiss::Clustering directly
 // on the same normalized rows with the same settings (clusters, iterations, all rows, threads: one
-// part per worker with single-threaded BLAS). Prints rows·heads/s, the ratio and the peak RSS.
+// part per worker with single-threaded BLAS). Both sides interleaved, best of N (bench_common.h);
+// prints each side's min and median in rows·heads/s, the ratio of the mins and the peak RSS.
 //
-//   kvtool_bench_clusterkv [--dump PATH] [--threads N] [--layers A-B]
+//   kvtool_bench_clusterkv [--dump PATH] [--threads N] [--layers A-B] [--rounds N]
+// By default layer 0 only (8 parts), so that the whole comparison fits in ~2 minutes.
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
 
-#include <atomic>
 #include <cmath>
-#include <thread>
 
 #include "bench_common.h"
 #include "env.h"  // tools/common
-#include "parse.h"
 #include "kvtool/builder.h"
 #include "kvtool/dump.h"
+#include "parse.h"
 
 using namespace kvtool;
-using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  std::string dump, bin_dir = KVTOOL_BENCH_BIN_DIR, layers = "0-7";
-  int threads = cli::default_threads();
+  std::string dump, bin_dir = KVTOOL_BENCH_BIN_DIR, layers = "0-0";
+  int threads = cli::default_threads(), n_rounds = bench::rounds(3);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--dump" && i + 1 < argc)
@@ -31,8 +30,10 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     else if (a == "--layers" && i + 1 < argc)
       layers = argv[++i];
+    else if (a == "--rounds" && i + 1 < argc)
+      n_rounds = std::max(3, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: kvtool_bench_clusterkv [--dump PATH] [--threads N] [--layers A-B]\n");
+      std::fprintf(stderr, "usage: kvtool_bench_clusterkv [--dump PATH] [--threads N] [--layers A-B] [--rounds N]\n");
       return 2;
     }
   }
@@ -50,29 +51,31 @@ int main(int argc, char** argv) {
       (long long)g.layers, (long long)g.kv_heads, (long long)g.tokens, (long long)g.head_dim, dtype_name(g.dtype),
       (long long)lf, (long long)ll, (long long)k, (long long)iters, threads);
 
-  std::string out = bench::bench_dir() + "/bench.ckv.kvi";
-  bench::ChildRun child = bench::run_child({bin_dir + "/kvtool-clusterkv", "build", dump, "-o", out, "--threads",
-                                            std::to_string(threads), "--layers", layers, "--quiet"});
-  if (!child.ok) {
-    std::fprintf(stderr, "kvtool-clusterkv build failed\n");
-    return 1;
-  }
-
-  double t_faiss =
-      bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim), [&](int64_t p, std::vector<float>& x) {
-        reader.read_k(lf + p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
-        bench::normalize_rows(x.data(), n, g.head_dim);
-        faiss::ClusteringParameters cp = bench::spherical_kmeans_params(iters, p);
-        faiss::Clustering clus(static_cast<int>(g.head_dim), static_cast<int>(k), cp);
-        faiss::IndexFlatIP index(g.head_dim);
-        clus.train(n, x.data(), index);
-      });
-  double thr_k = rows_heads / child.seconds, thr_f = rows_heads / t_faiss;
-  std::printf("kvtool-clusterkv build : %8.2f s  %10.0f rows*heads/s  peak RSS %.0f MiB\n", child.seconds, thr_k,
-              child.peak_rss_mib);
-  std::printf("faiss spherical k-means: %8.2f s  %10.0f rows*heads/s\n", t_faiss, thr_f);
-  std::printf("ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS %s 1 GiB\n", thr_k / thr_f,
-              child.peak_rss_mib < 1024 ? "<" : ">=");
+  const std::string out = bench::bench_dir() + "/bench.ckv.kvi";
+  double rss_mib = 0;
+  auto kvtool_side = [&] {
+    return bench::run_child_ok({bin_dir + "/kvtool-clusterkv", "build", dump, "-o", out, "--threads",
+                                std::to_string(threads), "--layers", layers, "--quiet"},
+                               &rss_mib);
+  };
+  auto faiss_side = [&] {
+    return bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim),
+                              [&](int64_t p, std::vector<float>& x) {
+                                reader.read_k(lf + p / g.kv_heads, p % g.kv_heads, sink, E, x.data());
+                                bench::normalize_rows(x.data(), n, g.head_dim);
+                                faiss::ClusteringParameters cp = bench::spherical_kmeans_params(iters, p);
+                                faiss::Clustering clus(static_cast<int>(g.head_dim), static_cast<int>(k), cp);
+                                faiss::IndexFlatIP index(g.head_dim);
+                                clus.train(n, x.data(), index);
+                              });
+  };
+  bench::warm_page_cache(dump);
+  bench::Samples sk, sf;
+  bench::interleave(n_rounds, kvtool_side, faiss_side, sk, sf);
+  const double ratio =
+      bench::report("kvtool-clusterkv build", sk, "faiss spherical k-means", sf, rows_heads, "rows*heads/s");
+  std::printf("ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS of kvtool-clusterkv %.0f MiB (target < 1 GiB)\n",
+              ratio, rss_mib);
   std::remove(out.c_str());
-  return (thr_k / thr_f >= 0.9 && child.peak_rss_mib < 1024) ? 0 : 1;
+  return (ratio >= 0.9 && rss_mib < 1024) ? 0 : 1;
 }

@@ -1,13 +1,19 @@
-// Shared pieces of the benchmarks: the synthetic 8 x 8 x 32768 x 128 fp16 dump and running a kvtool
-// builder as a child process to time it and read its own peak RSS.
+// Shared pieces of the benchmarks: the synthetic 8 x 8 x 32768 x 128 fp16 dump, running a kvtool
+// builder as a child process to time it and read its own peak RSS, and the comparison protocol every
+// bench uses (issue 18, "Benches: interleaved, best-of-N"): both sides run N rounds, alternating
+// which goes first, after one untimed read of their common input so the page cache treats them
+// alike; each side reports its min and median and the comparison is the ratio of the mins.
 #pragma once
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <functional>
 #include <thread>
 #include <cstdio>
@@ -58,6 +64,9 @@ inline ChildRun run_child(std::vector<std::string> args) {
   auto t0 = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid == 0) {
+    // The child's stdout (a report the bench does not read) goes to /dev/null; stderr stays.
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, 1);
     std::vector<char*> av;
     for (auto& a : args) av.push_back(a.data());
     av.push_back(nullptr);
@@ -112,6 +121,82 @@ inline faiss::ClusteringParameters spherical_kmeans_params(int64_t iters, int64_
   cp.max_points_per_centroid = 1 << 30;
   cp.min_points_per_centroid = 1;
   return cp;
+}
+
+// Timings of one side of a comparison, in seconds.
+struct Samples {
+  std::vector<double> s;
+  double min() const { return *std::min_element(s.begin(), s.end()); }
+  double median() const {
+    std::vector<double> v = s;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  }
+};
+
+// Rounds per side: `dflt`, or KVTOOL_BENCH_ROUNDS, never fewer than 3 (a min of fewer runs says
+// little on a shared machine).
+inline int rounds(int dflt) {
+  const char* e = std::getenv("KVTOOL_BENCH_ROUNDS");
+  return std::max(3, e ? std::atoi(e) : dflt);
+}
+
+inline int64_t file_size(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
+// Reads a file once, untimed, so that both sides find it in the page cache.
+inline void warm_page_cache(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  std::vector<char> buf(size_t{1} << 20);
+  while (read(fd, buf.data(), buf.size()) > 0) {}
+  close(fd);
+}
+
+// Runs `a` and `b` for `n` rounds each, interleaved: a first in even rounds, b first in odd ones,
+// so neither side always runs on the cache (or thermal) state the other left. Each function
+// returns the seconds it measured (so a side can exclude its own setup).
+inline void interleave(int n, const std::function<double()>& a, const std::function<double()>& b, Samples& sa,
+                       Samples& sb) {
+  for (int r = 0; r < n; ++r) {
+    if (r % 2 == 0) {
+      sa.s.push_back(a());
+      sb.s.push_back(b());
+    } else {
+      sb.s.push_back(b());
+      sa.s.push_back(a());
+    }
+  }
+}
+
+// Prints both sides (min, median, and the work per second at the min when `work` > 0) and returns
+// the ratio of the mins b/a: a's throughput relative to b's (> 1: a is faster).
+inline double report(const char* name_a, const Samples& a, const char* name_b, const Samples& b, double work = 0,
+                     const char* unit = "") {
+  for (auto [name, s] : {std::pair{name_a, &a}, std::pair{name_b, &b}}) {
+    std::printf("  %-34s min %10.3f ms  median %10.3f ms  (%zu runs)", name, s->min() * 1e3, s->median() * 1e3,
+                s->s.size());
+    if (work > 0) std::printf("  %12.4g %s at the min", work / s->min(), unit);
+    std::printf("\n");
+  }
+  const double ratio = b.min() / a.min();
+  std::printf("  ratio of mins (%s throughput / %s throughput) = %.3f\n", name_a, name_b, ratio);
+  return ratio;
+}
+
+// Times a child process that must succeed (a failed run aborts the bench: a failed build is no
+// timing).
+inline double run_child_ok(const std::vector<std::string>& args, double* peak_rss_mib = nullptr) {
+  ChildRun r = run_child(args);
+  if (!r.ok) {
+    std::fprintf(stderr, "bench: %s failed\n", args[0].c_str());
+    std::exit(1);
+  }
+  if (peak_rss_mib) *peak_rss_mib = std::max(*peak_rss_mib, r.peak_rss_mib);
+  return r.seconds;
 }
 
 }  // namespace kvtool::bench
