@@ -173,10 +173,21 @@ def structure_cases(corpus, arts):
         off[-1] = off[-1] + 1000
         x[1] = off.tobytes()
 
+    def lsh_offsets_past_n(m, s):  # the last table's first bucket runs one id past the table (n + 1)
+        x = sec(s, "lsh_offsets")
+        off = as_u32(x[1])
+        per = len(off) // 4  # 4 tables of buckets + 1 offsets
+        assert per * 4 == len(off)
+        n = int(off[-1])
+        off[3 * per + 1:4 * per - 1] = n + 1
+        x[1] = off.tobytes()
+
     repack(corpus, arts, "lsh", "lsh-bad-sink", 1, "lsh params.sink 100 (tables index other rows)", lsh_sink,
            ("PART_INVALID", "lsh part (0, 0) does not index the 42 rows of its coverage"))
     repack(corpus, arts, "lsh", "lsh-offsets-huge", 1, "lsh bucket offset 0xFFFFFFF0", lsh_offsets,
-           ("BUCKET_TABLE_INVALID", "bucket 0 of table 0 is not sorted by id"))
+           ("BUCKET_TABLE_INVALID", "table 0 offsets are not monotone within [0, 138] at bucket 0"))
+    repack(corpus, arts, "lsh", "lsh-offsets-past-n", 1, "lsh bucket running past the table's ids", lsh_offsets_past_n,
+           ("BUCKET_TABLE_INVALID", "table 3 offsets are not monotone within [0, 138] at bucket 0"))
     repack(corpus, arts, "lsh", "lsh-offsets-end", 1, "lsh last offset past the ids", lsh_offsets_last,
            ("BUCKET_TABLE_INVALID", "table 3 of part (0, 0): offsets run from 0 to 1138, not 0 to 138"))
     repack(corpus, arts, "lsh", "lsh-no-ids", 1, "lsh part without lsh_ids", drop("lsh_ids"),

@@ -81,4 +81,16 @@ complete_words() {  # what completing the given words offers, one line
 complete_words kvtool "" | tr ' ' '\n' | grep -v '^-' | sort > offered
 cmp -s listed offered || fail "subcommands in --help and in the completion differ: $(diff listed offered | tr '\n' ' ')"
 [ -s listed ] || fail "no subcommands parsed from kvtool --help"
+
+# Every Catch2 test is its own ctest entry: catch_discover_tests hands ctest a CMake list, so a name
+# with ';' or a bracket (an unclosed '[' stops the list splitting) merges tests into one entry that
+# matches nothing and passes without running them.
+if [ -x "$BIN/kvtool_unit" ]; then
+  "$BIN/kvtool_unit" --list-test-names-only > unit-names  # Catch2 v2 exits with the count
+  [ "$(wc -l < unit-names)" -gt 50 ] || fail "too few unit test names listed: $(wc -l < unit-names)"
+  ! grep -n '[][;]' unit-names || fail "unit test names with ';', '[' or ']' (ctest cannot select them)"
+  n_ctest=$(cd "$BIN/.." && ctest -N -R '^unit: ' 2>/dev/null | grep -c 'Test *#') || true
+  [ "$n_ctest" = 0 ] || [ "$n_ctest" = "$(wc -l < unit-names)" ] ||
+    fail "ctest lists $n_ctest unit tests, kvtool_unit $(wc -l < unit-names)"
+fi
 finish

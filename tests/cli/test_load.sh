@@ -11,8 +11,9 @@ M=$SHARED/models
 "$BIN/kvtool-squeeze" build p.h5 -o sq.kvi --prefix 160 --observation-window 40 -q
 "$BIN/kvtool-clusterkv" build p.h5 -o ck.kvi --prefix 160 -q
 
-# Every kind, one pool; every replayed answer equals kvtool query's (load checks it itself and
-# fails with INTERNAL otherwise); spot-check one answer against the CLI too.
+# Every kind, one pool; every replayed pool answer equals the file query path (the same selector code
+# as kvtool query: this checks the pool, not the selectors; tests/interop/test_query_numpy.py checks
+# the answers independently); load fails with INTERNAL otherwise.
 expect_exit 0 "$KVTOOL" load pq.kvi lsh.kvi sq.kvi ck.kvi --source p.h5 --device cpu --json
 cp "$WORK/out" load.json
 [ "$(json_get load.json '["schema_version"]')" = 1 ] || fail "schema_version"
@@ -22,7 +23,7 @@ cp "$WORK/out" load.json
 [ "$(json_get load.json '["tiers"]["host"]["used"]')" -gt 0 ] || fail "host bytes"
 [ "$(json_get load.json '["device"]')" = None ] || fail "a device was used with --device cpu"
 expect_exit 0 "$KVTOOL" load pq.kvi --source p.h5 --device cpu
-contains "$WORK/out" "every candidate list equals kvtool query's"
+contains "$WORK/out" "pool answers equal the file query path"
 contains "$WORK/out" "latency p50"
 contains "$WORK/out" "publish: "
 

@@ -14,7 +14,7 @@
 using namespace kvtool;
 using namespace kvtool::test;
 
-TEST_CASE("c api: publish, acquire, query, retire; errors carry a status and a per-thread reason") {
+TEST_CASE("c api: publish, acquire, query, retire, errors carry a status and a per-thread reason") {
   TempDir tmp;
   kind_dump(tmp.file("d.h5"), 300, 4, 4);
   PqParams p;

@@ -55,7 +55,7 @@ TEST_CASE(
   CHECK(reason_of([] { shard_of({{"JOB_COMPLETION_INDEX", "-"}, {"KVTOOL_SHARD_COUNT", "5"}}); }) == "USAGE");
 }
 
-TEST_CASE("cli env: --shard auto, Slurm's variables take precedence over Kubernetes'; neither is a usage error") {
+TEST_CASE("cli env: --shard auto, Slurm's variables take precedence over Kubernetes', neither is a usage error") {
   CHECK(shard_of({{"SLURM_ARRAY_TASK_ID", "1"},
                   {"SLURM_ARRAY_TASK_COUNT", "2"},
                   {"JOB_COMPLETION_INDEX", "7"},

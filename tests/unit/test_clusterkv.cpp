@@ -8,6 +8,7 @@
 #include "kvtool/error.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
+#include "reference_scorer.h"
 #include "test_util.h"
 
 using namespace kvtool;
@@ -23,7 +24,7 @@ BuildOptions opts(const std::string& out, int threads = 1) { return quiet_build(
 }  // namespace
 
 TEST_CASE(
-    "clusterkv: members partition the indexed rows, sorted by (cluster, position); deterministic across threads") {
+    "clusterkv: members partition the indexed rows, sorted by (cluster, position), deterministic across threads") {
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
   ClusterKvParams p;
@@ -83,6 +84,9 @@ TEST_CASE("clusterkv: more than 256 clusters rank correctly and queries cut the 
   std::set<int64_t> uniq(rc.candidates.begin(), rc.candidates.end());
   CHECK(uniq.size() == rc.candidates.size());
   CHECK(rc.always_included.size() == 16);  // sink rows; coverage is the whole dump
+  RefQuery rq;  // every row, score and the cut of the last cluster, from the independent scorer
+  rq.budget_rows = 7;
+  CHECK(compare_with_reference(rc, reference_query(r, 0, 2, q.data(), 699, rq)) == "");
 }
 
 TEST_CASE("clusterkv: dense layers, raw-mean vs spherical centroids, bad parameters") {

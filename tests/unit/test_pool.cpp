@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "kvtool/artifact.h"
@@ -17,6 +18,7 @@
 #include "kvtool/signing.h"
 #include "squeeze/squeeze.h"
 #include "emulated_device.h"
+#include "reference_scorer.h"
 #include "test_util.h"
 
 using namespace kvtool;
@@ -38,9 +40,19 @@ struct Fixture {
   int64_t size() const { return static_cast<int64_t>(read_bytes(pq).size()); }
 };
 
-// Every dumped query of every layer and query head: the pool's receipts equal SelectorSet's.
+// Tallies of the comparisons with the independent reference scorer.
+struct Compared {
+  int64_t queries = 0, rows = 0, boundary = 0;
+};
+
+// Every dumped query of every layer and query head: the pool's receipts equal SelectorSet's (the
+// file query path: the same selector code, so this alone proves only that the pool's images and
+// device tier do not change the answer) and agree with the independent reference scorer of
+// tests/support/reference_scorer.h, which shares no scoring code with either.
 void check_queries_equal(const Lease& lease, const std::string& art, const std::string& dump,
-                         int64_t* compared = nullptr, const char* tier = nullptr) {
+                         int64_t* compared = nullptr, const char* tier = nullptr, Compared* tally = nullptr,
+                         const QuerySettings& settings = {{"budget", "0.1"}, {"min_collisions", "2"}},
+                         const RefQuery& rq = {}) {
   ArtifactReader r(art);
   SelectorSet direct(r);
   DumpReader d(dump);
@@ -48,6 +60,9 @@ void check_queries_equal(const Lease& lease, const std::string& art, const std::
   const std::vector<int64_t> qpos = d.q_positions();
   std::vector<float> qs(static_cast<size_t>(geo.q_tokens * geo.head_dim));
   std::vector<float> keys(static_cast<size_t>(geo.tokens * geo.head_dim));
+  const QuerySettings qset = settings_for(direct.kind(), settings);
+  Compared local;
+  Compared& t = tally ? *tally : local;
   for (int64_t l = 0; l < geo.layers; ++l)
     for (int64_t h = 0; h < geo.q_heads; ++h)
       for (int64_t i = 0; i < geo.q_tokens; ++i) {
@@ -58,16 +73,23 @@ void check_queries_equal(const Lease& lease, const std::string& art, const std::
         int64_t kvh = r.source().id.q_to_kv_head[static_cast<size_t>(h)];
         d.read_k(l, kvh, 0, geo.tokens, keys.data());
         KeyRows kr{keys.data(), geo.tokens, geo.head_dim};
-        const QuerySettings qs = settings_for(direct.kind(), {{"budget", "0.1"}, {"min_collisions", "2"}});
-        CandidateReceipt a = direct.query(l, h, q, pos, *direct.params(qs), &kr);
-        CandidateReceipt p = lease.query(l, h, q, pos, *lease.params(qs), &kr);
+        CandidateReceipt a = direct.query(l, h, q, pos, *direct.params(qset), &kr);
+        CandidateReceipt p = lease.query(l, h, q, pos, *lease.params(qset), &kr);
         REQUIRE(a.candidates == p.candidates);
         REQUIRE(a.scores == p.scores);
         REQUIRE(a.inclusion == p.inclusion);
         CHECK(p.pool_generation == lease.generation());
         if (tier) CHECK(p.tier == tier);
         if (compared) ++*compared;
+        const RefAnswer ref = reference_query(r, l, h, q, pos, rq, &kr);
+        INFO(r.kind() << " layer " << l << " q_head " << h << " position " << pos);
+        REQUIRE(compare_with_reference(p, ref, &t.boundary) == "");
+        ++t.queries;
+        t.rows += static_cast<int64_t>(p.candidates.size());
       }
+  // Nearly every row agrees outright; boundary ties are rare (an implementation that picked rows
+  // at random near the boundary would exceed this).
+  CHECK(t.boundary * 100 <= t.rows + 100);
 }
 
 // The last dumped query of (layer, q_head) and its position.
@@ -285,7 +307,7 @@ TEST_CASE("pool: fences — a cancelled copy never becomes visible, a reused slo
   CHECK(dev->host_bytes_live() == 0);
 }
 
-TEST_CASE("pool: leases pin a generation across publish and retire; receipts name it") {
+TEST_CASE("pool: leases pin a generation across publish and retire, receipts name it") {
   Fixture f;
   Pool pool(PoolOptions{});
   PublishReceipt r1 = pool.publish(publish_request("doc", f.pq));
@@ -319,7 +341,7 @@ TEST_CASE("pool: leases pin a generation across publish and retire; receipts nam
   CHECK(pool.stats().retiring == 0);
 }
 
-TEST_CASE("pool: least recently used unleased generations are evicted to admit a publish; leased ones never") {
+TEST_CASE("pool: least recently used unleased generations are evicted to admit a publish, leased ones never") {
   Fixture f;
   const int64_t one = [&] {
     Pool p(PoolOptions{});
@@ -344,4 +366,77 @@ TEST_CASE("pool: least recently used unleased generations are evicted to admit a
   CHECK(pool.keys() == std::vector<std::string>({"a", "c", "d"}));
   lb = Lease();
   CHECK(pool.publish(publish_request("e", f.pq)).evicted == std::vector<std::string>{"a"});
+}
+
+TEST_CASE("pool: every kind on both tiers agrees with the independent reference scorer under other settings") {
+  // Artifacts over the first 240 rows of a dump with queries at positions 200..299: 61 queries
+  // per (layer, q head) at or after the coverage end, and 40 in squeeze's observation window.
+  TempDir tmp;
+  const std::string dump = tmp.file("d.h5"), pq = tmp.file("pq.kvi"), ck = tmp.file("ck.kvi"),
+                    lsh = tmp.file("lsh.kvi"), sq = tmp.file("sq.kvi");
+  kind_dump(dump, 300, 11, 100);
+  auto opts = [](const std::string& out) {
+    BuildOptions b = quiet_build(out, 1, 1);
+    b.prefix = 240;
+    return b;
+  };
+  PqParams pp;
+  pp.subspaces = 4;
+  pp.bits = 4;
+  pp.iters = 6;
+  build_artifact(dump, opts(pq), PqBuilder(pp));
+  ClusterKvParams cp;
+  cp.clusters = 8;
+  build_artifact(dump, opts(ck), ClusterKvBuilder(cp));
+  LshParams lp;
+  lp.bits = 4;
+  lp.tables = 24;
+  build_artifact(dump, opts(lsh), LshBuilder(lp));
+  SqueezeParams sp;
+  sp.observation_window = 40;
+  build_artifact(dump, opts(sq), SqueezeBuilder(sp));
+  struct Case {
+    std::string art;
+    QuerySettings settings;
+    RefQuery rq;
+  };
+  auto rq = [](double frac, int64_t rows, int64_t c, const char* quant, bool flat) {
+    RefQuery r;
+    r.budget_fraction = frac;
+    r.budget_rows = rows;
+    r.min_collisions = c;
+    r.quantile = quant;
+    r.flat = flat;
+    return r;
+  };
+  const std::vector<Case> cases = {
+      {pq, {{"budget", "37"}}, rq(0, 37, 2, "", false)},
+      {pq, {{"budget", "0.5"}}, rq(0.5, -1, 2, "", false)},
+      {ck, {{"budget", "45"}}, rq(0, 45, 2, "", false)},
+      {ck, {{"budget", "0.03"}}, rq(0.03, -1, 2, "", false)},
+      {lsh, {{"min_collisions", "1"}}, rq(0.1, -1, 1, "", false)},
+      {lsh, {{"min_collisions", "5"}}, rq(0.1, -1, 5, "", false)},
+      {sq, {{"quantile", "0.9"}, {"flat", "true"}}, rq(0.1, -1, 2, "0.9", true)},
+      {sq, {{"quantile", "0.7"}, {"flat", "false"}}, rq(0.1, -1, 2, "0.7", false)},
+  };
+  auto dev = std::make_shared<EmulatedDevice>();
+  PoolOptions o;
+  o.device = dev;
+  o.device_budget = 64 << 20;
+  Pool host(PoolOptions{}), device(o);
+  Compared tally;
+  std::set<std::string> published;
+  for (const auto& c : cases) {
+    INFO(c.art << " " << json(c.settings).dump());
+    if (published.insert(c.art).second) {
+      host.publish(publish_request(c.art, c.art));
+      device.publish(publish_request(c.art, c.art, true));
+    }
+    check_queries_equal(host.acquire(c.art), c.art, dump, nullptr, "host", &tally, c.settings, c.rq);
+    check_queries_equal(device.acquire(c.art), c.art, dump, nullptr, "device", &tally, c.settings, c.rq);
+  }
+  UNSCOPED_INFO("reference comparisons: " << tally.queries << " queries, " << tally.rows << " rows, " << tally.boundary
+                                          << " boundary ties");
+  CHECK(tally.queries == 8 * 2 * 2 * 4 * 61);  // cases x tiers x layers x q heads x queries
+  CHECK(tally.rows > 10000);
 }

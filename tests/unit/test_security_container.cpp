@@ -182,7 +182,7 @@ TEST_CASE("finding 4: tiny artifacts claiming a 1 GiB section verify in bounded 
   }
 }
 
-TEST_CASE("finding 4: zstd sections are one sized frame with a bounded window; the signature comes first",
+TEST_CASE("finding 4: zstd sections are one sized frame with a bounded window, the signature comes first",
           "[security]") {
   TempDir tmp;
   small_dump(tmp.file("d.h5"));
@@ -348,7 +348,7 @@ TEST_CASE("finding 11: small-order keys and non-canonical signatures are BAD_SIG
   CHECK_FALSE(is_canonical_signature(s_is_l));
 }
 
-TEST_CASE("finding 16: canonical floats are the shortest round-trip form; 0.1.0 spellings still verify", "[security]") {
+TEST_CASE("finding 16: canonical floats are the shortest round-trip form, 0.1.0 spellings still verify", "[security]") {
   const double x = 0.007559482473880053;
   CHECK(canonical_json(json(x)) == "0.007559482473880053");
   CHECK(legacy_canonical_json(json(x)) == "0.0075594824738800526");

@@ -196,7 +196,7 @@ TEST_CASE("finding 13: NaN or Inf in /kv/q is rejected by verify, builds and eve
   }
 }
 
-TEST_CASE("finding 13: q_positions must be rows in [0, T)", "[security]") {
+TEST_CASE("finding 13: q_positions must be rows 0 to T - 1", "[security]") {
   TempDir tmp;
   CHECK(reason_of([&] {
           DumpReader r(write(tmp, "n.h5", [](Hostile& h) { h.q_positions = {-1, 1, 2, 3}; }));

@@ -321,8 +321,9 @@ void print_load(const LoadReport& j) {
               << "\n";
   else
     std::cout << "queries: " << q.count << " replayed (" << q.host << " host, " << q.device
-              << " device), every candidate list equals kvtool query's; latency p50 " << q.p50_us.value_or(0)
-              << " us, p99 " << q.p99_us.value_or(0) << " us\n";
+              << " device); pool answers equal the file query path (kvtool query's selector code, so this "
+                 "checks the pool, not the selectors); latency p50 "
+              << q.p50_us.value_or(0) << " us, p99 " << q.p99_us.value_or(0) << " us\n";
   std::cout.copyfmt(saved);
 }
 

@@ -68,8 +68,8 @@ cli::Command register_load(CLI::App& app, Flags& flags) {
   auto* sub =
       app.add_subcommand("load",
                          "Publish artifacts into a runtime pool (host/GPU), run every dumped query through it and "
-                         "check the answers against kvtool query; print receipts, bytes per tier, publish "
-                         "bandwidth and query latency");
+                         "check that the pool answers equal the file query path (kvtool query); print receipts, "
+                         "bytes per tier, publish bandwidth and query latency");
   sub->add_option("ART", a->lo.artifacts, "artifacts (.kvi) to publish, each under its path as the pool key");
   sub->add_option("--source", a->lo.source,
                   "dump the artifacts were built from: binding checked, its queries replayed");
