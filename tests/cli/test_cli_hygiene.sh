@@ -61,6 +61,15 @@ expect_exit 0 env KVTOOL_THREADS=1 "$BIN/kvtool-pq" build d.h5 -o t1.kvi --bits 
 cmp -s t1.kvi full.kvi || fail "KVTOOL_THREADS changed the artifact"
 expect_reason 2 USAGE env KVTOOL_THREADS=many "$BIN/kvtool-pq" build d.h5 -o t2.kvi --bits 4 -q
 
+# -v/--verbose: libhdf5's own error stack for a damaged dump (kvtool's reason line either way).
+{ printf '\x89HDF\r\n\x1a\n'; head -c 3000 d.h5 | tail -c 2992; } > damaged.h5
+expect_reason 1 NOT_A_DUMP "$KVTOOL" inspect damaged.h5
+! grep -q "HDF5-DIAG" "$WORK/err" || fail "libhdf5 error stack printed without -v"
+expect_reason 1 NOT_A_DUMP "$KVTOOL" inspect damaged.h5 -v
+contains "$WORK/err" "HDF5-DIAG"
+expect_exit 0 "$KVTOOL" --verbose verify d.h5 --config team.cfg
+contains "$WORK/err" "settings from config file 'team.cfg'"
+
 # Bash completion: generated from the command definitions, so it offers exactly the subcommands and
 # options the programs have.
 expect_exit 0 "$KVTOOL" completion bash

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "env.h"
 #include "kvtool/atomic_file.h"
+#include "kvtool/dump.h"
 #include "parse.h"
 
 namespace kvtool::cli {
@@ -22,11 +23,14 @@ void print_error(const std::string& tool, const std::string& reason, const std::
               << std::endl;
 }
 
-// --config FILE, accepted before or after the subcommand (config.h reads it before parsing).
-void add_config_option(CLI::App& app) {
+// Options of every program, accepted before or after the subcommand: --config FILE (config.h reads
+// it before parsing) and -v/--verbose (diagnostics on stderr: libhdf5's error stacks, the config
+// file applied).
+void add_global_options(CLI::App& app, bool& verbose) {
   static std::string unused;
   app.add_option("--config", unused,
                  "config file of defaults (store, tenant, trusted-keys, threads, ...); flags and environment win");
+  app.add_flag("-v,--verbose", verbose, "diagnostics on stderr (libhdf5 error stacks, the config file applied)");
   std::vector<CLI::App*> todo = app.get_subcommands({});
   while (!todo.empty()) {
     CLI::App* c = todo.back();
@@ -42,10 +46,12 @@ void add_config_option(CLI::App& app) {
 int run(const std::string& tool, CLI::App& app, int argc, char** argv, const bool* json_errors,
         const std::function<int()>& body) {
   install_cleanup_handlers();
-  add_config_option(app);
+  bool verbose = false;
+  add_global_options(app, verbose);
   try {
+    std::string config;
     try {
-      apply_config_file(argc, argv);  // before parsing: its values become the options' environment
+      config = apply_config_file(argc, argv);  // before parsing: its values become the options' environment
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
       return app.exit(e);
@@ -57,6 +63,10 @@ int run(const std::string& tool, CLI::App& app, int argc, char** argv, const boo
       std::cerr << tool << ": error [USAGE]: " << e.what() << "\n";
       std::cerr << "Run '" << tool << " --help' for usage.\n";
       return static_cast<int>(ExitCode::usage);
+    }
+    if (verbose) {
+      set_hdf5_error_stacks(true);
+      if (!config.empty()) std::cerr << tool << ": note: settings from config file '" << config << "'\n";
     }
     apply_read_budget_from_env();
     return body();

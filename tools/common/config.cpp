@@ -84,15 +84,16 @@ std::map<std::string, std::string> parse_config(const std::string& text, const s
   return out;
 }
 
-void apply_config_file(int argc, char** argv) {
+std::string apply_config_file(int argc, char** argv) {
   std::string path = explicit_config(argc, argv);
   if (path.empty()) {
     path = default_config();
     struct stat st {};
-    if (path.empty() || stat(path.c_str(), &st) != 0) return;  // the default file is optional
+    if (path.empty() || stat(path.c_str(), &st) != 0) return "";  // the default file is optional
   }
   for (const auto& [key, value] : parse_config(read_config(path), path))
     setenv(config_keys().at(key).c_str(), value.c_str(), 0);  // 0: the environment wins
+  return path;
 }
 
 }  // namespace kvtool::cli

@@ -20,6 +20,7 @@ std::map<std::string, std::string> parse_config(const std::string& text, const s
 // Finds the config file for this command line (see above) and sets every variable it names that
 // the environment does not already set. An explicit --config / KVTOOL_CONFIG file that cannot be
 // read is IO_ERROR; the default location is optional. Files over 64 KiB are refused (USAGE).
-void apply_config_file(int argc, char** argv);
+// Returns the file applied ("" when none).
+std::string apply_config_file(int argc, char** argv);
 
 }  // namespace kvtool::cli

@@ -18,10 +18,22 @@ inline std::recursive_mutex& h5_mutex() {
   return mu;
 }
 
-struct H5Silence {
-  H5Silence() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-};
-inline void silence_h5() { static H5Silence s; }
+// libhdf5 prints its error stack on stderr by default. kvtool reports errors itself (a reason and a
+// sentence), so the stacks are off unless set_hdf5_error_stacks(true) (kvtool/dump.h) asked for them.
+inline bool& h5_error_stacks_wanted() {
+  static bool wanted = false;
+  return wanted;
+}
+inline void apply_h5_error_printing() {
+  if (h5_error_stacks_wanted())
+    H5Eset_auto2(H5E_DEFAULT, reinterpret_cast<H5E_auto2_t>(H5Eprint2), stderr);
+  else
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+inline void silence_h5() {
+  static const bool once = (apply_h5_error_printing(), true);
+  (void)once;
+}
 
 // RAII for hid_t handles.
 struct Hid {

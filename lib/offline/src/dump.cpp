@@ -88,6 +88,13 @@ bool looks_like_hdf5(const std::string& path) {
   return f.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
 }
 
+void set_hdf5_error_stacks(bool print) {
+  std::lock_guard<std::recursive_mutex> lock(h5_mutex());
+  silence_h5();  // the one-time default first, so it cannot undo this later
+  h5_error_stacks_wanted() = print;
+  apply_h5_error_printing();
+}
+
 struct DumpReader::Impl {
   Hid file, k, v, q;
 };

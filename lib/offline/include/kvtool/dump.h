@@ -22,6 +22,10 @@ struct DumpInfo {
 // True when the file starts with the HDF5 signature.
 bool looks_like_hdf5(const std::string& path);
 
+// Whether libhdf5's own error stacks are printed on stderr (off by default: kvtool reports a reason
+// and a sentence; `kvtool -v` turns them on for diagnosing a damaged dump). Process-wide.
+void set_hdf5_error_stacks(bool print);
+
 class DumpReader {
  public:
   // Opens and checks the structure: required attributes, shapes, dtype, head map, frontier.
