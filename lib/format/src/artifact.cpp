@@ -512,18 +512,51 @@ std::vector<uint8_t> ArtifactReader::read_section(const SectionEntry& s) const {
   KVT_CHECK(s.raw_size == 0 || raw_total_ <= budget_, OUT_OF_MEMORY,
             "'" << path_ << "' holds " << raw_total_ << " raw section bytes, more than this reader's memory budget of "
                 << budget_ << " bytes (the kvtool command sets it from KVTOOL_READ_BUDGET)");
-  if (s.codec == "zstd") check_frame(s);
-  std::vector<uint8_t> out(s.raw_size);
-  const uint8_t* src = data_ + s.offset;
+  // Retained bytes were digest-checked when they were decompressed: a copy needs no second check.
+  if (const std::vector<uint8_t>* kept = retained(s)) return *kept;
+  std::vector<uint8_t> out;
   if (s.codec == "none") {
-    if (s.raw_size) std::memcpy(out.data(), src, s.raw_size);
+    out.resize(s.raw_size);
+    if (s.raw_size) std::memcpy(out.data(), data_ + s.offset, s.raw_size);
   } else {
-    size_t r = ZSTD_decompress(out.data(), out.size(), src, s.stored_size);
-    KVT_CHECK(!ZSTD_isError(r) && r == s.raw_size, DECOMPRESS_FAILED,
-              section_label(s) << " does not decompress: " << (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size"));
+    out = decompress_zstd(s);
   }
   if (!verified_) check_digest(s, sha256(out.data(), out.size()));
   return out;
+}
+
+// The whole section in one call (check_frame bounds what is allocated to the stated raw size).
+std::vector<uint8_t> ArtifactReader::decompress_zstd(const SectionEntry& s) const {
+  check_frame(s);
+  std::vector<uint8_t> out(s.raw_size);
+  decompressions_.fetch_add(1, std::memory_order_relaxed);
+  size_t r = ZSTD_decompress(out.data(), out.size(), data_ + s.offset, s.stored_size);
+  KVT_CHECK(!ZSTD_isError(r) && r == s.raw_size, DECOMPRESS_FAILED,
+            section_label(s) << " does not decompress: " << (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size"));
+  return out;
+}
+
+// The retained raw bytes of `s` when it is one of this reader's zstd sections, else null. Callers
+// pass entries of sections(); a copy of one is matched by everything its digest check relied on.
+const std::vector<uint8_t>* ArtifactReader::retained(const SectionEntry& s) const {
+  if (retained_.empty() || s.codec != "zstd") return nullptr;
+  auto same = [&](size_t i) {
+    const SectionEntry& e = sections_[i];
+    return !retained_[i].empty() && e.offset == s.offset && e.stored_size == s.stored_size &&
+           e.raw_size == s.raw_size && e.codec == s.codec && e.sha256 == s.sha256;
+  };
+  if (&s >= sections_.data() && &s < sections_.data() + sections_.size()) {
+    const size_t i = static_cast<size_t>(&s - sections_.data());
+    return same(i) ? &retained_[i] : nullptr;
+  }
+  for (size_t i = 0; i < sections_.size(); ++i)
+    if (same(i)) return &retained_[i];
+  return nullptr;
+}
+
+void ArtifactReader::release_sections() {
+  retain_ = false;
+  std::vector<std::vector<uint8_t>>().swap(retained_);
 }
 
 void ArtifactReader::check_digest(const SectionEntry& s, const Digest& d) const {
@@ -540,6 +573,7 @@ Digest ArtifactReader::hash_zstd_section(const SectionEntry& s) const {
   KVT_CHECK(!ZSTD_isError(ZSTD_DCtx_setParameter(ds.get(), ZSTD_d_windowLogMax, kKviMaxWindowLog)), INTERNAL,
             "cannot limit the zstd window");
   std::vector<uint8_t> buf(ZSTD_DStreamOutSize());
+  decompressions_.fetch_add(1, std::memory_order_relaxed);
   ZSTD_inBuffer in{data_ + s.offset, s.stored_size, 0};
   Sha256 h;
   uint64_t produced = 0;
@@ -559,12 +593,28 @@ Digest ArtifactReader::hash_zstd_section(const SectionEntry& s) const {
   return h.finish();
 }
 
+// A retaining reader keeps a zstd section whole only when its raw size is at most this multiple of
+// its stored size: before the kind's structure is validated, what it holds is then bounded by the
+// image's own bytes, and a decompression bomb (corpus case zstd-rle-1gib) still streams through a
+// fixed buffer; such a section is decompressed again by each later read.
+constexpr uint64_t kMaxRetainRatio = 16;
+
 void ArtifactReader::verify_sections() const {
-  for (const auto& s : sections_) {
-    if (s.codec == "none")
+  // Retaining holds every raw byte at once, so it needs what read_section() needs: the bytes must
+  // not change behind the reader (not a file mapping) and the raw total must fit the budget.
+  const bool keep = retain_ && fd_ < 0 && raw_total_ <= budget_;
+  if (keep) retained_.assign(sections_.size(), {});
+  for (size_t i = 0; i < sections_.size(); ++i) {
+    const SectionEntry& s = sections_[i];
+    if (s.codec == "none") {
       check_digest(s, sha256(data_ + s.offset, s.raw_size));  // in place: no copy
-    else
+    } else if (keep && s.raw_size / kMaxRetainRatio <= s.stored_size) {
+      std::vector<uint8_t> raw = decompress_zstd(s);
+      check_digest(s, sha256(raw.data(), raw.size()));
+      retained_[i] = std::move(raw);  // only digest-checked bytes are ever served
+    } else {
       check_digest(s, hash_zstd_section(s));
+    }
   }
   // Bytes in memory this reader does not own cannot change behind it (the pool's private copy), so
   // later reads need not hash again; a file mapping can, so file-backed readers always re-check.

@@ -388,6 +388,12 @@ PublishTicket Pool::begin(const PublishRequest& req) {
 
     // Validate the copy (not the file): container, sections, signature, tenant, content, kind.
     g->reader = std::make_unique<ArtifactReader>(g->image.p, size, rq.artifact);
+    // Admission decompresses each zstd section once, checks it and keeps the raw bytes for the
+    // kind validation, the selectors and the device staging below, which copy them instead of
+    // decompressing again; released as soon as those are built. The transient peak is therefore
+    // the raw bytes plus the selectors' copy (bounded by the reader's memory budget; above it,
+    // admission streams and every read decompresses as before).
+    g->reader->retain_sections();
     const ArtifactReader& r = *g->reader;
     const KindSpec* kind = &admit_artifact(r, rq.trust);  // signature, sections, kind structure
     const SourceBinding& src = r.source();
@@ -456,10 +462,12 @@ PublishTicket Pool::begin(const PublishRequest& req) {
           dp.dev = st_->opt.device.get();
           dp.sections.emplace_back(s.name, DeviceSection{g->dev.p + off[i], s.dtype, s.shape});
         }
+      g->reader->release_sections();
       rc.decompress_s = secs(t2, Clock::now());
       w->copy_start = Clock::now();
       w->transfer = st_->opt.device->copy_to_device(g->dev.p, w->staging.p, cur);
     } else {
+      g->reader->release_sections();
       rc.decompress_s = secs(t2, Clock::now());
     }
     w->gen = std::move(g);

@@ -1,6 +1,7 @@
 // kvi v1 artifact container (formats/kvi-v1.md): streaming atomic writer and a hardened,
 // mmap-based reader that bounds-checks every offset and size before touching data.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -112,8 +113,20 @@ class ArtifactReader {
   // budget (a bound on what a caller that materializes every section can hold).
   std::vector<uint8_t> read_section(const SectionEntry& s) const;
   // Every section digest, in bounded memory: compressed sections are streamed through a fixed
-  // buffer into an incremental SHA-256, never materialized; the budget does not apply.
+  // buffer into an incremental SHA-256, never materialized; the budget does not apply (except in
+  // the retaining mode below).
   void verify_sections() const;
+  // Opt-in for in-memory readers (the runtime pool's private copy): the next verify_sections()
+  // decompresses each zstd section whole, once, checks its digest and keeps the raw bytes, and
+  // read_section() then serves a copy of them instead of decompressing again. Only when
+  // raw_total() fits the memory budget (checked before anything is allocated); otherwise, and
+  // always for file-backed readers, verify_sections() streams in bounded memory as above.
+  void retain_sections() { retain_ = true; }
+  // Frees the retained raw bytes and leaves the mode; later reads decompress again.
+  void release_sections();
+  // zstd decompressions (streamed or whole) this reader has run: lets tests and benches see that
+  // a section is decompressed once.
+  uint64_t zstd_decompressions() const { return decompressions_.load(std::memory_order_relaxed); }
   // Checks the signature against the embedded key (BAD_SIGNATURE: also small-order or non-canonical
   // keys and signatures), then trust (UNTRUSTED_KEY). Uses only the footer's manifest digest, so it
   // can (and in admission does) run before any section is read.
@@ -132,8 +145,14 @@ class ArtifactReader {
   void release();
   void check_frame(const SectionEntry& s) const;
   Digest hash_zstd_section(const SectionEntry& s) const;
+  std::vector<uint8_t> decompress_zstd(const SectionEntry& s) const;
+  const std::vector<uint8_t>* retained(const SectionEntry& s) const;
   void check_digest(const SectionEntry& s, const Digest& d) const;
   mutable bool verified_ = false;
+  bool retain_ = false;
+  // Raw bytes of the digest-checked zstd sections, by section index (empty: not retained).
+  mutable std::vector<std::vector<uint8_t>> retained_;
+  mutable std::atomic<uint64_t> decompressions_{0};
   uint64_t raw_total_ = 0;
   uint64_t budget_ = default_read_budget();
   std::string path_;
