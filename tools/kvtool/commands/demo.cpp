@@ -38,7 +38,8 @@ void make_dump(Args& a, const std::string& path) {
     o.tokenizer_path = a.tokenizer;
     o.tokens = 256;
     o.queries = true;
-    std::cout << "== kvtool dump --llama2c " << a.model << " --tokens 256 --queries -o " << path << "\n";
+    std::cout << "== kvtool dump --llama2c " << a.model << (a.tokenizer.empty() ? "" : " --tokenizer " + a.tokenizer)
+              << " --tokens 256 --queries -o " << path << "\n";
     ModelDumpResult r = dump_llama2c(o, DType::f32, IdentityOptions{}, path);
     std::cout << "greedy text: " << r.text << "\n\n";
   } else {
@@ -70,7 +71,8 @@ void verify_and_eval(const std::string& art, const std::string& dump, const Eval
 // Returns the path the store gives back.
 std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOptions bo) {
   std::string sq = a.dir + "/demo.sq.kvi", store_dir = a.dir + "/store";
-  std::cout << "\n== kvtool build squeeze " << dump << " --prefix 192 --observation-window 32 -o " << sq << "\n";
+  std::cout << "\n== kvtool build squeeze " << dump << " --prefix 192 --observation-window 32 --percent-clusters 10 -o "
+            << sq << "\n";
   SqueezeParams sp;
   sp.observation_window = 32;
   sp.percent_clusters = 10;
@@ -84,9 +86,9 @@ std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOpti
   key.params_digest.clear();
   key.position_contract.clear();
   std::string got = st.get(key, StoreTrust{}).path;
-  std::cout << "\n== kvtool store get --store " << store_dir << " --tenant " << key.tenant << " --model "
-            << key.model.substr(0, 12) << "... --adapter " << key.adapter.substr(0, 12) << "... --prefix-hash "
-            << key.prefix_hash.substr(0, 12) << "... --kind squeeze\n"
+  // Printed in full, so every echoed command can be pasted back as it is.
+  std::cout << "\n== kvtool store get --store " << store_dir << " --tenant " << key.tenant << " --model " << key.model
+            << " --adapter " << key.adapter << " --prefix-hash " << key.prefix_hash << " --kind squeeze\n"
             << got << "\n";
   EvalOptions se;
   se.sweep = {{"quantile", {"0.8"}}};
