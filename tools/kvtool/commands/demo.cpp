@@ -130,7 +130,9 @@ int run(Args& a) {
 cli::Command register_demo(CLI::App& app, Flags&) {
   auto a = std::make_shared<Args>();
   auto* sub =
-      app.add_subcommand("demo", "Make a dump from a real model (or a synthetic one), inspect it and verify it");
+      app.add_subcommand("demo",
+                         "A tour in --dir: dump a real model (or a synthetic one), inspect, verify, build pq, eval, "
+                         "build squeeze, store put/get, load; each step printed as the command that does it");
   sub->add_option("--dir", a->dir, "working directory for the demo files")->capture_default_str();
   sub->add_option("--model", a->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin when present)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: tok512.bin next to it)");
