@@ -13,7 +13,8 @@ cli::Command register_completion(CLI::App& app, Flags&) {
   auto* sub = app.add_subcommand("completion",
                                  "Print the shell completion script (bash) for kvtool and the kvtool-KIND programs");
   sub->add_option("SHELL", *shell, "shell: bash")->required()->check(CLI::IsMember({"bash"}));
-  return {sub, [&app] {
+  return {sub, [&app, shell] {  // owns what SHELL is parsed into
+            KVT_CHECK(*shell == "bash", USAGE, "completion is generated for bash only");
             // The kind programs' apps, built as kvtool-KIND builds them (kind_commands.h).
             std::vector<std::unique_ptr<CLI::App>> kind_apps;
             std::vector<cli::Command> unused;
