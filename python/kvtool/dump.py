@@ -1,0 +1,2 @@
+"""Placeholder: filled by the dump bindings."""
+__all__ = []

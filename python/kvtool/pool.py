@@ -1,0 +1,2 @@
+"""Placeholder: filled by the pool bindings."""
+__all__ = []

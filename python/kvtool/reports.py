@@ -1,0 +1,2 @@
+"""Placeholder: filled by the reports bindings."""
+__all__ = []
