@@ -22,8 +22,9 @@ string(JOIN "\n" CPACK_PACKAGE_DESCRIPTION
        "decode runtime asks for the rows worth attending to."
        "."
        "This package holds the command-line tools with their manual pages and bash completion,"
-       "and libkvtool, the runtime pool's shared library, with its C header, CMake package and"
-       "pkg-config file.")
+       "libkvtool, the runtime pool's shared library, with its C header, CMake package and"
+       "pkg-config file, and the Python package kvtool (dumps from NumPy arrays and PyTorch"
+       "caches, builds, evaluation and the pool from Python).")
 set(CPACK_RESOURCE_FILE_LICENSE "${CMAKE_SOURCE_DIR}/LICENSE")
 # Debian policy 12.5: every package carries its licence as /usr/share/doc/<package>/copyright.
 install(FILES ${CMAKE_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME copyright)
@@ -39,5 +40,16 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # against it get a versioned Depends on kvtool and the linker cache learns the library on install.
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
+
+# The Python package (python/, when built) is an extension for this interpreter's minor version and
+# imports NumPy; the tools and libkvtool need neither, so they are recommended, not required.
+if(KVTOOL_PYTHON_BUILT)
+  execute_process(COMMAND ${PYTHON_EXECUTABLE} -c "import sys; print('%d.%d' % sys.version_info[:2])"
+                  OUTPUT_VARIABLE KVTOOL_PY_VERSION OUTPUT_STRIP_TRAILING_WHITESPACE)
+  string(REGEX MATCH "^([0-9]+)\\.([0-9]+)$" KVTOOL_PY_MATCH "${KVTOOL_PY_VERSION}")
+  math(EXPR KVTOOL_PY_NEXT_MINOR "${CMAKE_MATCH_2} + 1")
+  set(CPACK_DEBIAN_PACKAGE_RECOMMENDS
+      "python3 (>= ${KVTOOL_PY_VERSION}), python3 (<< ${CMAKE_MATCH_1}.${KVTOOL_PY_NEXT_MINOR}), python3-numpy")
+endif()
 
 include(CPack)
