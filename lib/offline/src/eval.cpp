@@ -10,6 +10,7 @@
 #include "impl/stats.h"
 #include "impl/eval_parts.h"
 #include "kvtool/error.h"
+#include "kvtool/prng.h"
 #include "kvtool/progress.h"
 #include "kvtool/eval.h"
 #include "kvtool/source_binding.h"
@@ -141,13 +142,100 @@ std::vector<EvalSetting> setting_summaries(const Totals& t, std::vector<Setting>
   return out;
 }
 
-// The dumped queries evaluated: positions at or after the coverage end, inside the dump.
-std::vector<size_t> eval_queries(const std::vector<int64_t>& qpos, int64_t E, int64_t T) {
+// The dumped queries evaluated: positions at or after the coverage end, inside the dump, then the
+// sample the options ask for (every k-th, or n at random without replacement, in position order).
+std::vector<size_t> eval_queries(const std::vector<int64_t>& qpos, int64_t E, int64_t T, const PositionSample& ps) {
   std::vector<size_t> sel;
   for (size_t j = 0; j < qpos.size(); ++j)
     if (qpos[j] >= E && qpos[j] < T) sel.push_back(j);
   KVT_CHECK(!sel.empty(), NO_QUERIES, "the dump has no queries at positions >= the coverage end " << E);
+  KVT_CHECK(ps.rule == PositionSample::all || ps.value > 0, USAGE, "a position sample needs a count above 0");
+  if (ps.rule == PositionSample::every) {
+    std::vector<size_t> kept;
+    for (size_t i = 0; i < sel.size(); i += static_cast<size_t>(ps.value)) kept.push_back(sel[i]);
+    return kept;
+  }
+  if (ps.rule == PositionSample::random && static_cast<size_t>(ps.value) < sel.size()) {
+    SplitMix64 rng(ps.seed);
+    for (size_t i = 0; i < static_cast<size_t>(ps.value); ++i)  // partial Fisher-Yates
+      std::swap(sel[i], sel[i + rng.below(sel.size() - i)]);
+    sel.resize(static_cast<size_t>(ps.value));
+    std::sort(sel.begin(), sel.end());
+  }
   return sel;
+}
+
+// What evaluate() shares with the per-(layer, kv head) pass.
+struct EvalRun {
+  const DumpReader& dump;
+  SelectorSet& sel;
+  std::vector<Setting>& settings;
+  Totals& totals;
+  std::vector<EvalRecord>* records;
+  const std::vector<int64_t>& qpos;
+  const std::vector<size_t>& qsel;
+  int64_t E, d, lf, indexed;
+  bool sampling;
+  // Reused from one kv head to the next (tens of MiB at 32K rows: allocated once, not per head).
+  eval::DenseSupport support;
+  eval::DenseBlock block;
+  eval::ReceiptMetrics metrics;
+  std::vector<float> K, V;
+};
+
+// One query measured under every setting, against its dense reference.
+void eval_query(EvalRun& run, const eval::DenseReference& ref, const float* q, int64_t l, int64_t h, int64_t kvh,
+                size_t j) {
+  const KeyRows keys{run.K.data(), run.E, run.d};
+  const std::vector<float>& V = run.V;
+  eval::ReceiptMetrics& m = run.metrics;
+  const KindSpec& kind = run.sel.kind();
+  for (size_t bi = 0; bi < run.settings.size(); ++bi) {
+    CandidateReceipt rc = run.sel.query(l, h, q, std::max<int64_t>(run.qpos[j], run.E - 1), *run.settings[bi].params,
+                                        kind.needs_keys ? &keys : nullptr);
+    m.measure(ref, rc, V.data(), run.E, run.d);
+    const double est = run.sampling ? eval::sampled_output_error(ref, m, rc, V.data(), run.E, run.d) : 0;
+    record(run.totals, bi, static_cast<size_t>(l - run.lf), m, rc, est, run.sampling, run.indexed);
+    if (run.records)
+      run.records->push_back({run.settings[bi].label, l, h, kvh, run.qpos[j], m.rows, m.fraction, m.retained, m.oracle,
+                              m.recall, m.error, m.relative_error, est});
+  }
+}
+
+// Every query of one (layer, kv head): query heads ascending, positions ascending (the record
+// order), the dense references computed a block of queries at a time.
+void eval_kv_head(EvalRun& run, int64_t l, int64_t kvh) {
+  const auto& info = run.dump.info();
+  const int64_t E = run.E, d = run.d;
+  run.K.resize(static_cast<size_t>(E * d));
+  run.V.resize(run.K.size());
+  run.dump.read_k(l, kvh, 0, E, run.K.data());
+  run.dump.read_v(l, kvh, 0, E, run.V.data());
+  run.support.load(run.K.data(), run.V.data(), E, d);
+  std::vector<std::pair<int64_t, size_t>> items;  // (query head, index into the dumped queries)
+  std::vector<std::vector<float>> Q(static_cast<size_t>(info.geo.q_heads));
+  for (int64_t h = 0; h < info.geo.q_heads; ++h) {
+    if (info.id.q_to_kv_head[static_cast<size_t>(h)] != kvh) continue;
+    Q[static_cast<size_t>(h)].resize(static_cast<size_t>(info.geo.q_tokens * d));
+    run.dump.read_q(l, h, Q[static_cast<size_t>(h)].data());
+    for (size_t j : run.qsel) items.emplace_back(h, j);
+  }
+  const int64_t nb = eval::DenseBlock::block_rows(E);
+  std::vector<double> Qd;
+  for (size_t b0 = 0; b0 < items.size(); b0 += static_cast<size_t>(nb)) {
+    const size_t b1 = std::min(items.size(), b0 + static_cast<size_t>(nb));
+    Qd.clear();
+    for (size_t i = b0; i < b1; ++i) {
+      const float* q = Q[static_cast<size_t>(items[i].first)].data() + static_cast<int64_t>(items[i].second) * d;
+      Qd.insert(Qd.end(), q, q + d);
+    }
+    run.block.compute(Qd.data(), static_cast<int64_t>(b1 - b0), run.support);
+    for (size_t i = b0; i < b1; ++i) {
+      const auto [h, j] = items[i];
+      const float* q = Q[static_cast<size_t>(h)].data() + static_cast<int64_t>(j) * d;
+      eval_query(run, run.block.row(static_cast<int64_t>(i - b0)), q, l, h, kvh, j);
+    }
+  }
 }
 
 }  // namespace
@@ -165,38 +253,16 @@ EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const Eva
   const json& params = art.manifest()["params"];
   const int64_t lf = params["layers"][0], ll = params["layers"][1];
   const std::vector<int64_t> qpos = dump.q_positions();
-  const std::vector<size_t> qsel = eval_queries(qpos, E, g.tokens);
+  const std::vector<size_t> qsel = eval_queries(qpos, E, g.tokens, opt.positions);
   const KindSpec& kind = sel.kind();
-  const bool sampling = kind.mode == SelectionMode::collision_sampling;
   std::vector<Setting> settings = eval_settings(art, kind, opt, rows.count());
   Totals totals(settings.size(), ll - lf + 1);
   Progress progress("kvtool eval", (ll - lf + 1) * g.kv_heads, opt.quiet);
-  std::vector<float> K(static_cast<size_t>(E * d)), V(K.size()), Q(static_cast<size_t>(g.q_tokens * d));
-  eval::DenseReference ref;
-  eval::ReceiptMetrics m;
+  const bool sampling = kind.mode == SelectionMode::collision_sampling;
+  EvalRun run{dump, sel, settings, totals, records, qpos, qsel, E, d, lf, rows.count(), sampling, {}, {}, {}, {}, {}};
   for (int64_t l = lf; l <= ll; ++l)
     for (int64_t kvh = 0; kvh < g.kv_heads; ++kvh) {
-      dump.read_k(l, kvh, 0, E, K.data());
-      dump.read_v(l, kvh, 0, E, V.data());
-      const KeyRows keys{K.data(), E, d};
-      for (int64_t h = 0; h < g.q_heads; ++h) {
-        if (info.id.q_to_kv_head[static_cast<size_t>(h)] != kvh) continue;
-        dump.read_q(l, h, Q.data());
-        for (size_t j : qsel) {
-          const float* q = Q.data() + static_cast<int64_t>(j) * d;
-          ref.compute(q, K.data(), V.data(), E, d);
-          for (size_t bi = 0; bi < settings.size(); ++bi) {
-            CandidateReceipt rc = sel.query(l, h, q, std::max<int64_t>(qpos[j], E - 1), *settings[bi].params,
-                                            kind.needs_keys ? &keys : nullptr);
-            m.measure(ref, rc, V.data(), E, d);
-            const double est = sampling ? eval::sampled_output_error(ref, m, rc, V.data(), E, d) : 0;
-            record(totals, bi, static_cast<size_t>(l - lf), m, rc, est, sampling, rows.count());
-            if (records)
-              records->push_back({settings[bi].label, l, h, kvh, qpos[j], m.rows, m.fraction, m.retained, m.oracle,
-                                  m.recall, m.error, m.relative_error, est});
-          }
-        }
-      }
+      eval_kv_head(run, l, kvh);
       progress.advance();
     }
   progress.finish();
@@ -212,11 +278,21 @@ EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const Eva
   rep.indexed_rows = rows.count();
   rep.always_included_rows = E - rows.count();
   rep.query_positions = qsel.size();
+  for (size_t j : qsel) rep.positions_evaluated.push_back(qpos[j]);
+  rep.positions = opt.positions;
   rep.layer_first = lf;
   rep.layer_last = ll;
   rep.selected_row_bytes_per_row = row_bytes;
   rep.settings = setting_summaries(totals, settings, lf, ll, row_bytes, index_bytes, art.file_size() - index_bytes);
   return rep;
+}
+
+json PositionSample::to_json(const std::vector<int64_t>& evaluated) const {
+  static const char* names[] = {"all", "every", "random"};
+  json j = {{"rule", names[rule]}, {"positions", evaluated}};
+  if (rule != all) j["value"] = value;
+  if (rule == random) j["seed"] = seed;
+  return j;
 }
 
 json EvalStats::to_json() const {
@@ -267,6 +343,7 @@ json EvalReport::to_json() const {
           {"indexed_rows", indexed_rows},
           {"always_included_rows", always_included_rows},
           {"query_positions", query_positions},
+          {"position_sample", positions.to_json(positions_evaluated)},
           {"layers", {layer_first, layer_last}},
           {"selected_row_bytes_per_row", selected_row_bytes_per_row},
           {"budgets", budgets}};

@@ -1,6 +1,7 @@
 #include "kvtool/scoring.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 namespace kvtool::scoring {
@@ -33,13 +34,40 @@ void pq_scores_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m
   pq_scores(lut, codes, n, m, k, score);
 }
 
+namespace {
+
+// A key whose ascending order is the selection order (score descending, then id ascending): the
+// float's bits mapped to an unsigned value of the same order (negatives flipped, -0 folded into
+// +0 since they compare equal), complemented so that larger scores come first, with the id in the
+// low half. Sorting plain integers avoids the indirect comparator's cache misses.
+uint64_t selection_key(float s, int64_t id) {
+  if (s == 0) s = 0;
+  uint32_t b;
+  std::memcpy(&b, &s, sizeof b);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (static_cast<uint64_t>(~b) << 32) | static_cast<uint32_t>(id);
+}
+
+}  // namespace
+
 std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
   const int64_t b = std::max<int64_t>(0, std::min(k, n));
-  auto better = [&](int64_t a, int64_t c) { return score[a] > score[c] || (score[a] == score[c] && a < c); };
-  std::partial_sort(order.begin(), order.begin() + b, order.end(), better);
-  order.resize(static_cast<size_t>(b));
+  std::vector<int64_t> order(static_cast<size_t>(b));
+  if (n > int64_t{UINT32_MAX}) {  // ids do not fit the key's low half: the comparator path
+    std::vector<int64_t> all(static_cast<size_t>(n));
+    std::iota(all.begin(), all.end(), 0);
+    auto better = [&](int64_t a, int64_t c) { return score[a] > score[c] || (score[a] == score[c] && a < c); };
+    std::partial_sort(all.begin(), all.begin() + b, all.end(), better);
+    std::copy(all.begin(), all.begin() + b, order.begin());
+    return order;
+  }
+  std::vector<uint64_t> keys(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) keys[i] = selection_key(score[i], i);
+  // Partition, then sort the b kept: O(n + b log b), where a heap of size b is O(n log b). The
+  // order is total, so the answer is the same sequence as a full sort's first b.
+  if (b < n) std::nth_element(keys.begin(), keys.begin() + b, keys.end());
+  std::sort(keys.begin(), keys.begin() + b);
+  for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(keys[i] & 0xffffffffu);
   return order;
 }
 

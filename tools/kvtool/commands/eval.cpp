@@ -15,7 +15,31 @@ struct Args {
   std::vector<int64_t> min_collisions;
   std::vector<double> quantiles;
   std::vector<std::string> options;  // --option NAME=VALUE: one more swept value of that option
+  std::string positions = "all";
+  uint64_t positions_seed = 0;
 };
+
+// --positions all | every:K | random:N (kvtool/eval.h PositionSample).
+PositionSample position_sample(const std::string& text, uint64_t seed) {
+  PositionSample ps;
+  ps.seed = seed;
+  if (text == "all") return ps;
+  const auto colon = text.find(':');
+  const std::string rule = text.substr(0, colon);
+  KVT_CHECK(colon != std::string::npos && (rule == "every" || rule == "random"), USAGE,
+            "--positions takes all, every:K or random:N, not '" << text << "'");
+  ps.rule = rule == "every" ? PositionSample::every : PositionSample::random;
+  const std::string count = text.substr(colon + 1);
+  size_t used = 0;
+  try {
+    ps.value = std::stoll(count, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  KVT_CHECK(used == count.size() && !count.empty() && ps.value > 0, USAGE,
+            "--positions " << rule << ": needs a whole number above 0, not '" << count << "'");
+  return ps;
+}
 
 // The swept values given on the command line, for the options the artifact's kind takes (the
 // others apply to other kinds and are ignored).
@@ -43,6 +67,7 @@ int run(const Args& a, const Flags& flags) {
   DumpReader d(a.source);
   EvalOptions eo;
   eo.sweep = sweep(a, find_kind(r.kind()));
+  eo.positions = position_sample(a.positions, a.positions_seed);
   eo.quiet = flags.quiet || flags.json;
   // The output files are opened first: a path that cannot be written fails before the work.
   std::unique_ptr<AtomicOutput> csv, plot;
@@ -70,6 +95,11 @@ cli::Command register_eval(CLI::App& app, Flags& flags) {
       "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); repeat to sweep");
   sub->add_option("--quantile", a->quantiles,
                   "squeeze: quantile(s) to evaluate, hierarchical and flat (default: all calibrated)");
+  sub->add_option("--positions", a->positions,
+                  "query positions to evaluate: all, every:K (every K-th) or random:N (N drawn with "
+                  "--positions-seed); the JSON's position_sample lists them")
+      ->capture_default_str();
+  sub->add_option("--positions-seed", a->positions_seed, "seed of --positions random:N")->capture_default_str();
   sub->add_option("--csv", a->csv, "write one row per (budget, layer, query head, position)");
   sub->add_option("--plot", a->plot, "write an SVG of retained mass vs selected fraction");
   sub->add_flag("--json", flags.json, "machine-readable output");

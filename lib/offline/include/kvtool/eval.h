@@ -15,11 +15,22 @@
 
 namespace kvtool {
 
+// Which dumped query positions (those at or after the coverage end) are evaluated: all of them,
+// every k-th (value = k), or `value` drawn at random without replacement from `seed` (SplitMix64,
+// kvtool/prng.h), so that a big dump evaluates in bounded time; the report records the sample.
+struct PositionSample {
+  enum Rule { all, every, random } rule = all;
+  int64_t value = 0;
+  uint64_t seed = 0;
+  json to_json(const std::vector<int64_t>& evaluated) const;  // {"rule", "value", "seed", "positions"}
+};
+
 struct EvalOptions {
   // Values to evaluate per query option of the artifact's kind (e.g. "budget" -> 0.05, 0.1, 0.2);
   // every combination is one setting. An option not named takes the kind's default sweep
   // (KindSpec::default_sweep) or its default value; naming one the kind does not take is USAGE.
   std::map<std::string, std::vector<std::string>> sweep;
+  PositionSample positions;
   bool quiet = true;
 };
 
@@ -61,6 +72,8 @@ struct EvalReport {
   int64_t coverage_end = 0, indexed_rows = 0, always_included_rows = 0, layer_first = 0, layer_last = 0,
           selected_row_bytes_per_row = 0;
   uint64_t query_positions = 0;
+  PositionSample positions;                  // the sample asked for
+  std::vector<int64_t> positions_evaluated;  // the positions it gave, ascending
   std::vector<EvalSetting> settings;
   json to_json() const;  // --json: {"schema_version", "kind", ..., "budgets": [...]}
 };
