@@ -1,2 +1,481 @@
-"""Placeholder: filled by the dump bindings."""
-__all__ = []
+"""Writing kvdump v1 files (formats/kvdump-v1.md) from Python: :class:`DumpWriter` layer by layer,
+:func:`write_dump` in one call, :func:`from_cache` from a PyTorch / Hugging Face KV cache.
+
+Every writer here streams: it converts and writes one layer at a time, so the memory it needs is
+about one layer's float32 copy (none at all for float32 C-contiguous inputs, which go to the C++
+writer without a copy). Files are written atomically: nothing exists at ``path`` until the dump is
+committed, and a failed or aborted write leaves nothing behind.
+"""
+import hashlib
+import json
+import operator
+import os
+
+import numpy as np
+
+from . import _kvtool
+from ._arrays import as_float32, as_int64
+from .errors import InvalidInputError, UsageError
+
+__all__ = ["DumpWriter", "write_dump", "from_cache"]
+
+_ZERO_SHA256 = "0" * 64
+
+# Identity keys (the root attributes of formats/kvdump-v1.md a caller may set) and their kinds.
+_STR_KEYS = ("model_artifact_sha256", "adapter_set_sha256", "position_contract", "rope_config",
+             "tenant_namespace", "representation", "generator")
+_INT_KEYS = ("checkpoint_generation", "namespace_generation", "request_generation", "cache_generation",
+             "publication_generation", "committed_frontier", "synthetic")
+_ALIASES = {"model_artifact_digest": "model_artifact_sha256", "adapter_set_digest": "adapter_set_sha256"}
+IDENTITY_KEYS = tuple(sorted(_STR_KEYS + _INT_KEYS))
+
+_IDENTITY_DOC = """
+    ``identity`` (a dict, every key optional) sets the dump's root attributes
+    (formats/kvdump-v1.md, "Root attributes"); they feed the digests that bind an artifact to its
+    dump, so set at least the model digest for anything you keep:
+
+    ========================== =====================================================================
+    key                        default
+    ========================== =====================================================================
+    model_artifact_sha256      ``"0" * 64`` (unknown model); the SHA-256 of your checkpoint file.
+                               ``model_artifact_digest`` is accepted as another name.
+    checkpoint_generation      0
+    adapter_set_sha256         SHA-256 of the empty adapter set (``kvtool.adapter-set.v1:[]``)
+    position_contract          ``"post-rope-absolute-v1"`` (K and Q after RoPE, absolute positions)
+    rope_config                ``{"theta": 10000.0, "scaling": "none", "pairing": "half",
+                               "head_dim": d}`` (Hugging Face's rotate-half; llama2.c/Meta use
+                               ``"pairing": "interleaved"``); a dict or a JSON object string
+    tenant_namespace           ``"default"``
+    namespace_generation,      0
+    request_generation,
+    cache_generation,
+    publication_generation
+    representation             ``"full-kv-fp16-post-rope-v1"`` (fp32 / bf16 after ``dtype``)
+    committed_frontier         T (every row committed); rows at or beyond it may hold anything
+    generator                  what wrote the file, e.g. ``"kvtool.from_cache (Python)"``
+    synthetic                  0; 1 marks synthetic data (``kvtool inspect`` says so)
+    ========================== =====================================================================
+
+    An unknown key raises :class:`kvtool.UsageError` listing the known ones."""
+
+
+def _usage(msg):
+    return UsageError(msg, "USAGE", 2)
+
+
+def _shape_error(msg):
+    return InvalidInputError(msg, "SHAPE_MISMATCH", 1)
+
+
+def _int(x, name, minimum=None):
+    if isinstance(x, bool):
+        raise _usage(f"{name} must be an int, got a bool")
+    try:
+        n = operator.index(x)
+    except TypeError:
+        raise _usage(f"{name} must be an int, got {type(x).__name__}") from None
+    if minimum is not None and n < minimum:
+        raise _usage(f"{name} must be at least {minimum}, got {n}")
+    return n
+
+
+def _path(path):
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise _usage(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+    return os.fsdecode(p)
+
+
+def _dtype_name(dtype):
+    """"f16" / "bf16" / "f32" (or float16, numpy and torch dtypes) as the name the C++ side parses."""
+    if isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text[len("torch."):]
+    try:
+        return np.dtype(dtype).name
+    except (TypeError, ValueError):
+        raise _usage(f"dtype must be 'f16', 'bf16' or 'f32', got {dtype!r}") from None
+
+
+def _identity(identity, dtype, head_dim, tokens, generator):
+    """The complete identity dict for the C++ writer: the caller's keys over the defaults."""
+    if identity is None:
+        identity = {}
+    if not hasattr(identity, "items"):
+        raise _usage(f"identity must be a dict, got {type(identity).__name__}")
+    given = {}
+    for key, value in identity.items():
+        key = _ALIASES.get(key, key)
+        if key not in IDENTITY_KEYS:
+            raise _usage(f"unknown identity key {key!r}; known keys: {', '.join(IDENTITY_KEYS)}")
+        given[key] = value
+    rep = {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16"}.get(dtype, "bf16")
+    out = {
+        "model_artifact_sha256": _ZERO_SHA256,
+        "adapter_set_sha256": hashlib.sha256(b"kvtool.adapter-set.v1:[]").hexdigest(),
+        "position_contract": "post-rope-absolute-v1",
+        "rope_config": {"theta": 10000.0, "scaling": "none", "pairing": "half", "head_dim": head_dim},
+        "tenant_namespace": "default",
+        "representation": f"full-kv-{rep}-post-rope-v1",
+        "generator": f"{generator} (Python, kvtool {_kvtool.__version__})",
+        "committed_frontier": tokens,
+        "synthetic": 0,
+    }
+    out.update({k: 0 for k in _INT_KEYS if k not in out})
+    out.update(given)
+    if isinstance(out["rope_config"], dict):
+        try:
+            out["rope_config"] = json.dumps(out["rope_config"], sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise _usage(f"identity['rope_config'] is not JSON: {e}") from None
+    for k in _STR_KEYS:
+        if not isinstance(out[k], str):
+            raise _usage(f"identity[{k!r}] must be a str, got {type(out[k]).__name__}")
+        try:
+            out[k].encode("utf-8")
+        except UnicodeEncodeError:
+            raise _usage(f"identity[{k!r}] is not valid Unicode text") from None
+    for k in _INT_KEYS:
+        out[k] = int(out[k]) if isinstance(out[k], bool) else _int(out[k], f"identity[{k!r}]")
+    return out
+
+
+def _head_map(kv_heads, q_heads, q_to_kv_head):
+    if q_to_kv_head is not None:
+        m = as_int64(q_to_kv_head, "q_to_kv_head")
+        if q_heads is not None and q_heads != len(m):
+            raise _usage(f"q_heads={q_heads} but q_to_kv_head has {len(m)} entries")
+        return [int(h) for h in m]
+    q_heads = kv_heads if q_heads is None else q_heads
+    if kv_heads < 1 or q_heads < 1 or q_heads > 4096 or q_heads % kv_heads:
+        raise _usage(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads}) in [1, 4096]")
+    group = q_heads // kv_heads
+    return [h // group for h in range(q_heads)]
+
+
+class DumpWriter:
+    """Writes a kvdump v1 file one layer at a time, atomically.
+
+    ``DumpWriter(path, *, layers, kv_heads, head_dim, tokens, q_heads=None, q_to_kv_head=None,
+    q_tokens=0, dtype="f16", identity=None, overwrite=False)``
+
+    Only one layer's data is held at a time: :meth:`add_layer` converts it (no copy for
+    C-contiguous float32), checks it and writes it to a temporary file next to ``path``;
+    :meth:`commit` renames that file onto ``path``. Nothing exists at ``path`` before commit, and
+    :meth:`abort` (or an exception inside a ``with`` block, or a writer garbage-collected without
+    commit) removes the temporary.
+
+    Geometry: ``layers`` (L), ``kv_heads`` (H), ``head_dim`` (d), ``tokens`` (T, the rows of the
+    cache). ``q_tokens`` (T_q > 0) adds post-RoPE queries ``/kv/q`` of ``q_heads`` query heads
+    (default ``kv_heads``); every layer must then get its ``q``. ``q_to_kv_head`` maps each query
+    head to its KV head (GQA); default ``h -> h // (q_heads // kv_heads)``.
+    ``dtype``: ``"f16"`` (default), ``"bf16"`` or ``"f32"`` (also ``float16`` ...; numpy or torch
+    dtypes) is the stored type; inputs are converted to it. ``overwrite=False`` refuses an existing
+    ``path`` (``OUTPUT_EXISTS``).
+    {identity}
+
+    Errors are :class:`kvtool.Error` with a reason: ``SHAPE_MISMATCH`` (a layer's K/V/Q shape
+    differs from the geometry), ``NON_FINITE`` (NaN/Inf in a committed row or in a query, or a
+    value too large for f16/bf16), ``USAGE`` (layer out of range or added twice, ``q`` without
+    ``q_tokens``, missing layers at commit, unknown dtype), ``BAD_HEAD_MAP``, ``BAD_ATTRIBUTE``,
+    ``FRONTIER_BEYOND_T``, ``OUTPUT_EXISTS``, ``IO_ERROR``. The writer checks everything
+    ``kvtool verify`` checks, so a committed dump verifies.
+
+    Example::
+
+        with kvtool.DumpWriter("run.h5", layers=L, kv_heads=H, head_dim=d, tokens=T,
+                               identity={"model_artifact_sha256": sha}) as w:
+            for l in range(L):
+                w.add_layer(l, k[l], v[l])          # [H, T, d] each, numpy or torch
+            w.set_tokens(input_ids)
+        # committed here; an exception in the block would have left no file
+    """
+
+    def __init__(self, path, *, layers, kv_heads, head_dim, tokens, q_heads=None, q_to_kv_head=None,
+                 q_tokens=0, dtype="f16", identity=None, overwrite=False):
+        self._setup(path, layers, kv_heads, head_dim, tokens, q_heads, q_to_kv_head, q_tokens, dtype, identity,
+                    overwrite, "kvtool.DumpWriter")
+
+    @classmethod
+    def _open(cls, *args):
+        """A writer whose ``generator`` attribute names the caller (write_dump, from_cache)."""
+        w = cls.__new__(cls)
+        w._setup(*args)
+        return w
+
+    def _setup(self, path, layers, kv_heads, head_dim, tokens, q_heads, q_to_kv_head, q_tokens, dtype, identity,
+               overwrite, generator):
+        path = _path(path)
+        layers = _int(layers, "layers", 1)
+        kv_heads = _int(kv_heads, "kv_heads", 1)
+        head_dim = _int(head_dim, "head_dim", 1)
+        tokens = _int(tokens, "tokens", 1)
+        q_tokens = _int(q_tokens, "q_tokens", 0)
+        q_heads = None if q_heads is None else _int(q_heads, "q_heads", 1)
+        dtype = _dtype_name(dtype)
+        head_map = _head_map(kv_heads, q_heads, q_to_kv_head)
+        ident = _identity(identity, dtype, head_dim, tokens, generator)
+        self._path = path
+        # bytes: a path that is not valid UTF-8 (os.fsdecode's surrogate escapes) still reaches open()
+        self._w = _kvtool._DumpWriter(os.fsencode(path), layers, kv_heads, head_dim, tokens, q_tokens, dtype, ident,
+                                      head_map, bool(overwrite))
+        self.layers, self.kv_heads, self.head_dim, self.tokens = layers, kv_heads, head_dim, tokens
+        self.q_heads, self.q_tokens, self.q_to_kv_head = len(head_map), q_tokens, head_map
+
+    def add_layer(self, layer, k, v, q=None):
+        """Writes layer ``layer``: ``k``, ``v`` ``[kv_heads, tokens, head_dim]`` (a leading batch
+        axis of 1 is accepted), ``q`` ``[q_heads, q_tokens, head_dim]`` post-RoPE queries (needed
+        on every layer when the writer has ``q_tokens > 0``). NumPy arrays, torch CPU tensors or
+        nested lists; float32 C-contiguous inputs are written without a copy. Each layer once."""
+        layer = _int(layer, "layer")
+        k = self._layer_array(k, "k")
+        v = self._layer_array(v, "v")
+        if q is not None:
+            q = self._layer_array(q, "q")
+        self._w.add_layer(layer, k, v, q)
+
+    @staticmethod
+    def _layer_array(x, name):
+        a = as_float32(x, name)
+        if a.ndim == 4:
+            if a.shape[0] != 1:
+                raise _shape_error(f"{name} has a batch axis of {a.shape[0]}; pass one sequence ({name}[i])")
+            a = a[0]  # a view, still C-contiguous
+        if a.ndim != 3:
+            raise _usage(f"{name} must be [heads, tokens, head_dim] (3-D), got shape {tuple(a.shape)}")
+        return a
+
+    def set_tokens(self, ids):
+        """Token id of each of the ``tokens`` rows (``/kv/tokens``, int32 on disk)."""
+        self._w.set_tokens(as_int64(ids, "tokens"))
+
+    def set_positions(self, positions):
+        """Original logical position of each row, strictly increasing (``/kv/positions``; default
+        ``0..T-1``, i.e. not written)."""
+        self._w.set_positions(as_int64(positions, "positions"))
+
+    def set_q_positions(self, positions):
+        """Row of each of the ``q_tokens`` dumped queries (``/kv/q_positions``), each in ``[0, T)``.
+        Default: the last ``q_tokens`` rows, ``range(T - q_tokens, T)``."""
+        self._w.set_q_positions(as_int64(positions, "q_positions"))
+
+    def commit(self):
+        """Checks that every layer was added, writes tokens/positions and renames the file onto
+        ``path`` (fsync'd). Returns ``path``. A commit refused for missing layers or queries
+        (``USAGE``) leaves the writer open: add them and commit again. A commit that fails while
+        writing removes the temporary (state ``"failed"``); ``path`` is then left as it was."""
+        self._w.commit()
+        return self._path
+
+    def abort(self):
+        """Drops the temporary file; ``path`` is left as it was. No-op after :meth:`commit`."""
+        self._w.abort()
+
+    @property
+    def path(self):
+        """The output path."""
+        return self._path
+
+    @property
+    def state(self):
+        """``"open"``, ``"committed"``, ``"aborted"`` or ``"failed"``."""
+        return self._w.state
+
+    @property
+    def missing_layers(self):
+        """Layers not yet added (a list of ints)."""
+        return self._w.missing_layers()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+            return False
+        if self.state == "open":
+            try:
+                self.commit()
+            except BaseException:
+                self.abort()
+                raise
+        return False
+
+    def __repr__(self):
+        return (f"<kvtool.DumpWriter {self.path!r} L={self.layers} H={self.kv_heads} T={self.tokens} "
+                f"d={self.head_dim} {self.state}>")
+
+
+if DumpWriter.__doc__:  # None under python -OO
+    DumpWriter.__doc__ = DumpWriter.__doc__.replace("{identity}", _IDENTITY_DOC.strip())
+
+
+def _shape(x):
+    s = getattr(x, "shape", None)
+    if s is None:
+        try:
+            s = np.shape(x)
+        except (TypeError, ValueError) as e:
+            raise _usage(f"cannot read the shape of a {type(x).__name__}: {e}") from None
+    return tuple(int(n) for n in s)
+
+
+def _write_layers(path, k, v, q, *, q_positions, tokens, positions, dtype, identity, q_to_kv_head,
+                  overwrite, generator):
+    """Shared by write_dump and from_cache: k, v, q are sequences of per-layer [H, T, d] items,
+    indexed lazily so that only the layer being written is converted."""
+    L = len(k)
+    if L < 1:
+        raise _usage("the cache has no layers")
+    if len(v) != L:
+        raise _shape_error(f"k has {L} layers but v has {len(v)}")
+    H, T, d = _layer_shape(k[0], "k[0]")
+    q_heads, q_tokens = None, 0
+    if q is not None:
+        if len(q) != L:
+            raise _shape_error(f"k has {L} layers but q has {len(q)}")
+        q_heads, q_tokens, _ = _layer_shape(q[0], "q[0]")
+    elif q_positions is not None:
+        raise _usage("q_positions given without queries")
+    with DumpWriter._open(path, L, H, d, T, q_heads, q_to_kv_head, q_tokens, dtype, identity, overwrite,
+                          generator) as w:
+        for layer in range(L):
+            w.add_layer(layer, k[layer], v[layer], None if q is None else q[layer])
+        if tokens is not None:
+            w.set_tokens(tokens)
+        if positions is not None:
+            w.set_positions(positions)
+        if q_positions is not None:
+            w.set_q_positions(q_positions)
+    return w.path
+
+
+def _layer_shape(x, name):
+    s = _shape(x)
+    if len(s) == 4 and s[0] == 1:
+        s = s[1:]
+    if len(s) != 3:
+        raise _usage(f"{name} must be [heads, tokens, head_dim], got shape {s}")
+    return s
+
+
+def write_dump(path, k, v, *, q=None, q_positions=None, tokens=None, positions=None, dtype="f16",
+               identity=None, q_to_kv_head=None, overwrite=False):
+    """Writes a kvdump v1 file from whole arrays and returns ``path``.
+
+    ``k``, ``v``: ``[L, kv_heads, T, d]`` arrays (NumPy or torch CPU) or a list of per-layer
+    ``[kv_heads, T, d]`` arrays; post-RoPE keys and values of one sequence. ``q``: optional
+    post-RoPE queries, ``[L, q_heads, T_q, d]`` or a per-layer list; ``q_positions`` the row of
+    each query (default: the last T_q rows). ``tokens``: token ids ``[T]``; ``positions``: logical
+    positions ``[T]`` (strictly increasing; default ``0..T-1``). ``q_to_kv_head``: query head ->
+    KV head map (default grouped). ``dtype``: stored type, ``"f16"``, ``"bf16"`` or ``"f32"``.
+    ``overwrite=False`` refuses an existing file. Layers are converted and written one at a time
+    (see :class:`DumpWriter` for the identity keys and the errors); nothing is left at ``path`` if
+    anything fails.
+
+    Example::
+
+        k = np.random.randn(2, 4, 128, 64).astype(np.float32)   # [L, H, T, d]
+        kvtool.write_dump("x.h5", k, k, dtype="f32", identity={"tenant_namespace": "me"})
+    """
+    for name, x in (("k", k), ("v", v), ("q", q)):
+        if x is not None and hasattr(x, "ndim") and x.ndim != 4:
+            raise _usage(f"{name} must be [L, heads, T, d] or a list of per-layer [heads, T, d], "
+                         f"got shape {tuple(x.shape)}")
+    return _write_layers(_path(path), k, v, q, q_positions=q_positions, tokens=tokens, positions=positions,
+                         dtype=dtype, identity=identity, q_to_kv_head=q_to_kv_head, overwrite=overwrite,
+                         generator="kvtool.write_dump")
+
+
+class _BatchView:
+    """Lazy per-layer view ``seq[l][b]`` of a per-layer list of [batch, ...] tensors."""
+
+    def __init__(self, seq, b, name):
+        self._seq, self._b, self._name = seq, b, name
+
+    def __len__(self):
+        return len(self._seq)
+
+    def __getitem__(self, layer):
+        x = self._seq[layer]
+        if x is None:
+            raise _usage(f"layer {layer} of the cache has no {self._name} (an empty cache layer)")
+        s = _shape(x)
+        if len(s) != 4:
+            raise _usage(f"{self._name} of layer {layer} must be [batch, heads, T, d], got shape {s}")
+        if not 0 <= self._b < s[0]:
+            raise _usage(f"batch_index {self._b} is outside the batch of {s[0]} ({self._name} of layer {layer})")
+        return x[self._b]  # a view for numpy and torch: only this sequence is ever converted
+
+
+def _cache_layers(cache):
+    """(keys, values): per-layer lists of the cache's [batch, kv_heads, T, d] tensors (references)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None and not isinstance(cache, (list, tuple)):
+        layers = list(layers)
+        if layers and all(hasattr(x, "keys") and not callable(x.keys) for x in layers):
+            return [x.keys for x in layers], [x.values for x in layers]
+    if hasattr(cache, "key_cache") and hasattr(cache, "value_cache"):
+        return list(cache.key_cache), list(cache.value_cache)
+    if isinstance(cache, (list, tuple)):
+        keys, values = [], []
+        for i, entry in enumerate(cache):
+            if not isinstance(entry, (list, tuple)) or len(entry) < 2:
+                raise _usage(f"past_key_values[{i}] must be a (k, v) pair, got {type(entry).__name__}")
+            keys.append(entry[0])
+            values.append(entry[1])
+        return keys, values
+    raise _usage(f"past_key_values of type {type(cache).__name__} is not a supported cache: expected a "
+                 "tuple of per-layer (k, v), an object with key_cache/value_cache lists (HF DynamicCache) "
+                 "or one with layers[i].keys/.values")
+
+
+def from_cache(past_key_values, path, *, queries=None, q_positions=None, tokens=None, positions=None,
+               batch_index=0, dtype="f16", identity=None, q_to_kv_head=None, overwrite=False):
+    """Writes the KV cache of a PyTorch / Hugging Face forward pass as a kvdump v1 file; returns ``path``.
+
+    ``past_key_values`` is any of:
+
+    * a tuple/list of per-layer ``(k, v)`` with ``k``, ``v`` ``[batch, kv_heads, T, d]``
+      (HF's legacy ``past_key_values``; extra entries after ``(k, v)`` are ignored);
+    * an object with ``key_cache`` / ``value_cache`` lists (HF ``DynamicCache``);
+    * an object with ``layers[i].keys`` / ``layers[i].values`` (newer HF caches).
+
+    Tensors may be torch CPU tensors (any float dtype, ``requires_grad`` is fine) or NumPy arrays.
+    Only sequence ``batch_index`` of the batch is written, through a view; layers are converted and
+    written one at a time, so the extra memory is about one layer of one sequence in float32 (none
+    for float32 tensors). HF stores keys after RoPE, as the dump format wants.
+
+    ``queries``: ``None`` or a per-layer list of ``[batch, q_heads, T_q, d]`` post-RoPE queries
+    (what a forward hook on the attention records); ``q_positions`` the row of each query
+    (default: the last T_q rows, ``range(T - T_q, T)``). ``tokens``: the ``[T]`` token ids (HF's ``[batch, T]``
+    ``input_ids`` also: row ``batch_index`` is used); ``positions``: ``[T]`` (or ``[batch, T]``)
+    logical positions if not ``0..T-1``.
+    ``q_to_kv_head``: query head -> KV head map; default grouped from the queries' head count
+    (without queries it defaults to one query head per KV head: pass it for GQA models).
+    ``dtype``: stored type, ``"f16"`` (default), ``"bf16"`` or ``"f32"``. ``identity``: the dump's
+    identity attributes (keys and defaults in ``help(kvtool.DumpWriter)``; set
+    ``model_artifact_sha256`` and ``rope_config`` to describe your model).
+
+    Example::
+
+        out = model(input_ids, use_cache=True)
+        kvtool.from_cache(out.past_key_values, "prompt.h5", tokens=input_ids,
+                          identity={"model_artifact_sha256": sha256_of_checkpoint})
+    """
+    keys, values = _cache_layers(past_key_values)
+    b = _int(batch_index, "batch_index", 0)
+    q = None
+    if queries is not None:
+        if not isinstance(queries, (list, tuple)):
+            raise _usage(f"queries must be a per-layer list of [batch, q_heads, T_q, d], got {type(queries).__name__}")
+        q = _BatchView(list(queries), b, "queries")
+    # HF's input_ids / position_ids are [batch, T]: take the same sequence as the cache.
+    tokens, positions = (x[b] if x is not None and len(_shape(x)) == 2 else x for x in (tokens, positions))
+    return _write_layers(_path(path), _BatchView(keys, b, "keys"), _BatchView(values, b, "values"), q,
+                         q_positions=q_positions, tokens=tokens, positions=positions, dtype=dtype,
+                         identity=identity, q_to_kv_head=q_to_kv_head, overwrite=overwrite,
+                         generator="kvtool.from_cache")

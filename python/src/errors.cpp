@@ -3,6 +3,8 @@
 // .exit_code (what the command-line tools would exit with).
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 #include "bindings.h"
 #include "kvtool/error.h"
 
@@ -27,7 +29,11 @@ const char* class_for(ExitCode e) {
 void raise_error(const Error& err) {
   py::module_ errors = py::module_::import("kvtool.errors");
   py::object cls = errors.attr(class_for(err.exit_code()));
-  py::object exc = cls(err.what(), err.reason_name(), static_cast<int>(err.exit_code()));
+  // Messages quote paths, which need not be UTF-8: undecodable bytes become \xNN escapes rather than
+  // a UnicodeDecodeError in place of the real error.
+  auto message =
+      py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(err.what(), std::strlen(err.what()), "backslashreplace"));
+  py::object exc = cls(message, err.reason_name(), static_cast<int>(err.exit_code()));
   PyErr_SetObject(cls.ptr(), exc.ptr());
 }
 
