@@ -1,2 +1,278 @@
-"""Placeholder: filled by the reports bindings."""
-__all__ = []
+"""Reports and builds: ``inspect``, ``verify``, ``build``, ``eval`` and ``query``.
+
+Each function runs the library call of the matching ``kvtool`` command and returns the same
+object as its ``--json`` output, as a dict (so ``kvtool.verify(p)["ok"]`` reads what
+``kvtool verify p --json`` prints). Failures raise :class:`kvtool.Error` with the command's reason
+and exit code. The long calls (verify, build, eval, query) release the GIL: other Python threads
+run meanwhile.
+"""
+import json
+import math
+import numbers
+import os
+
+import numpy as np
+
+from . import _kvtool
+from ._arrays import as_float32
+from .errors import UsageError
+
+__all__ = ["inspect", "verify", "build", "eval", "query"]
+
+
+def _usage(msg):
+    return UsageError(msg, "USAGE", 2)
+
+
+def _path(p, name):
+    """A str or os.PathLike file path (UsageError otherwise)."""
+    try:
+        p = os.fspath(p)
+    except TypeError:
+        raise _usage(f"{name} must be a path (str or os.PathLike), got {type(p).__name__}") from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p or "\0" in p:
+        raise _usage(f"{name} must be a non-empty path without NUL characters")
+    return p
+
+
+def _int(x, name, minimum=None):
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise _usage(f"{name} must be an integer, got {x!r}")
+    x = int(x)
+    if minimum is not None and x < minimum:
+        raise _usage(f"{name} must be >= {minimum}, got {x}")
+    if x >= 2**63:
+        raise _usage(f"{name} is out of range: {x}")
+    return x
+
+
+def _setting_text(name, v):
+    """One query/eval option value as the text the command line would carry."""
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    if isinstance(v, numbers.Real):
+        v = float(v)
+        if not math.isfinite(v):
+            raise _usage(f"{name} must be finite, got {v}")
+        return repr(v)
+    if isinstance(v, str):
+        return v
+    raise _usage(f"{name} must be a number, a bool or a string, got {type(v).__name__}")
+
+
+def _settings(settings):
+    """**settings of query/Pool queries -> {name: text} (None values dropped)."""
+    return {k: _setting_text(k, v) for k, v in settings.items() if v is not None}
+
+
+def _key_paths(keys, name="trusted_keys"):
+    if isinstance(keys, (str, os.PathLike)):
+        keys = [keys]
+    try:
+        return [_path(k, name) for k in keys]
+    except TypeError:
+        raise _usage(f"{name} must be a sequence of PEM paths or key directories") from None
+
+
+def inspect(path, *, top_channels=3, unchecked=False):
+    """What ``kvtool inspect PATH --json`` prints, as a dict.
+
+    ``path`` is a dump (HDF5) or an artifact (.kvi), told apart by content. A dump: shapes, dtype,
+    identity, frontier, byte ledger, per-(layer, head) health with ``top_channels`` outlier
+    channels. An artifact: manifest, sections, signature, source binding, after the checks
+    ``verify`` runs (``unchecked=True`` looks into one that fails them, as ``--unchecked``).
+    """
+    top = _int(top_channels, "top_channels", 0)
+    return json.loads(_kvtool.inspect(_path(path, "path"), top, bool(unchecked)))
+
+
+def verify(path, *, source=None, strict_snapshot=False, trusted_keys=(), require_signature=False):
+    """What ``kvtool verify PATH --json`` prints, as a dict; raises kvtool.Error when it fails.
+
+    For an artifact: structure, every digest, the signature, and with ``source`` (a dump path) the
+    content binding to that dump (``strict_snapshot``: also its generations and frontier).
+    ``trusted_keys``: PEM public key files or directories of ``*.pem`` (as ``--pubkey`` /
+    ``--trusted-keys``); ``require_signature`` needs at least one.
+    """
+    src = "" if source is None else _path(source, "source")
+    return json.loads(
+        _kvtool.verify(_path(path, "path"), src, bool(strict_snapshot), _key_paths(trusted_keys), bool(require_signature))
+    )
+
+
+def _seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**64:
+        raise _usage(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    return int(seed)
+
+
+def _layer_range(layers):
+    """layers= as (first, last): None (all), an int, "A-B", "A" or a (first, last) pair."""
+    if layers is None:
+        return 0, -1
+    if isinstance(layers, str):
+        parts = layers.split("-")
+        try:
+            nums = [int(p) for p in parts]
+        except ValueError:
+            nums = []
+        if len(nums) not in (1, 2) or min(nums) < 0:
+            raise _usage(f"layers must be 'A-B' (inclusive), 'A', an int or a (first, last) pair, got {layers!r}")
+        return nums[0], nums[-1]
+    if isinstance(layers, numbers.Integral) and not isinstance(layers, bool):
+        return _int(layers, "layers", 0), int(layers)
+    try:
+        first, last = layers
+    except (TypeError, ValueError):
+        raise _usage(f"layers must be 'A-B', an int or a (first, last) pair, got {layers!r}") from None
+    return _int(first, "layers[0]", 0), _int(last, "layers[1]", 0)
+
+
+def _shard(shard):
+    """shard= as (index, count): None, "I/N" or an (index, count) pair."""
+    if shard is None:
+        return 0, 1
+    if isinstance(shard, str):
+        try:
+            i, n = (int(p) for p in shard.split("/"))
+        except ValueError:
+            raise _usage(f"shard must be 'I/N' or an (index, count) pair, got {shard!r}") from None
+    else:
+        try:
+            i, n = shard
+        except (TypeError, ValueError):
+            raise _usage(f"shard must be 'I/N' or an (index, count) pair, got {shard!r}") from None
+        i, n = _int(i, "shard index"), _int(n, "shard count")
+    if not (n >= 1 and 0 <= i < n):
+        raise _usage(f"shard must be I/N with 0 <= I < N, got {i}/{n}")
+    return i, n
+
+
+def _json_value(v):
+    """A build parameter as JSON: numbers, strings, bools, lists of them (NumPy values too)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (tuple, list)):
+        return [_json_value(x) for x in v]
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    return v
+
+
+def _dumps(obj, what):
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise _usage(f"{what}: {e}") from None
+
+
+def build(kind, dump, out, *, prefix=None, sink=None, local=None, layers=None, seed=0, threads=0, sign_key=None,
+          shard=None, **params):
+    """Build an index of ``kind`` ("pq", "clusterkv", "lsh", "squeeze") over ``dump`` into the
+    artifact ``out``; returns what ``kvtool build KIND ... --json`` prints (its ``manifest_sha256``,
+    ``content_digest``, parts, coverage) as a dict.
+
+    The common options are those of every ``kvtool build``: ``prefix`` (coverage end; default the
+    dump's committed frontier), ``sink``/``local`` (default: per kind), ``layers`` ("A-B", an int or
+    a (first, last) pair), ``seed``, ``threads`` (0: every CPU; the artifact does not depend on
+    it), ``sign_key`` (Ed25519 PEM), ``shard`` ("I/N" or (I, N)) and ``zstd_level`` (0..19,
+    default 3). ``params`` are the kind's options with ``_`` for ``-``: pq ``subspaces``, ``bits``,
+    ``iters``, ``max_points_per_centroid``; clusterkv ``tokens_per_cluster`` | ``clusters``,
+    ``iters``, ``centroid`` ("raw-mean" | "spherical"), ``dense_layers`` (list); lsh ``bits``,
+    ``tables``; squeeze ``percent_clusters``, ``coarse_percent``, ``observation_window``,
+    ``quantiles`` (list), ``iters``, ``calibration_queries`` (path), ``coarse_factor``. A name the
+    kind does not take raises UsageError. The same options and seed give the artifact the command
+    line gives, byte for byte; nothing is left at ``out`` when the build fails.
+    """
+    if not isinstance(kind, str):
+        raise _usage(f"kind must be a string, got {type(kind).__name__}")
+    first, last = _layer_range(layers)
+    index, count = _shard(shard)
+    zstd = params.pop("zstd_level", 3)
+    options = {
+        "output": _path(out, "out"),
+        "prefix": -1 if prefix is None else _int(prefix, "prefix", 0),
+        "sink": -1 if sink is None else _int(sink, "sink", 0),
+        "local": -1 if local is None else _int(local, "local", 0),
+        "layer_first": first,
+        "layer_last": last,
+        "seed": _seed(seed),
+        "threads": _int(threads, "threads", 0),
+        "shard_index": index,
+        "shard_count": count,
+        "sign_key": "" if sign_key is None else _path(sign_key, "sign_key"),
+        "zstd_level": _int(zstd, "zstd_level", 0),
+    }
+    if options["threads"] >= 2**31:
+        raise _usage(f"threads is out of range: {threads}")
+    kind_params = {k: _json_value(v) for k, v in params.items() if v is not None}
+    text = _kvtool.build(kind, _path(dump, "dump"), _dumps(options, "build options"),
+                         _dumps(kind_params, f"{kind} parameters"))
+    return json.loads(text)
+
+
+def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, **sweep):  # noqa: A001
+    """Evaluate ``artifact`` against dense attention over ``dump``'s recorded queries; returns what
+    ``kvtool eval ART --source DUMP --json`` prints, as a dict (one entry of ``"budgets"`` per
+    setting: retained mass, oracle, recall, output error, selected fraction, bytes).
+
+    ``sweep``: the kind's query options, each a value or a list of values to sweep (every
+    combination is one setting), e.g. ``budget=[0.05, 0.1]`` (pq, clusterkv),
+    ``min_collisions=[1, 2]`` (lsh), ``quantile=0.8, flat=True`` (squeeze). Options not named take
+    the kind's defaults, as on the command line; a name the kind does not take raises UsageError.
+    With ``records=True``, ``result["records"]`` is a list of dicts, one per (setting, layer, query
+    head, position) with the columns of ``eval --csv`` (``pandas.DataFrame(result["records"])``).
+    ``positions``: ``"all"`` (default), ``"every:K"`` or ``"random:N"`` (drawn with
+    ``positions_seed``) of the dumped query positions, as ``--positions``; ``result["position_sample"]``
+    lists those evaluated.
+    """
+    lists = {}
+    for name, values in sweep.items():
+        if values is None:
+            continue
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            values = [values]
+        lists[name] = [_setting_text(name, v) for v in values]
+        if not lists[name]:
+            raise _usage(f"{name}: an empty list of values to sweep")
+    if not isinstance(positions, str):
+        raise _usage(f"positions: 'all', 'every:K' or 'random:N', not {positions!r}")
+    text, recs = _kvtool.eval(_path(artifact, "artifact"), _path(dump, "dump"), lists, bool(records), positions,
+                              int(positions_seed))
+    result = json.loads(text)
+    if records:
+        result["records"] = recs
+    return result
+
+
+def _receipt(answer):
+    """(JSON text, candidates, scores) from the bindings -> the receipt dict with arrays."""
+    text, ids, scores = answer
+    r = json.loads(text)
+    r["candidates"] = ids
+    r["scores"] = scores
+    return r
+
+
+def query(artifact, source, *, layer, q_head, position=None, vector=None, **settings):
+    """The candidate receipt of one query, as ``kvtool query ART --source DUMP --json`` prints it,
+    with ``"candidates"`` (np.int64 row ids) and ``"scores"`` (np.float32) as arrays.
+
+    The query is ``vector`` (d numbers: NumPy array, torch CPU tensor or list; ``position``
+    defaults to the coverage end - 1) or the dumped query of (``layer``, ``q_head``) at
+    ``position``. ``settings`` are the kind's query options, e.g. ``budget=0.1`` or ``budget=64``
+    (pq, clusterkv), ``min_collisions=2`` (lsh), ``quantile=0.8, flat=True`` (squeeze); a name the
+    kind does not take raises UsageError.
+    """
+    layer = _int(layer, "layer")
+    q_head = _int(q_head, "q_head")
+    pos = None if position is None else _int(position, "position")
+    vec = None if vector is None else as_float32(vector, "vector", ndim=1)
+    return _receipt(_kvtool.query(_path(artifact, "artifact"), _path(source, "source"), layer, q_head, pos, vec,
+                                  _settings(settings)))

@@ -9,6 +9,7 @@
 
 #include "impl/stats.h"
 #include "impl/eval_parts.h"
+#include "kvtool/builder.h"
 #include "kvtool/error.h"
 #include "kvtool/prng.h"
 #include "kvtool/progress.h"
@@ -243,6 +244,9 @@ void eval_kv_head(EvalRun& run, int64_t l, int64_t kvh) {
 EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
                     std::vector<EvalRecord>* records) {
   check_source(art.source(), dump, false);
+  // OpenBLAS splits a dgemm differently for different thread counts, which changes the last bits:
+  // one thread keeps the report the same bytes whatever the machine (as builds do, builder.h).
+  pin_blas_single_thread();
   const auto& info = dump.info();
   const auto& g = info.geo;
   KVT_CHECK(info.has_q, NO_QUERIES, "the dump has no /kv/q queries to evaluate with (dump it with --queries)");
@@ -285,6 +289,27 @@ EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const Eva
   rep.selected_row_bytes_per_row = row_bytes;
   rep.settings = setting_summaries(totals, settings, lf, ll, row_bytes, index_bytes, art.file_size() - index_bytes);
   return rep;
+}
+
+PositionSample PositionSample::parse(const std::string& text, uint64_t seed) {
+  PositionSample ps;
+  ps.seed = seed;
+  if (text == "all") return ps;
+  const auto colon = text.find(':');
+  const std::string rule = text.substr(0, colon);
+  KVT_CHECK(colon != std::string::npos && (rule == "every" || rule == "random"), USAGE,
+            "positions: all, every:K or random:N, not '" << text << "'");
+  ps.rule = rule == "every" ? every : random;
+  const std::string count = text.substr(colon + 1);
+  size_t used = 0;
+  try {
+    ps.value = std::stoll(count, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  KVT_CHECK(used == count.size() && !count.empty() && ps.value > 0, USAGE,
+            "positions " << rule << ": needs a whole number above 0, not '" << count << "'");
+  return ps;
 }
 
 json PositionSample::to_json(const std::vector<int64_t>& evaluated) const {

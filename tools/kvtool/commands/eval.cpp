@@ -19,28 +19,6 @@ struct Args {
   uint64_t positions_seed = 0;
 };
 
-// --positions all | every:K | random:N (kvtool/eval.h PositionSample).
-PositionSample position_sample(const std::string& text, uint64_t seed) {
-  PositionSample ps;
-  ps.seed = seed;
-  if (text == "all") return ps;
-  const auto colon = text.find(':');
-  const std::string rule = text.substr(0, colon);
-  KVT_CHECK(colon != std::string::npos && (rule == "every" || rule == "random"), USAGE,
-            "--positions takes all, every:K or random:N, not '" << text << "'");
-  ps.rule = rule == "every" ? PositionSample::every : PositionSample::random;
-  const std::string count = text.substr(colon + 1);
-  size_t used = 0;
-  try {
-    ps.value = std::stoll(count, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  KVT_CHECK(used == count.size() && !count.empty() && ps.value > 0, USAGE,
-            "--positions " << rule << ": needs a whole number above 0, not '" << count << "'");
-  return ps;
-}
-
 // The swept values given on the command line, for the options the artifact's kind takes (the
 // others apply to other kinds and are ignored).
 // An unknown kind gets them all (evaluate() reports the kind).
@@ -67,7 +45,7 @@ int run(const Args& a, const Flags& flags) {
   DumpReader d(a.source);
   EvalOptions eo;
   eo.sweep = sweep(a, find_kind(r.kind()));
-  eo.positions = position_sample(a.positions, a.positions_seed);
+  eo.positions = PositionSample::parse(a.positions, a.positions_seed);
   eo.quiet = flags.quiet || flags.json;
   // The output files are opened first: a path that cannot be written fails before the work.
   std::unique_ptr<AtomicOutput> csv, plot;

@@ -23,6 +23,8 @@ struct PositionSample {
   int64_t value = 0;
   uint64_t seed = 0;
   json to_json(const std::vector<int64_t>& evaluated) const;  // {"rule", "value", "seed", "positions"}
+  // "all", "every:K" or "random:N" (K, N > 0); USAGE otherwise.
+  static PositionSample parse(const std::string& text, uint64_t seed = 0);
 };
 
 struct EvalOptions {

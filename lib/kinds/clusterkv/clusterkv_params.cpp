@@ -1,0 +1,27 @@
+// kind "clusterkv": its builder from JSON parameters (kvtool/kind_builders.h), the same names and
+// rules as `kvtool build clusterkv`'s options.
+#include "clusterkv/clusterkv.h"
+#include "kvtool/error.h"
+#include "kvtool/kind_builders.h"
+
+namespace kvtool {
+
+std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params) {
+  BuildParams in("clusterkv", params);
+  ClusterKvParams p;
+  // The command line's --tokens-per-cluster excludes --clusters: one rule for the cluster count.
+  KVT_CHECK(!(in.has("tokens_per_cluster") && in.has("clusters")), USAGE,
+            "clusterkv: give tokens_per_cluster or clusters, not both");
+  in.get("tokens_per_cluster", p.tokens_per_cluster);
+  in.get("clusters", p.clusters);
+  in.get("iters", p.iters);
+  std::string centroid = "raw-mean", dense;
+  in.get("centroid", centroid);
+  in.get_list_text("dense_layers", dense);
+  in.finish();
+  p.centroid = parse_centroid_rule(centroid);
+  if (!dense.empty()) p.dense_layers = parse_layer_list(dense);
+  return std::make_unique<ClusterKvBuilder>(p);
+}
+
+}  // namespace kvtool

@@ -1,0 +1,19 @@
+// kind "pq": its builder from JSON parameters (kvtool/kind_builders.h), the same names as
+// `kvtool build pq`'s options.
+#include "kvtool/kind_builders.h"
+#include "pq/pq.h"
+
+namespace kvtool {
+
+std::unique_ptr<KindBuilder> make_pq_builder(const json& params) {
+  BuildParams in("pq", params);
+  PqParams p;
+  in.get("subspaces", p.subspaces);
+  in.get("bits", p.bits);
+  in.get("iters", p.iters);
+  in.get("max_points_per_centroid", p.max_points_per_centroid);
+  in.finish();
+  return std::make_unique<PqBuilder>(p);
+}
+
+}  // namespace kvtool

@@ -1,0 +1,25 @@
+// kind "squeeze": its builder from JSON parameters (kvtool/kind_builders.h), the same names as
+// `kvtool build squeeze`'s options (calibration_queries = --calibration-queries, a file path).
+#include "kvtool/kind_builders.h"
+#include "squeeze/squeeze.h"
+
+namespace kvtool {
+
+std::unique_ptr<KindBuilder> make_squeeze_builder(const json& params) {
+  BuildParams in("squeeze", params);
+  SqueezeParams p;
+  std::string quantiles;
+  in.get("percent_clusters", p.percent_clusters);
+  in.get("coarse_percent", p.coarse_percent);
+  in.get("observation_window", p.observation_window);
+  in.get_list_text("quantiles", quantiles);
+  in.get("iters", p.iters);
+  in.get("calibration_queries", p.calibration_path);
+  in.get("coarse_factor", p.coarse_factor);
+  in.finish();
+  // Given, even as an empty list, it is checked as the command line checks --quantiles.
+  if (in.has("quantiles")) p.quantiles = parse_quantiles(quantiles);
+  return std::make_unique<SqueezeBuilder>(p);
+}
+
+}  // namespace kvtool
