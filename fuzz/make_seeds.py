@@ -44,6 +44,27 @@ def kind_seed(kind_index, manifest, sections):
     return bytes(out)
 
 
+def import_seeds(corpus):
+    """fuzz_import: one small file of every format kvtool import reads (fuzz/fuzz_import.cpp)."""
+    import io
+    import numpy as np
+    x = (np.arange(24, dtype=np.float32) * 0.5 - 3).reshape(2, 3, 4)
+    for name, arr in (("f32.npy", x), ("f16.npy", x.astype(np.float16)), ("i64.npy", np.arange(8))):
+        b = io.BytesIO()
+        np.save(b, arr)
+        put(os.path.join(corpus, "import", name), b.getvalue())
+    for name, save in (("stored.npz", np.savez), ("deflated.npz", np.savez_compressed)):
+        b = io.BytesIO()
+        save(b, k=x, v=x.astype(np.float16))
+        put(os.path.join(corpus, "import", name), b.getvalue())
+    bf16 = (x.view(np.uint32) >> 16).astype("<u2").tobytes()
+    header = {"__metadata__": {"format": "pt"},
+              "k": {"dtype": "F32", "shape": [2, 3, 4], "data_offsets": [0, 96]},
+              "v": {"dtype": "BF16", "shape": [2, 3, 4], "data_offsets": [96, 144]}}
+    text = json.dumps(header).encode()
+    put(os.path.join(corpus, "import", "kv.safetensors"), struct.pack("<Q", len(text)) + text + x.tobytes() + bf16)
+
+
 def main():
     kvtool, corpus = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "corpus")
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,6 +75,7 @@ def main():
         run(kvtool, "synth", "--layers", 1, "--kv-heads", 1, "--q-heads", 2, "--head-dim", 4, "--tokens", 8,
             "--seed", 2, "--query-count", 2, "--dtype", "f32", "-o", small, "-q")
         put(os.path.join(corpus, "dump", "small-f32.h5"), open(small, "rb").read())
+        import_seeds(corpus)
         for i, kind in enumerate(KINDS):
             art = os.path.join(tmp, kind + ".kvi")
             run(kvtool, "build", kind, dump, "-o", art, "-q", "--zstd-level", 0, "--threads", 1, "--sink", 4,

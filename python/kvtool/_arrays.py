@@ -59,12 +59,18 @@ def _to_ndarray(x, name):
         a = np.asarray(x)
     except (TypeError, ValueError) as e:
         raise _usage(f"{name} cannot be read as an array ({type(x).__name__}): {e}") from None
+    if a.dtype == object:  # NumPy wraps anything it cannot read (None, a dict, a generator) as one object
+        if not isinstance(x, (list, tuple)):
+            raise _usage(f"{name} must be a NumPy array, a torch tensor or a nested list of numbers, "
+                         f"got {type(x).__name__}")
+        raise _usage(f"{name} holds items that are not numbers (None, strings, objects or integers beyond "
+                     "64 bits)")
     return a
 
 
-def _check_numeric(a, name):
+def _check_numeric(a, name, expected="floating-point numbers"):
     if a.dtype.kind not in _NUMERIC_KINDS:
-        raise _usage(f"{name} has dtype {a.dtype}; expected floating-point numbers")
+        raise _usage(f"{name} has dtype {a.dtype}; expected {expected}")
 
 
 def _check_ndim(a, name, ndim):
@@ -100,7 +106,7 @@ def as_int64(x, name):
     if a.size == 0 and a.dtype.kind in _NUMERIC_KINDS + "b":  # [] is float64 in NumPy
         _check_ndim(a, name, 1)
         return np.zeros(0, dtype=np.int64)
-    _check_numeric(a, name)
+    _check_numeric(a, name, "integers")
     _check_ndim(a, name, 1)
     if a.dtype.kind == "f":
         if not np.all(np.isfinite(a)) or not np.all(a == np.floor(a)):

@@ -67,8 +67,15 @@ def _shape_error(msg):
     return InvalidInputError(msg, "SHAPE_MISMATCH", 1)
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# formats/kvdump-v1.md bounds (lib/format/include/kvtool/identity.h kMaxDumpHeads): checked here only
+# to word the default head map's error; the C++ writer checks every bound.
+_MAX_HEADS = 4096
+
+
 def _int(x, name, minimum=None):
-    if isinstance(x, bool):
+    """``x`` as a Python int in int64 range (numpy integers and 0-d integer arrays are fine)."""
+    if isinstance(x, (bool, np.bool_)):
         raise _usage(f"{name} must be an int, got a bool")
     try:
         n = operator.index(x)
@@ -76,7 +83,16 @@ def _int(x, name, minimum=None):
         raise _usage(f"{name} must be an int, got {type(x).__name__}") from None
     if minimum is not None and n < minimum:
         raise _usage(f"{name} must be at least {minimum}, got {n}")
+    if not _INT64_MIN <= n <= _INT64_MAX:  # the bindings take int64: anything wider is a TypeError there
+        raise _usage(f"{name} = {n} does not fit in 64 bits")
     return n
+
+
+def _bool(x, name):
+    # A truthy string such as "no" must not mean overwrite=True.
+    if not isinstance(x, (bool, np.bool_)):
+        raise _usage(f"{name} must be True or False, got {type(x).__name__} {x!r:.40}")
+    return bool(x)
 
 
 def _path(path):
@@ -84,13 +100,18 @@ def _path(path):
         p = os.fspath(path)
     except TypeError:
         raise _usage(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
-    return os.fsdecode(p)
+    p = os.fsdecode(p)
+    if "\0" in p:  # open() would stop at the NUL and create another file
+        raise _usage(f"path contains a NUL character: {p!r}")
+    return p
 
 
 def _dtype_name(dtype):
     """"f16" / "bf16" / "f32" (or float16, numpy and torch dtypes) as the name the C++ side parses."""
     if isinstance(dtype, str):
         return dtype
+    if dtype is None:  # np.dtype(None) is float64: the message would name a dtype nobody passed
+        raise _usage("dtype must be 'f16', 'bf16' or 'f32', got None")
     text = str(dtype)
     if text.startswith("torch."):
         return text[len("torch."):]
@@ -100,6 +121,13 @@ def _dtype_name(dtype):
         raise _usage(f"dtype must be 'f16', 'bf16' or 'f32', got {dtype!r}") from None
 
 
+def _json_scalar(x):
+    # rope_config values computed with NumPy (np.float32(theta), np.int64(d)) are plain numbers.
+    if isinstance(x, np.generic) and x.dtype.kind in "fiub":
+        return x.item()
+    raise TypeError(f"Object of type {type(x).__name__} is not JSON serializable")
+
+
 def _identity(identity, dtype, head_dim, tokens, generator):
     """The complete identity dict for the C++ writer: the caller's keys over the defaults."""
     if identity is None:
@@ -107,10 +135,12 @@ def _identity(identity, dtype, head_dim, tokens, generator):
     if not hasattr(identity, "items"):
         raise _usage(f"identity must be a dict, got {type(identity).__name__}")
     given = {}
-    for key, value in identity.items():
-        key = _ALIASES.get(key, key)
+    for name, value in identity.items():
+        key = _ALIASES.get(name, name)
         if key not in IDENTITY_KEYS:
-            raise _usage(f"unknown identity key {key!r}; known keys: {', '.join(IDENTITY_KEYS)}")
+            raise _usage(f"unknown identity key {key!r:.80}; known keys: {', '.join(IDENTITY_KEYS)}")
+        if key in given:  # both a name and its alias: which one wins would depend on dict order
+            raise _usage(f"identity sets {key!r} twice (as {key!r} and as its alias)")
         given[key] = value
     rep = {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16"}.get(dtype, "bf16")
     out = {
@@ -128,7 +158,7 @@ def _identity(identity, dtype, head_dim, tokens, generator):
     out.update(given)
     if isinstance(out["rope_config"], dict):
         try:
-            out["rope_config"] = json.dumps(out["rope_config"], sort_keys=True, allow_nan=False)
+            out["rope_config"] = json.dumps(out["rope_config"], sort_keys=True, allow_nan=False, default=_json_scalar)
         except (TypeError, ValueError) as e:
             raise _usage(f"identity['rope_config'] is not JSON: {e}") from None
     for k in _STR_KEYS:
@@ -138,17 +168,26 @@ def _identity(identity, dtype, head_dim, tokens, generator):
             out[k].encode("utf-8")
         except UnicodeEncodeError:
             raise _usage(f"identity[{k!r}] is not valid Unicode text") from None
+        if "\0" in out[k]:  # HDF5 string attributes end at a NUL: the dump would hold less
+            raise _usage(f"identity[{k!r}] contains a NUL character")
     for k in _INT_KEYS:
-        out[k] = int(out[k]) if isinstance(out[k], bool) else _int(out[k], f"identity[{k!r}]")
+        out[k] = int(out[k]) if isinstance(out[k], (bool, np.bool_)) else _int(out[k], f"identity[{k!r}]")
+    if out["synthetic"] not in (0, 1):  # stored as a flag: 2 or -1 would silently read back as 1
+        raise _usage(f"identity['synthetic'] must be 0 or 1, got {out['synthetic']}")
     return out
 
 
 def _head_map(kv_heads, q_heads, q_to_kv_head):
     if q_to_kv_head is not None:
         m = as_int64(q_to_kv_head, "q_to_kv_head")
+        if len(m) > _MAX_HEADS:  # before a Python int per entry is made of a huge array
+            raise InvalidInputError(f"q_to_kv_head has {len(m)} query heads; expected 1 to {_MAX_HEADS}",
+                                    "BAD_HEAD_MAP", 1)
         if q_heads is not None and q_heads != len(m):
             raise _usage(f"q_heads={q_heads} but q_to_kv_head has {len(m)} entries")
         return [int(h) for h in m]
+    if kv_heads > _MAX_HEADS:
+        raise _usage(f"kv_heads={kv_heads} is outside [1, {_MAX_HEADS}]")
     q_heads = kv_heads if q_heads is None else q_heads
     if kv_heads < 1 or q_heads < 1 or q_heads > 4096 or q_heads % kv_heads:
         raise _usage(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads}) in [1, 4096]")
@@ -173,8 +212,11 @@ class DumpWriter:
     (default ``kv_heads``); every layer must then get its ``q``. ``q_to_kv_head`` maps each query
     head to its KV head (GQA); default ``h -> h // (q_heads // kv_heads)``.
     ``dtype``: ``"f16"`` (default), ``"bf16"`` or ``"f32"`` (also ``float16`` ...; numpy or torch
-    dtypes) is the stored type; inputs are converted to it. ``overwrite=False`` refuses an existing
-    ``path`` (``OUTPUT_EXISTS``).
+    dtypes) is the stored type; inputs are converted to it. ``overwrite=False`` (a bool) refuses a
+    ``path`` that exists, even as a dangling symlink (``OUTPUT_EXISTS``), both when the writer is
+    created and again at :meth:`commit`; ``overwrite=True`` replaces the file (a symlink itself is
+    replaced, not the file it points to).
+
     {identity}
 
     Errors are :class:`kvtool.Error` with a reason: ``SHAPE_MISMATCH`` (a layer's K/V/Q shape
@@ -182,7 +224,12 @@ class DumpWriter:
     value too large for f16/bf16), ``USAGE`` (layer out of range or added twice, ``q`` without
     ``q_tokens``, missing layers at commit, unknown dtype), ``BAD_HEAD_MAP``, ``BAD_ATTRIBUTE``,
     ``FRONTIER_BEYOND_T``, ``OUTPUT_EXISTS``, ``IO_ERROR``. The writer checks everything
-    ``kvtool verify`` checks, so a committed dump verifies.
+    ``kvtool verify`` checks, so a committed dump verifies. Python argument errors (a wrong type,
+    an int beyond 64 bits, a NUL in the path or an identity string) are ``USAGE``.
+
+    In a ``with`` block the writer commits on normal exit; if that commit fails, or the block
+    raises anything (``KeyboardInterrupt`` included), the temporary is removed and the exception
+    propagates. A writer cannot be pickled or copied.
 
     Example::
 
@@ -218,10 +265,11 @@ class DumpWriter:
         dtype = _dtype_name(dtype)
         head_map = _head_map(kv_heads, q_heads, q_to_kv_head)
         ident = _identity(identity, dtype, head_dim, tokens, generator)
+        overwrite = _bool(overwrite, "overwrite")
         self._path = path
         # bytes: a path that is not valid UTF-8 (os.fsdecode's surrogate escapes) still reaches open()
         self._w = _kvtool._DumpWriter(os.fsencode(path), layers, kv_heads, head_dim, tokens, q_tokens, dtype, ident,
-                                      head_map, bool(overwrite))
+                                      head_map, overwrite)
         self.layers, self.kv_heads, self.head_dim, self.tokens = layers, kv_heads, head_dim, tokens
         self.q_heads, self.q_tokens, self.q_to_kv_head = len(head_map), q_tokens, head_map
 
@@ -231,6 +279,8 @@ class DumpWriter:
         on every layer when the writer has ``q_tokens > 0``). NumPy arrays, torch CPU tensors or
         nested lists; float32 C-contiguous inputs are written without a copy. Each layer once."""
         layer = _int(layer, "layer")
+        if not 0 <= layer < self.layers:  # here too: a layer beyond int64 never reaches the bindings
+            raise _usage(f"layer {layer} is not in [0, {self.layers})")
         k = self._layer_array(k, "k")
         v = self._layer_array(v, "v")
         if q is not None:
@@ -259,14 +309,17 @@ class DumpWriter:
 
     def set_q_positions(self, positions):
         """Row of each of the ``q_tokens`` dumped queries (``/kv/q_positions``), each in ``[0, T)``.
-        Default: the last ``q_tokens`` rows, ``range(T - q_tokens, T)``."""
+        Default: the last ``q_tokens`` rows, ``range(T - q_tokens, T)``; required when
+        ``q_tokens > tokens``. Repeated rows are allowed."""
         self._w.set_q_positions(as_int64(positions, "q_positions"))
 
     def commit(self):
         """Checks that every layer was added, writes tokens/positions and renames the file onto
-        ``path`` (fsync'd). Returns ``path``. A commit refused for missing layers or queries
-        (``USAGE``) leaves the writer open: add them and commit again. A commit that fails while
-        writing removes the temporary (state ``"failed"``); ``path`` is then left as it was."""
+        ``path`` (fsync'd). Returns ``path``. A commit refused for missing layers or queries, for
+        ``q_tokens > tokens`` without :meth:`set_q_positions` (``USAGE``), or because ``path``
+        appeared meanwhile with ``overwrite=False`` (``OUTPUT_EXISTS``) leaves the writer open: fix
+        that and commit again. A commit that fails while writing removes the temporary (state
+        ``"failed"``); ``path`` is then left as it was."""
         self._w.commit()
         return self._path
 
@@ -292,6 +345,11 @@ class DumpWriter:
     def __enter__(self):
         return self
 
+    def __reduce_ex__(self, protocol):
+        # The default would fail with a TypeError about _DumpWriter, and copy.copy would share one
+        # temporary file between two writers.
+        raise _usage("a DumpWriter cannot be pickled or copied; write the layers through this one")
+
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             self.abort()
@@ -313,31 +371,57 @@ if DumpWriter.__doc__:  # None under python -OO
     DumpWriter.__doc__ = DumpWriter.__doc__.replace("{identity}", _IDENTITY_DOC.strip())
 
 
-def _shape(x):
+def _shape(x, name):
     s = getattr(x, "shape", None)
     if s is None:
         try:
             s = np.shape(x)
         except (TypeError, ValueError) as e:
-            raise _usage(f"cannot read the shape of a {type(x).__name__}: {e}") from None
-    return tuple(int(n) for n in s)
+            raise _usage(f"cannot read the shape of {name} (a {type(x).__name__}): {e}") from None
+    try:
+        return tuple(operator.index(n) for n in s)
+    except TypeError:  # an object whose .shape is not a tuple of ints
+        raise _usage(f"{name} (a {type(x).__name__}) has no usable shape: {s!r:.60}") from None
+
+
+def _check_layer_sequence(x, name):
+    """``x`` must be an array/tensor (anything with ``ndim`` and ``shape``, also an h5py dataset:
+    indexed one layer at a time) of 4 dimensions, or a list/tuple of per-layer arrays."""
+    if isinstance(x, (list, tuple)):
+        return
+    if hasattr(x, "ndim") and hasattr(x, "shape"):
+        s = _shape(x, name)
+        if len(s) != 4:
+            raise _usage(f"{name} must be [L, heads, T, d] or a list of per-layer [heads, T, d], got shape {s}")
+        return
+    raise _usage(f"{name} must be an [L, heads, T, d] array or tensor or a list of per-layer [heads, T, d] arrays, "
+                 f"got {type(x).__name__}")
 
 
 def _write_layers(path, k, v, q, *, q_positions, tokens, positions, dtype, identity, q_to_kv_head,
-                  overwrite, generator):
+                  overwrite, generator, names=("k", "v", "q")):
     """Shared by write_dump and from_cache: k, v, q are sequences of per-layer [H, T, d] items,
-    indexed lazily so that only the layer being written is converted."""
+    indexed lazily so that only the layer being written is converted. ``names``: what the caller
+    called k, v and q, for the messages."""
+    nk, nv, nq = names
     L = len(k)
     if L < 1:
         raise _usage("the cache has no layers")
     if len(v) != L:
-        raise _shape_error(f"k has {L} layers but v has {len(v)}")
-    H, T, d = _layer_shape(k[0], "k[0]")
+        raise _shape_error(f"{nk} has {L} layers but {nv} has {len(v)}")
+    H, T, d = _layer_shape(k[0], f"{nk}[0]")
+    if min(H, T, d) < 1:  # else the message would name the writer's arguments, which nobody passed here
+        raise _usage(f"{nk}[0] has shape [{H}, {T}, {d}] (heads, tokens, head_dim): nothing to dump")
     q_heads, q_tokens = None, 0
     if q is not None:
         if len(q) != L:
-            raise _shape_error(f"k has {L} layers but q has {len(q)}")
-        q_heads, q_tokens, _ = _layer_shape(q[0], "q[0]")
+            raise _shape_error(f"{nk} has {L} layers but {nq} has {len(q)}")
+        q_heads, q_tokens, _ = _layer_shape(q[0], f"{nq}[0]")
+        if min(q_heads, q_tokens) < 1:
+            raise _usage(f"{nq}[0] has shape [{q_heads}, {q_tokens}, ...]: no queries")
+        if q_tokens > T and q_positions is None:  # the default, the last T_q rows, does not exist
+            raise _usage(f"{nq} hold T_q={q_tokens} queries per head but the cache has T={T} rows: pass "
+                         "q_positions (the row of each query)")
     elif q_positions is not None:
         raise _usage("q_positions given without queries")
     with DumpWriter._open(path, L, H, d, T, q_heads, q_to_kv_head, q_tokens, dtype, identity, overwrite,
@@ -354,7 +438,7 @@ def _write_layers(path, k, v, q, *, q_positions, tokens, positions, dtype, ident
 
 
 def _layer_shape(x, name):
-    s = _shape(x)
+    s = _shape(x, name)
     if len(s) == 4 and s[0] == 1:
         s = s[1:]
     if len(s) != 3:
@@ -369,12 +453,12 @@ def write_dump(path, k, v, *, q=None, q_positions=None, tokens=None, positions=N
     ``k``, ``v``: ``[L, kv_heads, T, d]`` arrays (NumPy or torch CPU) or a list of per-layer
     ``[kv_heads, T, d]`` arrays; post-RoPE keys and values of one sequence. ``q``: optional
     post-RoPE queries, ``[L, q_heads, T_q, d]`` or a per-layer list; ``q_positions`` the row of
-    each query (default: the last T_q rows). ``tokens``: token ids ``[T]``; ``positions``: logical
-    positions ``[T]`` (strictly increasing; default ``0..T-1``). ``q_to_kv_head``: query head ->
-    KV head map (default grouped). ``dtype``: stored type, ``"f16"``, ``"bf16"`` or ``"f32"``.
-    ``overwrite=False`` refuses an existing file. Layers are converted and written one at a time
-    (see :class:`DumpWriter` for the identity keys and the errors); nothing is left at ``path`` if
-    anything fails.
+    each query (default: the last T_q rows; required when T_q > T). ``tokens``: token ids
+    ``[T]``; ``positions``: logical positions ``[T]`` (strictly increasing; default ``0..T-1``).
+    ``q_to_kv_head``: query head -> KV head map (default grouped). ``dtype``: stored type,
+    ``"f16"``, ``"bf16"`` or ``"f32"``. ``overwrite=False`` (a bool) refuses an existing file.
+    Layers are converted and written one at a time (see :class:`DumpWriter` for the identity keys
+    and the errors); nothing is left at ``path`` if anything fails.
 
     Example::
 
@@ -382,9 +466,8 @@ def write_dump(path, k, v, *, q=None, q_positions=None, tokens=None, positions=N
         kvtool.write_dump("x.h5", k, k, dtype="f32", identity={"tenant_namespace": "me"})
     """
     for name, x in (("k", k), ("v", v), ("q", q)):
-        if x is not None and hasattr(x, "ndim") and x.ndim != 4:
-            raise _usage(f"{name} must be [L, heads, T, d] or a list of per-layer [heads, T, d], "
-                         f"got shape {tuple(x.shape)}")
+        if x is not None or name != "q":
+            _check_layer_sequence(x, name)
     return _write_layers(_path(path), k, v, q, q_positions=q_positions, tokens=tokens, positions=positions,
                          dtype=dtype, identity=identity, q_to_kv_head=q_to_kv_head, overwrite=overwrite,
                          generator="kvtool.write_dump")
@@ -403,7 +486,7 @@ class _BatchView:
         x = self._seq[layer]
         if x is None:
             raise _usage(f"layer {layer} of the cache has no {self._name} (an empty cache layer)")
-        s = _shape(x)
+        s = _shape(x, f"{self._name} of layer {layer}")
         if len(s) != 4:
             raise _usage(f"{self._name} of layer {layer} must be [batch, heads, T, d], got shape {s}")
         if not 0 <= self._b < s[0]:
@@ -411,15 +494,27 @@ class _BatchView:
         return x[self._b]  # a view for numpy and torch: only this sequence is ever converted
 
 
+def _as_list(x, name):
+    try:
+        return list(x)
+    except TypeError:
+        raise _usage(f"past_key_values.{name} must be a per-layer list, got {type(x).__name__}") from None
+
+
 def _cache_layers(cache):
     """(keys, values): per-layer lists of the cache's [batch, kv_heads, T, d] tensors (references)."""
+    if isinstance(cache, (str, bytes, os.PathLike)):
+        raise _usage(f"past_key_values is a path ({cache!r:.80}), not a cache: the call is "
+                     "from_cache(past_key_values, path, ...)")
     layers = getattr(cache, "layers", None)
     if layers is not None and not isinstance(cache, (list, tuple)):
-        layers = list(layers)
-        if layers and all(hasattr(x, "keys") and not callable(x.keys) for x in layers):
+        layers = _as_list(layers, "layers")
+        if not layers:
+            raise _usage("the cache has no layers (past_key_values.layers is empty)")
+        if all(hasattr(x, "keys") and not callable(x.keys) for x in layers):
             return [x.keys for x in layers], [x.values for x in layers]
     if hasattr(cache, "key_cache") and hasattr(cache, "value_cache"):
-        return list(cache.key_cache), list(cache.value_cache)
+        return _as_list(cache.key_cache, "key_cache"), _as_list(cache.value_cache, "value_cache")
     if isinstance(cache, (list, tuple)):
         keys, values = [], []
         for i, entry in enumerate(cache):
@@ -451,14 +546,16 @@ def from_cache(past_key_values, path, *, queries=None, q_positions=None, tokens=
 
     ``queries``: ``None`` or a per-layer list of ``[batch, q_heads, T_q, d]`` post-RoPE queries
     (what a forward hook on the attention records); ``q_positions`` the row of each query
-    (default: the last T_q rows, ``range(T - T_q, T)``). ``tokens``: the ``[T]`` token ids (HF's ``[batch, T]``
-    ``input_ids`` also: row ``batch_index`` is used); ``positions``: ``[T]`` (or ``[batch, T]``)
-    logical positions if not ``0..T-1``.
+    (default: the last T_q rows, ``range(T - T_q, T)``; required when T_q > T). ``tokens``: the
+    ``[T]`` token ids (HF's ``[batch, T]`` ``input_ids`` also: row ``batch_index`` is used);
+    ``positions``: ``[T]`` (or ``[batch, T]``) logical positions if not ``0..T-1``.
     ``q_to_kv_head``: query head -> KV head map; default grouped from the queries' head count
     (without queries it defaults to one query head per KV head: pass it for GQA models).
     ``dtype``: stored type, ``"f16"`` (default), ``"bf16"`` or ``"f32"``. ``identity``: the dump's
     identity attributes (keys and defaults in ``help(kvtool.DumpWriter)``; set
-    ``model_artifact_sha256`` and ``rope_config`` to describe your model).
+    ``model_artifact_sha256`` and ``rope_config`` to describe your model). ``overwrite=False`` (a
+    bool) refuses an existing ``path`` (``OUTPUT_EXISTS``). Errors are those of
+    :class:`kvtool.DumpWriter`; nothing is left at ``path`` if anything fails.
 
     Example::
 
@@ -473,9 +570,20 @@ def from_cache(past_key_values, path, *, queries=None, q_positions=None, tokens=
         if not isinstance(queries, (list, tuple)):
             raise _usage(f"queries must be a per-layer list of [batch, q_heads, T_q, d], got {type(queries).__name__}")
         q = _BatchView(list(queries), b, "queries")
-    # HF's input_ids / position_ids are [batch, T]: take the same sequence as the cache.
-    tokens, positions = (x[b] if x is not None and len(_shape(x)) == 2 else x for x in (tokens, positions))
+    tokens, positions = _batch_row(tokens, b, "tokens"), _batch_row(positions, b, "positions")
     return _write_layers(_path(path), _BatchView(keys, b, "keys"), _BatchView(values, b, "values"), q,
                          q_positions=q_positions, tokens=tokens, positions=positions, dtype=dtype,
                          identity=identity, q_to_kv_head=q_to_kv_head, overwrite=overwrite,
-                         generator="kvtool.from_cache")
+                         generator="kvtool.from_cache", names=("keys", "values", "queries"))
+
+
+def _batch_row(x, b, name):
+    """HF's input_ids / position_ids are [batch, T]: the row of the sequence the cache is cut to."""
+    if x is None:
+        return None
+    s = _shape(x, name)
+    if len(s) != 2:
+        return x
+    if b >= s[0]:
+        raise _usage(f"{name} is [batch={s[0]}, T={s[1]}] but batch_index is {b}")
+    return x[b]

@@ -10,6 +10,7 @@
 // `kvtool verify` accepts. The GIL is released around every check over the data and every HDF5 call.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdint>
@@ -37,7 +38,10 @@ std::string id_str(const py::dict& d, const char* key) {
   KVT_CHECK(d.contains(key), USAGE, "identity has no \"" << key << "\"");
   py::handle h = d[key];
   KVT_CHECK(py::isinstance<py::str>(h), USAGE, "identity[\"" << key << "\"] must be a str");
-  return h.cast<std::string>();
+  auto s = h.cast<std::string>();
+  // HDF5 string attributes end at the first NUL: the dump would silently hold a shorter value.
+  KVT_CHECK(s.find('\0') == std::string::npos, USAGE, "identity[\"" << key << "\"] contains a NUL character");
+  return s;
 }
 
 int64_t id_int(const py::dict& d, const char* key) {
@@ -48,6 +52,19 @@ int64_t id_int(const py::dict& d, const char* key) {
   long long x = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
   KVT_CHECK(overflow == 0, USAGE, "identity[\"" << key << "\"] does not fit in 64 bits");
   return static_cast<int64_t>(x);
+}
+
+// The identity checks quote the offending value; a caller's multi-megabyte string must not become
+// a multi-megabyte exception message.
+void check_identity_short(const DumpIdentity& id, const DumpGeometry& g, int64_t frontier) {
+  try {
+    check_dump_identity(id, g, frontier);
+  } catch (const Error& e) {
+    constexpr size_t kMax = 400;
+    std::string m = e.what();
+    if (m.size() <= kMax) throw;
+    throw Error(e.reason(), m.substr(0, kMax) + "... (" + std::to_string(m.size()) + " characters)");
+  }
 }
 
 // Whether `x` stays finite once stored as `t` (a finite float32 above 65504 becomes Inf in f16):
@@ -72,7 +89,7 @@ int64_t first_non_finite(DType t, const float* x, size_t n) {
 
 // A float32 C-contiguous, aligned, native-order array of exactly `shape`: what the package hands
 // over. Anything else is refused (no silent copy, no conversion).
-const float* f32_data(const py::array& a, const char* name, const std::vector<int64_t>& shape) {
+const float* f32_data(const py::array& a, const char* name, int64_t layer, const std::vector<int64_t>& shape) {
   KVT_CHECK(py::isinstance<F32Array>(a), USAGE,
             name << " must be a C-contiguous float32 array (kvtool.DumpWriter converts; _DumpWriter does not)");
   KVT_CHECK(reinterpret_cast<uintptr_t>(a.data()) % alignof(float) == 0, USAGE, name << " is not aligned");
@@ -82,7 +99,8 @@ const float* f32_data(const py::array& a, const char* name, const std::vector<in
     std::ostringstream got, want;
     for (py::ssize_t i = 0; i < a.ndim(); ++i) got << (i ? ", " : "") << a.shape(i);
     for (size_t i = 0; i < shape.size(); ++i) want << (i ? ", " : "") << shape[i];
-    KVT_THROW(SHAPE_MISMATCH, name << " has shape [" << got.str() << "], expected [" << want.str() << "]");
+    KVT_THROW(SHAPE_MISMATCH,
+              name << " of layer " << layer << " has shape [" << got.str() << "], expected [" << want.str() << "]");
   }
   return static_cast<const float*>(a.data());
 }
@@ -99,7 +117,9 @@ class PyDumpWriter {
   PyDumpWriter(const std::string& path, int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t tokens,
                int64_t q_tokens, const std::string& dtype, const py::dict& identity,
                const std::vector<int64_t>& q_to_kv_head, bool overwrite)
-      : path_(path) {
+      : path_(path), overwrite_(overwrite) {
+    // std::string keeps a NUL, open() would stop at it and create a different file.
+    KVT_CHECK(path.find('\0') == std::string::npos, USAGE, "path contains a NUL character");
     spec_.geo.dtype = parse_dtype(dtype);
     spec_.geo.layers = layers;
     spec_.geo.kv_heads = kv_heads;
@@ -118,23 +138,24 @@ class PyDumpWriter {
       spec_.id.q_to_kv_head.push_back(static_cast<int32_t>(h));
     }
     read_identity(identity);
-    check_dump_identity(spec_.id, spec_.geo, spec_.committed_frontier);
+    check_identity_short(spec_.id, spec_.geo, spec_.committed_frontier);
     added_.assign(static_cast<size_t>(layers), false);
     q_added_.assign(static_cast<size_t>(layers), false);
     py::gil_scoped_release nogil;
+    check_no_output();
     writer_ = std::make_unique<DumpWriter>(path_, spec_, overwrite);
   }
 
   void add_layer(int64_t layer, const py::array& k, const py::array& v, const py::object& q) {
     const auto& g = spec_.geo;
     KVT_CHECK(layer >= 0 && layer < g.layers, USAGE, "layer " << layer << " is not in [0, " << g.layers << ")");
-    const float* kp = f32_data(k, "k", {g.kv_heads, g.tokens, g.head_dim});
-    const float* vp = f32_data(v, "v", {g.kv_heads, g.tokens, g.head_dim});
+    const float* kp = f32_data(k, "k", layer, {g.kv_heads, g.tokens, g.head_dim});
+    const float* vp = f32_data(v, "v", layer, {g.kv_heads, g.tokens, g.head_dim});
     const float* qp = nullptr;
     if (!q.is_none()) {
       KVT_CHECK(g.q_tokens > 0, USAGE, "q given but the writer was created with q_tokens=0 (no /kv/q)");
       KVT_CHECK(py::isinstance<py::array>(q), USAGE, "q must be a float32 array or None");
-      qp = f32_data(py::reinterpret_borrow<py::array>(q), "q", {g.q_heads, g.q_tokens, g.head_dim});
+      qp = f32_data(py::reinterpret_borrow<py::array>(q), "q", layer, {g.q_heads, g.q_tokens, g.head_dim});
     }
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lk(mu_);
@@ -191,6 +212,7 @@ class PyDumpWriter {
     std::lock_guard<std::mutex> lk(mu_);
     check_open();
     check_complete();
+    check_no_output();
     if (spec_.geo.q_tokens > 0 && q_positions_.empty())  // documented default: the last T_q rows
       for (int64_t i = spec_.geo.tokens - spec_.geo.q_tokens; i < spec_.geo.tokens; ++i) q_positions_.push_back(i);
     try {
@@ -251,6 +273,16 @@ class PyDumpWriter {
 
   void check_open() const { KVT_CHECK(writer_ != nullptr, USAGE, "the DumpWriter is " << state_); }
 
+  // overwrite=False: nothing at the path, not even a dangling symlink (which the library's stat()
+  // check follows, and the rename would replace). Checked again at commit, because a notebook
+  // writer may stay open for minutes while another process creates the file; the remaining
+  // window is the commit's own fsync and rename.
+  void check_no_output() const {
+    struct stat st {};
+    KVT_CHECK(overwrite_ || lstat(path_.c_str(), &st) != 0, OUTPUT_EXISTS,
+              "'" << path_ << "' already exists; refusing to overwrite it (overwrite=False)");
+  }
+
   // Rows [0, committed_frontier) of K and V and every query must stay finite in the dump dtype
   // (formats/kvdump-v1.md, "Values"; the reader refuses them with NON_FINITE); rows beyond the
   // frontier are not committed history and may hold anything.
@@ -279,17 +311,31 @@ class PyDumpWriter {
   void check_complete() const {
     std::ostringstream missing, missing_q;
     int n = 0, nq = 0;
+    // Up to kListed numbers, then a count: 4096 missing layers must not make a 20 KB message.
+    constexpr int kListed = 16;
+    auto note = [](std::ostringstream& os, int& count, size_t l) {
+      if (count < kListed) os << (count ? ", " : "") << l;
+      ++count;
+    };
     for (size_t l = 0; l < added_.size(); ++l) {
-      if (!added_[l]) missing << (n++ ? ", " : "") << l;
-      if (added_[l] && spec_.geo.q_tokens > 0 && !q_added_[l]) missing_q << (nq++ ? ", " : "") << l;
+      if (!added_[l]) note(missing, n, l);
+      if (added_[l] && spec_.geo.q_tokens > 0 && !q_added_[l]) note(missing_q, nq, l);
     }
+    if (n > kListed) missing << ", ... (" << n << " layers)";
+    if (nq > kListed) missing_q << ", ... (" << nq << " layers)";
     KVT_CHECK(n == 0, USAGE, "cannot commit: layer(s) " << missing.str() << " were never added");
     KVT_CHECK(nq == 0, USAGE,
               "cannot commit: the writer has q_tokens=" << spec_.geo.q_tokens << " but layer(s) " << missing_q.str()
                                                         << " were added without q");
+    // The default q_positions, the last q_tokens rows, exist only when q_tokens <= T.
+    KVT_CHECK(spec_.geo.q_tokens <= spec_.geo.tokens || !q_positions_.empty(), USAGE,
+              "cannot commit: q_tokens=" << spec_.geo.q_tokens << " exceeds T=" << spec_.geo.tokens
+                                         << ", so the default q_positions (the last q_tokens rows) do not exist; "
+                                            "call set_q_positions");
   }
 
   std::string path_;
+  bool overwrite_;
   DumpSpec spec_;
   std::unique_ptr<DumpWriter> writer_;
   std::mutex mu_;  // the GIL is released during writes: two threads may share one writer

@@ -6,7 +6,8 @@
 # the Kubernetes manifest (needs a cluster; tests/unit/test_cli_env.cpp) and the C fragment
 # (tests/install builds a consumer of the same API).
 . "$(dirname "$0")/lib.sh"
-export PATH="$BIN:$PATH"
+# /usr/bin before the rest: man examples call python3 with numpy (Debian's interpreter).
+export PATH="$BIN:/usr/bin:$PATH"
 SRC=${KVTOOL_SOURCE:?}
 ln -s "$SHARED" shared
 mkdir root
@@ -14,19 +15,28 @@ mkdir root
 # blocks FILE PREFIX: writes each example block of FILE to PREFIX-N.sh (markdown ```sh blocks, or
 # man .SH EXAMPLES .nf ... .fi with roff escapes undone); prints the names.
 blocks() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import re, sys
+  /usr/bin/python3 - "$@" <<'PY'
+import os, re, sys
 text, prefix = open(sys.argv[1]).read(), sys.argv[2]
 if sys.argv[1].endswith(".md"):
-    found = re.findall(r"```sh\n(.*?)```", text, re.S)
+    lang = sys.argv[3] if len(sys.argv) > 3 else "sh"
+    found = re.findall(r"```" + lang + r"\n(.*?)```", text, re.S)
     skip = ("bash .ci/install-deps", "#!/bin/bash", "jid=$(sbatch")
     found = [b for b in found if not b.startswith(skip)]
+    if lang == "python":  # the transformers recipe needs a model this machine does not have
+        found = [b for b in found if "transformers" not in b]
+    if os.environ.get("NO_PYTHON_MODULE"):  # a build without the Python package
+        found = [b for b in found if "PYTHONPATH=" not in b and lang != "python"]
 else:
     found = re.findall(r"^\.SH EXAMPLES\n\.nf\n(.*?)^\.fi$", text, re.S | re.M)
     found = [b.replace("\\-", "-") for b in found]
 for i, b in enumerate(found):
-    name = "%s-%d.sh" % (prefix, i)
-    open(name, "w").write("set -euo pipefail\n" + b)
+    if len(sys.argv) > 3 and sys.argv[3] == "python":
+        name = "%s-%d.py" % (prefix, i)
+        open(name, "w").write(b)
+    else:
+        name = "%s-%d.sh" % (prefix, i)
+        open(name, "w").write("set -euo pipefail\n" + b)
     print(name)
 PY
 }
@@ -34,7 +44,9 @@ PY
 # run_block FILE DIR: runs FILE in DIR; a failing line fails the test with the block's log.
 run_block() {
   local start=$SECONDS
-  if (cd "$2" && bash -x "$WORK/$1") > "$WORK/$1.log" 2>&1; then
+  local run=(bash -x)
+  [[ "$1" == *.py ]] && run=(env PYTHONPATH="$PYMOD" /usr/bin/python3)
+  if (cd "$2" && "${run[@]}" "$WORK/$1") > "$WORK/$1.log" 2>&1; then
     echo "ok   $1 ($((SECONDS - start)) s)"
   else
     fail "example block $1 failed in $2:"
@@ -42,11 +54,22 @@ run_block() {
   fi
 }
 
-# README: the demo first (the "next commands" use its files), then every block in order.
+# README: the demo first (the "next commands" use its files), then every block in order; then the
+# Python blocks with the build tree's package (the repository's build/ and python/ are linked in
+# for the paths the Python section uses).
+PYMOD="$(dirname "$BIN")/python"
+[ -d "$PYMOD/kvtool" ] || export NO_PYTHON_MODULE=1
+ln -s "$(dirname "$BIN")" root/build
+ln -s "$SRC/python" root/python
 (cd root && kvtool demo > demo.out 2>&1) || fail "kvtool demo: $(tail -5 root/demo.out)"
 readme=$(blocks "$SRC/README.md" readme)
 [ "$(echo "$readme" | wc -l)" -ge 3 ] || fail "expected at least 3 runnable README blocks, found: $readme"
 for b in $readme; do run_block "$b" root; done
+if [ -z "${NO_PYTHON_MODULE:-}" ]; then
+  pyblocks=$(blocks "$SRC/README.md" readme-py python)
+  [ -n "$pyblocks" ] || fail "expected the README's Python example block"
+  for b in $pyblocks; do run_block "$b" root; done
+fi
 
 # The demo's echoed commands, pasted back (each line after "== ").
 grep '^== ' root/demo.out | sed 's/^== //' > demo-echo.sh

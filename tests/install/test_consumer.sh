@@ -32,6 +32,25 @@ PY
 want="$("$KVTOOL" query "$T/a.kvi" --source "$T/d.h5" --layer 0 --q-head 0 --vector "$T/q.f32" --budget 0.1 --json |
         python3 -c 'import json,sys; print(" ".join(map(str, json.load(sys.stdin)["candidates"])))')"
 
+# The Python package, when built: installed under the prefix (KVTOOL_PYTHON_INSTALL_DIR), imported
+# from there (not from the build tree), and answering the same query.
+if compgen -G "$build/python/kvtool/_kvtool*.so" >/dev/null; then
+  pyrel="$(sed -n 's/^KVTOOL_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  [ -n "$pyrel" ] && [[ "$pyrel" != /* ]] || fail "KVTOOL_PYTHON_INSTALL_DIR is '$pyrel', not a folder under the prefix"
+  compgen -G "$prefix/$pyrel/kvtool/_kvtool*.so" >/dev/null && [ -f "$prefix/$pyrel/kvtool/__init__.py" ] ||
+    fail "the Python package is not installed in $prefix/$pyrel"
+  pywant="$(cd "$T" && PYTHONPATH="$prefix/$pyrel" /usr/bin/python3 - "$prefix/$pyrel" "$T" <<'PY'
+import os, sys, numpy as np, kvtool
+assert os.path.dirname(kvtool.__file__) == os.path.join(sys.argv[1], "kvtool"), kvtool.__file__
+q = np.fromfile(os.path.join(sys.argv[2], "q.f32"), dtype="<f4")
+r = kvtool.query(os.path.join(sys.argv[2], "a.kvi"), os.path.join(sys.argv[2], "d.h5"), layer=0, q_head=0, vector=q,
+                 budget=0.1)
+print(" ".join(map(str, r["candidates"])))
+PY
+)" || fail "the installed Python package does not import or query"
+  [ "$pywant" = "$want" ] || fail "the installed Python package answers '$pywant', kvtool query '$want'"
+fi
+
 cmake -S "$here" -B "$T/cb" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$T/cb" >/dev/null
 out="$(LD_LIBRARY_PATH="$(dirname "$so")" "$T/cb/consumer" "$T/a.kvi" "$T/q.f32" 16 255)"

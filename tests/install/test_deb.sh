@@ -105,6 +105,21 @@ cand="$("$K" query "$T/a.kvi" --source "$T/d.h5" --layer 0 --q-head 0 --vector q
         /usr/bin/python3 -c 'import json,sys; print(" ".join(map(str, json.load(sys.stdin)["candidates"])))')"
 [ -n "$cand" ] || fail "the extracted kvtool query returned no candidates"
 
+# The Python package from the extracted files: under /usr/lib/python3*/dist-packages, stripped like
+# the rest, and answering as kvtool query does. Recommends names the interpreter and NumPy.
+if compgen -G "$build/python/kvtool/_kvtool*.so" >/dev/null; then
+  pyso="$(grep -E '^usr/lib/python3[^/]*/dist-packages/kvtool/_kvtool[^/]*\.so$' deb.txt | head -1)"
+  [ -n "$pyso" ] || fail "the package lacks the Python extension under usr/lib/python3*/dist-packages/kvtool"
+  grep -q ', stripped' <<<"$(file -L "$R/$pyso")" || fail "the packaged Python extension is not stripped"
+  grep -q 'python3-numpy' <<<"$(field Recommends)" || fail "Recommends lacks python3-numpy: $(field Recommends)"
+  pycand="$(cd "$T" && PYTHONPATH="$R/$(dirname "$(dirname "$pyso")")" /usr/bin/python3 -c '
+import kvtool, numpy as np, sys
+assert kvtool.__file__.startswith(sys.argv[1]), kvtool.__file__
+r = kvtool.query("a.kvi", "d.h5", layer=0, q_head=0, vector=np.fromfile(sys.argv[2], dtype="<f4"), budget=0.1)
+print(" ".join(map(str, r["candidates"])))' "$R" "$PWD/q.f32")" || fail "the packaged Python package does not import or query"
+  [ "$pycand" = "$cand" ] || fail "the packaged Python package answers '$pycand', kvtool query '$cand'"
+fi
+
 # The C consumer against the extracted CMake package; it must link the extracted library.
 cmake -S "$here" -B "$T/cb" -Dkvtool_DIR="$R/$libdir/cmake/kvtool" -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF >cb.log 2>&1 &&
   cmake --build "$T/cb" >>cb.log 2>&1 || { tail -8 cb.log >&2; fail "the consumer does not build against the package"; finish; }

@@ -1,4 +1,4 @@
-// Query vectors given on the command line: a file of text or raw float32 (a program concern: the
+// Query vectors given on the command line: a .npy, a file of text or raw float32 (a program concern: the
 // library takes the floats).
 #include "query_input.h"
 
@@ -8,12 +8,20 @@
 #include <sstream>
 
 #include "kvtool/error.h"
+#include "kvtool/import.h"
 
 namespace kvtool::cli {
 
 std::vector<float> read_query_vector(const std::string& path, int64_t d);
 
 std::vector<float> read_query_vector(const std::string& path, int64_t d) {
+  // A .npy (by name or by its magic) goes through the library's bounds-checked reader.
+  if (path.size() > 4 && path.substr(path.size() - 4) == ".npy") return read_npy_vector(path, d);
+  {
+    std::ifstream m(path, std::ios::binary);
+    char magic[6] = {0};
+    if (m.read(magic, 6) && std::memcmp(magic, "\x93NUMPY", 6) == 0) return read_npy_vector(path, d);
+  }
   std::ifstream f(path, std::ios::binary);
   KVT_CHECK(f.good(), IO_ERROR, "cannot open query vector file '" << path << "'");
   std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

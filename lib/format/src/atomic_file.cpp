@@ -131,9 +131,11 @@ void install_cleanup_handlers() {
 AtomicOutput::AtomicOutput(std::string final_path, bool overwrite) : final_(std::move(final_path)) {
   KVT_CHECK(!final_.empty(), USAGE, "empty output path");
   struct stat st {};
-  if (stat(final_.c_str(), &st) == 0) {
+  if (lstat(final_.c_str(), &st) == 0) {  // a symlink, even a dangling one, is an existing output
     KVT_CHECK(overwrite, OUTPUT_EXISTS, "'" << final_ << "' already exists; refusing to overwrite it");
-    KVT_CHECK(!S_ISDIR(st.st_mode), IO_ERROR, "'" << final_ << "' is a directory");
+    struct stat target {};
+    KVT_CHECK(stat(final_.c_str(), &target) != 0 || !S_ISDIR(target.st_mode), IO_ERROR,
+              "'" << final_ << "' is a directory");
   }
   const std::string dir = dir_of(final_);
   name_ = base_of(final_);

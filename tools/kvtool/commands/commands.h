@@ -24,6 +24,7 @@ cli::Command register_keygen(CLI::App& app, Flags& flags);
 cli::Command register_sign(CLI::App& app, Flags& flags);
 cli::Command register_dump(CLI::App& app, Flags& flags);
 cli::Command register_synth(CLI::App& app, Flags& flags);
+cli::Command register_import(CLI::App& app, Flags& flags);
 cli::Command register_demo(CLI::App& app, Flags& flags);
 cli::Command register_query(CLI::App& app, Flags& flags);
 cli::Command register_eval(CLI::App& app, Flags& flags);

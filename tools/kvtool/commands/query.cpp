@@ -116,7 +116,8 @@ cli::Command register_query(CLI::App& app, Flags& flags) {
   sub->add_option("--q-head", a->q_head, "query head (its kv head comes from q_to_kv_head)")->required();
   a->position_opt =
       sub->add_option("--position", a->position, "use the dumped query at this position (>= coverage end - 1)");
-  auto* qv = sub->add_option("--vector", a->vector, "query vector file: d numbers as text, or raw float32 (.f32/.bin)");
+  auto* qv = sub->add_option("--vector", a->vector,
+                             "query vector file: a 1-D .npy, d numbers as text, or raw float32 (.f32/.bin)");
   a->position_opt->excludes(qv);
   a->budget_opt = sub->add_option("--budget", a->budget,
                                   "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)")

@@ -1,0 +1,93 @@
+// `kvtool import`: tensor files people already have (NumPy .npy/.npz, safetensors) into a kvdump v1
+// file (formats/kvdump-v1.md). TensorFile reads the headers of one file, checks every size and
+// offset against the file's real size before anything is allocated, and reads element ranges
+// converted to float32 or int64; import_dump() streams one layer at a time into a DumpWriter.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvtool/identity.h"
+#include "kvtool/json.h"
+
+namespace kvtool {
+
+// Element types a tensor file can declare. `other` is any type kvtool does not read (complex,
+// object, structured, float8, big-endian ...): listing the file works, reading it is
+// UNSUPPORTED_DTYPE.
+enum class TensorType { f32, f16, bf16, f64, i8, i16, i32, i64, u8, u16, u32, u64, other };
+
+struct TensorInfo {
+  std::string name;  // .npy: the file name without ".npy"; .npz: the member without ".npy"
+  TensorType type = TensorType::other;
+  std::string type_text;       // as the file states it: '<f4', 'F32'
+  std::vector<int64_t> shape;  // C order
+  int64_t elements = 1;        // product of shape; its bytes are checked to be in the file
+};
+
+// One .npy, .npz or safetensors file, recognised by its content. The constructor reads and checks
+// every header (BAD_TENSOR_FILE, TRUNCATED, BAD_LAYOUT, UNSUPPORTED_DTYPE); reads never go past
+// what the headers were checked to describe. Reads of one TensorFile are not thread-safe (a
+// deflated .npz member keeps a decompression cursor, so reads in increasing order are linear).
+class TensorFile {
+ public:
+  explicit TensorFile(const std::string& path);
+  ~TensorFile();
+  TensorFile(const TensorFile&) = delete;
+  TensorFile& operator=(const TensorFile&) = delete;
+
+  const std::string& path() const;
+  const char* format() const;  // "npy", "npz" or "safetensors"
+  const std::vector<TensorInfo>& tensors() const;
+  // Index of the tensor called `name`, or -1.
+  int64_t find(const std::string& name) const;
+  // Elements [first, first + count) of tensor `index` in C order, as float32 (float types only).
+  void read_f32(int64_t index, int64_t first, int64_t count, float* out) const;
+  // The same as int64 (integer types only; a u64 above INT64_MAX is BAD_ATTRIBUTE).
+  void read_i64(int64_t index, int64_t first, int64_t count, int64_t* out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A query vector file for `kvtool query --vector`: a 1-D .npy of exactly `d` float32/float16/
+// float64 values (a leading axis of 1 is accepted); NaN/Inf are NON_FINITE.
+std::vector<float> read_npy_vector(const std::string& path, int64_t d);
+
+// What `kvtool import` does (man/kvtool-import.1). Tensor references are `NAME` (looked up in
+// `inputs`; a name in two inputs is ambiguous) or `PATH:NAME` (the tensor NAME of file PATH; a .npy
+// file's one tensor is `PATH:` or just `PATH`). `{layer}` in a reference is replaced by the layer
+// number for layouts without an L axis (one tensor per layer).
+struct ImportOptions {
+  std::vector<std::string> inputs;
+  std::string layout = "L,H,T,d";                 // axes of the K/V tensors: L 2 H T d Hd B (see parse in import.cpp)
+  std::string q_layout;                           // axes of the query tensors; default: `layout` without its 2 axis
+  std::string k = "k", v = "v";                   // separate K and V tensors (layouts without a 2 axis)
+  std::string kv = "kv_cache";                    // one tensor with K (index 0) and V (index 1) on its 2 axis
+  std::string q, q_positions, tokens, positions;  // optional references
+  int64_t layers = 0;          // 0: the L axis's size, or the per-layer tensors found from layer 0 on
+  int64_t kv_heads = 0;        // splits an Hd axis (heads × head dim merged, as vLLM saves it)
+  int64_t head_dim = 0;        // the same, by the head dim
+  int64_t batch_index = 0;     // index on a B axis
+  std::optional<DType> dtype;  // dump dtype; default: the source's (f64 → f32)
+  json meta = json::object();  // root attributes of the dump (formats/kvdump-v1.md); see import.cpp
+  bool overwrite = false;
+};
+
+struct ImportSummary {
+  DumpGeometry geo;
+  int64_t committed_frontier = 0;
+  std::string source_format;  // "npy", "npz", "safetensors" (several: comma-separated)
+  std::string source_dtype;   // e.g. "f16"
+  bool has_q = false, has_tokens = false, has_positions = false;
+  json to_json() const;
+};
+
+// Reads the tensors `o` names and writes the dump `out` atomically (nothing at `out` on failure;
+// OUTPUT_EXISTS when it exists and !o.overwrite). Memory: a few copies of one layer's K and V.
+ImportSummary import_dump(const ImportOptions& o, const std::string& out);
+
+}  // namespace kvtool

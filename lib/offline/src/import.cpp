@@ -1,0 +1,543 @@
+// `kvtool import` (kvtool/import.h, man/kvtool-import.1): tensors named by references and a
+// --layout into a kvdump v1 file, one layer at a time. The layout names the axes of the K/V (and
+// query) tensors in storage order:
+//   L   layers (absent: one tensor per layer, the reference has a {layer} placeholder)
+//   2   K (index 0) and V (index 1) stacked in one tensor (vLLM's per-layer kv_cache)
+//   H   KV heads (query heads in a query tensor)
+//   T   rows / tokens (query rows in a query tensor)
+//   d   head dimension
+//   Hd  heads and head dim merged (H outer), split by --kv-heads or --head-dim
+//   B   a batch axis; --batch-index chooses the sequence
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "kvtool/dump.h"
+#include "kvtool/error.h"
+#include "kvtool/import.h"
+
+namespace kvtool {
+
+namespace {
+
+enum class Ax { L, KV, H, T, D, HD, B };
+
+const char* axis_name(Ax a) {
+  static const char* names[] = {"L", "2", "H", "T", "d", "Hd", "B"};
+  return names[static_cast<int>(a)];
+}
+
+std::vector<Ax> parse_layout(const std::string& text, bool allow_kv, const std::string& option) {
+  std::vector<Ax> axes;
+  std::set<Ax> seen;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    std::string tok = text.substr(i, j - i);
+    tok.erase(std::remove(tok.begin(), tok.end(), ' '), tok.end());
+    Ax a;
+    if (tok == "L")
+      a = Ax::L;
+    else if (tok == "2" && allow_kv)
+      a = Ax::KV;
+    else if (tok == "H")
+      a = Ax::H;
+    else if (tok == "T")
+      a = Ax::T;
+    else if (tok == "d" || tok == "D")
+      a = Ax::D;
+    else if (tok == "Hd" || tok == "H*d")
+      a = Ax::HD;
+    else if (tok == "B" || tok == "1")
+      a = Ax::B;
+    else
+      KVT_THROW(USAGE, option << " '" << text << "': unknown axis '" << tok << "' (axes: L" << (allow_kv ? ", 2" : "")
+                              << ", H, T, d, Hd, B)");
+    KVT_CHECK(seen.insert(a).second, USAGE, option << " '" << text << "' names axis " << tok << " twice");
+    axes.push_back(a);
+    i = j + 1;
+  }
+  const bool heads = seen.count(Ax::H) && seen.count(Ax::D), merged = seen.count(Ax::HD) > 0;
+  KVT_CHECK(seen.count(Ax::T) && (heads != merged) && !(merged && (seen.count(Ax::H) || seen.count(Ax::D))), USAGE,
+            option << " '" << text << "' needs T and either both H and d or Hd");
+  return axes;
+}
+
+bool regular_file(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string replace_layer(std::string s, int64_t layer) {
+  for (size_t at; layer >= 0 && (at = s.find("{layer}")) != std::string::npos;) s.replace(at, 7, std::to_string(layer));
+  return s;
+}
+
+struct Ref {
+  const TensorFile* file = nullptr;
+  int64_t index = -1;
+  std::string label;  // for messages: "'k' in 'k.npy'"
+  const TensorInfo& info() const { return file->tensors()[static_cast<size_t>(index)]; }
+};
+
+// The files named by INPUT arguments and by PATH:NAME references, each opened (and its headers
+// checked) once.
+class Sources {
+ public:
+  explicit Sources(const std::vector<std::string>& inputs) {
+    for (const auto& p : inputs) {
+      TensorFile* f = &open(p);
+      if (std::find(inputs_.begin(), inputs_.end(), f) == inputs_.end()) inputs_.push_back(f);
+    }
+  }
+  // The tensor `ref` names (after {layer} substitution); nullopt when absent.
+  std::optional<Ref> resolve(const std::string& ref_text, int64_t layer) {
+    const std::string ref = replace_layer(ref_text, layer);
+    if (regular_file(ref)) return single(open(ref), ref);
+    const size_t colon = ref.rfind(':');
+    if (colon != std::string::npos && regular_file(ref.substr(0, colon))) {
+      TensorFile& f = open(ref.substr(0, colon));
+      const std::string name = ref.substr(colon + 1);
+      if (name.empty()) return single(f, ref);
+      const int64_t i = f.find(name);
+      if (i < 0) return std::nullopt;
+      return Ref{&f, i, "'" + name + "' in '" + f.path() + "'"};
+    }
+    std::optional<Ref> found;
+    for (TensorFile* f : inputs_) {
+      const int64_t i = f->find(ref);
+      if (i < 0) continue;
+      KVT_CHECK(!found, USAGE,
+                "tensor '" << ref << "' is in both '" << found->file->path() << "' and '" << f->path()
+                           << "'; name it as PATH:NAME");
+      found = Ref{f, i, "'" + ref + "' in '" + f->path() + "'"};
+    }
+    return found;
+  }
+  Ref require(const std::string& ref, int64_t layer, const std::string& option) {
+    auto r = resolve(ref, layer);
+    if (r) return *r;
+    std::string names;
+    int shown = 0;
+    for (TensorFile* f : inputs_)
+      for (const auto& t : f->tensors())
+        if (shown++ < 12) names += (names.empty() ? "" : ", ") + t.name;
+    KVT_THROW(USAGE, option << " '" << replace_layer(ref, layer) << "' names no tensor"
+                            << (inputs_.empty() ? std::string(" (no INPUT files were given)")
+                                                : "; the inputs hold: " + names));
+  }
+  std::string formats() const {
+    std::set<std::string> s;
+    for (const auto& [p, f] : files_) s.insert(f->format());
+    std::string r;
+    for (const auto& x : s) r += (r.empty() ? "" : ",") + x;
+    return r;
+  }
+
+ private:
+  TensorFile& open(const std::string& p) {
+    auto& slot = files_[p];
+    if (!slot) slot = std::make_unique<TensorFile>(p);
+    return *slot;
+  }
+  static Ref single(const TensorFile& f, const std::string& ref) {
+    KVT_CHECK(f.tensors().size() == 1, USAGE,
+              "'" << ref << "' holds " << f.tensors().size() << " tensors; name one as PATH:NAME");
+    return Ref{&f, 0, "'" + f.tensors()[0].name + "' in '" + f.path() + "'"};
+  }
+  std::map<std::string, std::unique_ptr<TensorFile>> files_;
+  std::vector<TensorFile*> inputs_;
+};
+
+// A tensor seen through a layout: the axes with Hd split into H and d.
+struct Bound {
+  Ref ref;
+  std::vector<Ax> axes;
+  std::vector<int64_t> shape;
+  int64_t dim(Ax a) const {
+    for (size_t i = 0; i < axes.size(); ++i)
+      if (axes[i] == a) return shape[i];
+    return -1;
+  }
+};
+
+Bound bind_layout(const Ref& r, const std::vector<Ax>& layout, const ImportOptions& o, const std::string& option) {
+  const TensorInfo& t = r.info();
+  KVT_CHECK(t.shape.size() == layout.size(), SHAPE_MISMATCH,
+            "tensor " << r.label << " has shape " << json(t.shape).dump() << " (" << t.shape.size() << " axes); "
+                      << option << " has " << layout.size() << " axes");
+  Bound b{r, {}, {}};
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const int64_t n = t.shape[i];
+    if (layout[i] != Ax::HD) {
+      b.axes.push_back(layout[i]);
+      b.shape.push_back(n);
+      continue;
+    }
+    KVT_CHECK(o.kv_heads > 0 || o.head_dim > 0, USAGE, "the Hd axis needs --kv-heads or --head-dim to split it");
+    const int64_t h = o.kv_heads > 0 ? o.kv_heads : (n % o.head_dim == 0 ? n / o.head_dim : 0);
+    KVT_CHECK(h > 0 && n % h == 0 && (o.head_dim <= 0 || n / h == o.head_dim), SHAPE_MISMATCH,
+              "axis Hd of " << r.label << " has " << n << " entries: not --kv-heads x --head-dim");
+    b.axes.insert(b.axes.end(), {Ax::H, Ax::D});
+    b.shape.insert(b.shape.end(), {h, n / h});
+  }
+  const int64_t kv = b.dim(Ax::KV), batch = b.dim(Ax::B);
+  KVT_CHECK(kv < 0 || kv == 2, SHAPE_MISMATCH, "axis 2 of " << r.label << " has " << kv << " entries, not 2 (K, V)");
+  KVT_CHECK(batch < 0 || o.batch_index < batch, USAGE,
+            "--batch-index " << o.batch_index << " is outside the " << batch << " sequences of " << r.label);
+  return b;
+}
+
+// The [H][T][d] block of `b` at the fixed indices (layer, K/V, batch), into `out`. Reads are runs
+// of the trailing free axes, so a layout whose free axes come last is one read per layer.
+void extract(const Bound& b, int64_t layer, int64_t kv, int64_t batch, std::vector<float>& out,
+             std::vector<float>& scratch) {
+  const size_t n = b.axes.size();
+  std::vector<int64_t> stride(n, 1), fixed(n, -1);
+  for (size_t i = n - 1; i > 0; --i) stride[i - 1] = stride[i] * b.shape[i];
+  for (size_t i = 0; i < n; ++i) {
+    if (b.axes[i] == Ax::L) fixed[i] = layer;
+    if (b.axes[i] == Ax::KV) fixed[i] = kv;
+    if (b.axes[i] == Ax::B) fixed[i] = batch;
+  }
+  const int64_t H = b.dim(Ax::H), T = b.dim(Ax::T), d = b.dim(Ax::D);
+  scratch.resize(static_cast<size_t>(H * T * d));
+  out.resize(scratch.size());
+  if (scratch.empty()) return;
+  size_t run_from = n;  // trailing free axes: one contiguous run
+  int64_t run = 1;
+  while (run_from > 0 && fixed[run_from - 1] < 0) run *= b.shape[--run_from];
+  std::vector<int64_t> idx(n, 0);
+  int64_t pos = 0;
+  while (true) {
+    int64_t off = 0;
+    for (size_t i = 0; i < run_from; ++i) off += (fixed[i] >= 0 ? fixed[i] : idx[i]) * stride[i];
+    b.ref.file->read_f32(b.ref.index, off, run, scratch.data() + pos);
+    pos += run;
+    size_t i = run_from;  // next outer coordinate (odometer over the free outer axes)
+    while (i > 0 && (fixed[i - 1] >= 0 || ++idx[i - 1] == b.shape[i - 1])) {
+      if (fixed[i - 1] < 0) idx[i - 1] = 0;
+      --i;
+    }
+    if (i == 0) break;
+  }
+  // scratch holds the free axes in storage order; permute to [H][T][d].
+  int64_t sh = 0, st = 0, sd = 0, s = 1;
+  for (size_t i = n; i-- > 0;) {
+    if (fixed[i] >= 0) continue;
+    if (b.axes[i] == Ax::H) sh = s;
+    if (b.axes[i] == Ax::T) st = s;
+    if (b.axes[i] == Ax::D) sd = s;
+    s *= b.shape[i];
+  }
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < T; ++t) {
+      float* o = out.data() + (h * T + t) * d;
+      const float* src = scratch.data() + h * sh + t * st;
+      for (int64_t i = 0; i < d; ++i) o[i] = src[i * sd];
+    }
+}
+
+// Every value of rows [0, rows) of a [H][T][d] block is finite and fits the dump's dtype.
+void check_values(const std::vector<float>& x, int64_t H, int64_t T, int64_t d, int64_t rows, DType dt,
+                  const std::string& what, int64_t layer) {
+  const float limit = dt == DType::f16 ? 65520.f : std::numeric_limits<float>::infinity();
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t i = 0; i < d; ++i) {
+        const float v = x[static_cast<size_t>((h * T + t) * d + i)];
+        KVT_CHECK(std::isfinite(v), NON_FINITE,
+                  what << " has NaN/Inf at layer " << layer << ", head " << h << ", row " << t);
+        KVT_CHECK(std::fabs(v) < limit, NON_FINITE,
+                  what << " value " << v << " at layer " << layer << ", head " << h << ", row " << t
+                       << " does not fit float16; import with --dtype f32 or bf16");
+      }
+}
+
+std::string representation_for(DType t) {
+  return std::string("full-kv-") + (t == DType::f32 ? "fp32" : t == DType::f16 ? "fp16" : "bf16") + "-post-rope-v1";
+}
+
+// The dump's identity from the --meta JSON (formats/kvdump-v1.md, "Root attributes"): every key
+// optional except model_artifact_sha256 and rope_config, which no default could make true.
+DumpSpec spec_from_meta(const json& m, const DumpGeometry& geo, int64_t q_heads) {
+  KVT_CHECK(m.is_object(), BAD_ATTRIBUTE, "the --meta JSON is not an object");
+  static const std::set<std::string> known = {"model_artifact_sha256", "checkpoint_generation",
+                                              "adapter_set_sha256",    "position_contract",
+                                              "rope_config",           "tenant_namespace",
+                                              "namespace_generation",  "request_generation",
+                                              "cache_generation",      "publication_generation",
+                                              "committed_frontier",    "q_to_kv_head",
+                                              "representation",        "generator"};
+  for (const auto& [k, v] : m.items())
+    KVT_CHECK(known.count(k), BAD_ATTRIBUTE, "--meta has an unknown key '" << k << "'");
+  auto str = [&](const char* k, const std::string& def) {
+    if (!m.contains(k)) return def;
+    KVT_CHECK(m[k].is_string(), BAD_ATTRIBUTE, "--meta " << k << " is not a string");
+    return m[k].get<std::string>();
+  };
+  auto num = [&](const char* k, int64_t def) {
+    if (!m.contains(k)) return def;
+    KVT_CHECK(m[k].is_number_integer(), BAD_ATTRIBUTE, "--meta " << k << " is not an integer");
+    return m[k].get<int64_t>();
+  };
+  for (const char* k : {"model_artifact_sha256", "rope_config"})
+    KVT_CHECK(
+        m.contains(k), MISSING_ATTRIBUTE,
+        "--meta has no " << k << " (required: the SHA-256 of the model checkpoint and its RoPE as a JSON object)");
+  DumpSpec s;
+  s.geo = geo;
+  s.id.model_artifact_sha256 = str("model_artifact_sha256", "");
+  s.id.checkpoint_generation = num("checkpoint_generation", 0);
+  s.id.adapter_set_sha256 = str("adapter_set_sha256", empty_adapter_set_digest());
+  s.id.position_contract = str("position_contract", "post-rope-absolute-v1");
+  s.id.rope_config = m["rope_config"].is_object() ? canonical_json(m["rope_config"]) : str("rope_config", "");
+  s.id.tenant_namespace = str("tenant_namespace", "default");
+  s.id.namespace_generation = num("namespace_generation", 0);
+  s.id.request_generation = num("request_generation", 0);
+  s.id.cache_generation = num("cache_generation", 0);
+  s.id.publication_generation = num("publication_generation", 0);
+  s.committed_frontier = num("committed_frontier", geo.tokens);
+  s.id.representation = str("representation", representation_for(geo.dtype));
+  s.generator = str("generator", "kvtool import");
+  if (m.contains("q_to_kv_head")) {
+    KVT_CHECK(m["q_to_kv_head"].is_array() && m["q_to_kv_head"].size() <= static_cast<size_t>(kMaxDumpHeads),
+              BAD_HEAD_MAP, "--meta q_to_kv_head is not an array of at most 4096 heads");
+    for (const auto& h : m["q_to_kv_head"]) {
+      KVT_CHECK(h.is_number_integer() && h.get<int64_t>() >= 0 && h.get<int64_t>() < geo.kv_heads, BAD_HEAD_MAP,
+                "--meta q_to_kv_head has an entry outside [0, " << geo.kv_heads << ")");
+      s.id.q_to_kv_head.push_back(h.get<int32_t>());
+    }
+  } else {
+    const int64_t hq = q_heads > 0 ? q_heads : geo.kv_heads;
+    KVT_CHECK(hq % geo.kv_heads == 0, BAD_HEAD_MAP,
+              hq << " query heads are not a multiple of " << geo.kv_heads << " KV heads; give --meta q_to_kv_head");
+    for (int64_t h = 0; h < hq; ++h) s.id.q_to_kv_head.push_back(static_cast<int32_t>(h / (hq / geo.kv_heads)));
+  }
+  s.geo.q_heads = static_cast<int64_t>(s.id.q_to_kv_head.size());
+  KVT_CHECK(q_heads <= 0 || q_heads == s.geo.q_heads, BAD_HEAD_MAP,
+            "--meta q_to_kv_head has " << s.geo.q_heads << " entries; the query tensors have " << q_heads << " heads");
+  return s;
+}
+
+DType source_dtype(TensorType t) {
+  return t == TensorType::f16 ? DType::f16 : t == TensorType::bf16 ? DType::bf16 : DType::f32;
+}
+
+}  // namespace
+
+namespace {
+
+// The K and V tensors of every layer, bound to the layout; geometry checked to agree.
+struct KvPlan {
+  std::vector<Bound> k, v;  // per layer (the same tensor for every layer with an L axis)
+  bool stacked = false;     // K and V on a 2 axis of one tensor
+  int64_t layers = 0;
+};
+
+int64_t count_layers(Sources& src, const std::string& ref, int64_t given, const std::string& option) {
+  if (ref.find("{layer}") == std::string::npos) {
+    KVT_CHECK(given <= 1, USAGE, option << " '" << ref << "' has no {layer} placeholder, so it names one layer");
+    return 1;
+  }
+  if (given > 0) return given;
+  int64_t n = 0;
+  while (n <= kMaxDumpLayers && src.resolve(ref, n)) ++n;
+  KVT_CHECK(n > 0, USAGE, option << " '" << replace_layer(ref, 0) << "' (layer 0) names no tensor");
+  return n;
+}
+
+KvPlan plan_kv(Sources& src, const ImportOptions& o, const std::vector<Ax>& layout) {
+  KvPlan p;
+  p.stacked = std::count(layout.begin(), layout.end(), Ax::KV) > 0;
+  const bool has_l = std::count(layout.begin(), layout.end(), Ax::L) > 0;
+  const std::string kref = p.stacked ? o.kv : o.k, kopt = p.stacked ? "--kv" : "--k";
+  if (has_l) {
+    p.k.push_back(bind_layout(src.require(kref, -1, kopt), layout, o, "--layout"));
+    p.v.push_back(p.stacked ? p.k.back() : bind_layout(src.require(o.v, -1, "--v"), layout, o, "--layout"));
+    p.layers = p.k.back().dim(Ax::L);
+    KVT_CHECK(o.layers <= 0 || o.layers == p.layers, SHAPE_MISMATCH,
+              "--layers " << o.layers << " but the L axis of " << p.k.back().ref.label << " has " << p.layers);
+  } else {
+    p.layers = count_layers(src, kref, o.layers, kopt);
+    KVT_CHECK(p.layers <= kMaxDumpLayers, SHAPE_MISMATCH, "more than " << kMaxDumpLayers << " layers");
+    for (int64_t l = 0; l < p.layers; ++l) {
+      p.k.push_back(bind_layout(src.require(kref, l, kopt), layout, o, "--layout"));
+      p.v.push_back(p.stacked ? p.k.back() : bind_layout(src.require(o.v, l, "--v"), layout, o, "--layout"));
+    }
+  }
+  const Bound& k0 = p.k.front();
+  for (size_t l = 0; l < p.k.size(); ++l)
+    for (const Bound* b : {&p.k[l], &p.v[l]})
+      for (Ax a : {Ax::H, Ax::T, Ax::D})
+        KVT_CHECK(b->dim(a) == k0.dim(a), SHAPE_MISMATCH,
+                  "axis " << axis_name(a) << " of " << b->ref.label << " has " << b->dim(a) << " entries; "
+                          << k0.ref.label << " has " << k0.dim(a));
+  for (size_t l = 0; l < p.k.size(); ++l)
+    KVT_CHECK(p.k[l].ref.info().type == k0.ref.info().type && p.v[l].ref.info().type == k0.ref.info().type,
+              UNSUPPORTED_DTYPE,
+              "K and V tensors have different dtypes (" << k0.ref.info().type_text << ", "
+                                                        << p.v[l].ref.info().type_text << ")");
+  return p;
+}
+
+std::vector<Bound> plan_q(Sources& src, const ImportOptions& o, const std::vector<Ax>& kv_layout, int64_t layers) {
+  std::vector<Ax> layout;
+  if (o.q_layout.empty())
+    for (Ax a : kv_layout)
+      if (a != Ax::KV) layout.push_back(a);
+  if (!o.q_layout.empty()) layout = parse_layout(o.q_layout, false, "--q-layout");
+  std::vector<Bound> q;
+  if (std::count(layout.begin(), layout.end(), Ax::L)) {
+    q.push_back(bind_layout(src.require(o.q, -1, "--q"), layout, o, "the query layout"));
+    KVT_CHECK(q[0].dim(Ax::L) == layers, SHAPE_MISMATCH,
+              "the L axis of " << q[0].ref.label << " has " << q[0].dim(Ax::L) << " layers; K/V have " << layers);
+  } else {
+    for (int64_t l = 0; l < layers; ++l)
+      q.push_back(bind_layout(src.require(o.q, l, "--q"), layout, o, "the query layout"));
+  }
+  for (const Bound& b : q)
+    for (Ax a : {Ax::H, Ax::T, Ax::D})
+      KVT_CHECK(b.dim(a) == q[0].dim(a), SHAPE_MISMATCH,
+                "axis " << axis_name(a) << " of " << b.ref.label << " differs from " << q[0].ref.label);
+  return q;
+}
+
+// A 1-D integer tensor of `n` entries (tokens, positions, q_positions).
+std::vector<int64_t> read_ints(Sources& src, const std::string& ref, int64_t n, const std::string& option) {
+  const Ref r = src.require(ref, -1, option);
+  const TensorInfo& t = r.info();
+  KVT_CHECK(t.shape.size() == 1 && t.elements == n, SHAPE_MISMATCH,
+            option << " " << r.label << " has shape " << json(t.shape).dump() << "; expected [" << n << "]");
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  r.file->read_i64(r.index, 0, n, v.data());
+  return v;
+}
+
+const char* type_label(TensorType t) {
+  switch (t) {
+    case TensorType::f32:
+      return "f32";
+    case TensorType::f16:
+      return "f16";
+    case TensorType::bf16:
+      return "bf16";
+    case TensorType::f64:
+      return "f64";
+    default:
+      return "other";
+  }
+}
+
+void write_layers(DumpWriter& w, const DumpSpec& spec, const KvPlan& p, const std::vector<Bound>& q,
+                  const ImportOptions& o) {
+  const auto& g = spec.geo;
+  std::vector<float> k, v, scratch;
+  for (int64_t l = 0; l < g.layers; ++l) {
+    const size_t i = p.k.size() == 1 ? 0 : static_cast<size_t>(l);
+    extract(p.k[i], l, 0, o.batch_index, k, scratch);
+    extract(p.v[i], l, p.stacked ? 1 : 0, o.batch_index, v, scratch);
+    check_values(k, g.kv_heads, g.tokens, g.head_dim, spec.committed_frontier, g.dtype, "K " + p.k[i].ref.label, l);
+    check_values(v, g.kv_heads, g.tokens, g.head_dim, spec.committed_frontier, g.dtype, "V " + p.v[i].ref.label, l);
+    const size_t slice = static_cast<size_t>(g.tokens * g.head_dim);
+    for (int64_t h = 0; h < g.kv_heads; ++h) w.write_kv(l, h, k.data() + h * slice, v.data() + h * slice);
+    if (q.empty()) continue;
+    const Bound& b = q[q.size() == 1 ? 0 : static_cast<size_t>(l)];
+    extract(b, l, 0, o.batch_index, k, scratch);
+    check_values(k, g.q_heads, g.q_tokens, g.head_dim, g.q_tokens, g.dtype, "Q " + b.ref.label, l);
+    for (int64_t h = 0; h < g.q_heads; ++h) w.write_q(l, h, k.data() + h * g.q_tokens * g.head_dim);
+  }
+}
+
+}  // namespace
+
+json ImportSummary::to_json() const {
+  return json{{"layers", geo.layers},
+              {"kv_heads", geo.kv_heads},
+              {"q_heads", geo.q_heads},
+              {"tokens", geo.tokens},
+              {"head_dim", geo.head_dim},
+              {"q_tokens", geo.q_tokens},
+              {"dtype", dtype_name(geo.dtype)},
+              {"committed_frontier", committed_frontier},
+              {"source_format", source_format},
+              {"source_dtype", source_dtype},
+              {"has_q", has_q},
+              {"has_tokens", has_tokens},
+              {"has_positions", has_positions}};
+}
+
+ImportSummary import_dump(const ImportOptions& o, const std::string& out) {
+  KVT_CHECK(o.batch_index >= 0 && o.kv_heads >= 0 && o.head_dim >= 0 && o.layers >= 0, USAGE,
+            "--batch-index, --kv-heads, --head-dim and --layers must not be negative");
+  Sources src(o.inputs);
+  const std::vector<Ax> layout = parse_layout(o.layout, true, "--layout");
+  const KvPlan p = plan_kv(src, o, layout);
+  const std::vector<Bound> q = o.q.empty() ? std::vector<Bound>{} : plan_q(src, o, layout, p.layers);
+  const Bound& k0 = p.k.front();
+  DumpGeometry geo;
+  geo.layers = p.layers;
+  geo.kv_heads = k0.dim(Ax::H);
+  geo.tokens = k0.dim(Ax::T);
+  geo.head_dim = k0.dim(Ax::D);
+  const TensorType st = k0.ref.info().type;
+  KVT_CHECK(st == TensorType::f32 || st == TensorType::f16 || st == TensorType::bf16 || st == TensorType::f64,
+            UNSUPPORTED_DTYPE,
+            "tensor " << k0.ref.label << " has dtype " << k0.ref.info().type_text
+                      << "; K and V are read from float32, float16, bfloat16 or float64");
+  geo.dtype = o.dtype ? *o.dtype : source_dtype(st);
+  int64_t q_heads = 0;
+  if (!q.empty()) {
+    q_heads = q[0].dim(Ax::H);
+    geo.q_tokens = q[0].dim(Ax::T);
+    KVT_CHECK(q[0].dim(Ax::D) == geo.head_dim, SHAPE_MISMATCH,
+              "queries " << q[0].ref.label << " have head dim " << q[0].dim(Ax::D) << "; K has " << geo.head_dim);
+    KVT_CHECK(geo.q_tokens > 0, SHAPE_MISMATCH, "queries " << q[0].ref.label << " have no rows");
+  }
+  KVT_CHECK(geo.tokens > 0, SHAPE_MISMATCH, "K " << k0.ref.label << " has no rows (T = 0)");
+  DumpSpec spec = spec_from_meta(o.meta, geo, q_heads);
+  check_dump_identity(spec.id, spec.geo, spec.committed_frontier);
+
+  std::vector<int64_t> qpos, tokens, positions;
+  if (!q.empty()) {
+    if (!o.q_positions.empty()) {
+      qpos = read_ints(src, o.q_positions, geo.q_tokens, "--q-positions");
+    } else {  // the queries of the last T_q rows, as kvtool synth writes them
+      KVT_CHECK(geo.q_tokens <= geo.tokens, USAGE,
+                geo.q_tokens << " query rows but T = " << geo.tokens << "; give --q-positions");
+      for (int64_t i = 0; i < geo.q_tokens; ++i) qpos.push_back(geo.tokens - geo.q_tokens + i);
+    }
+    for (int64_t x : qpos)
+      KVT_CHECK(x >= 0 && x < geo.tokens, BAD_ATTRIBUTE,
+                "--q-positions has " << x << ", outside [0, " << geo.tokens << ")");
+  }
+  if (!o.tokens.empty()) tokens = read_ints(src, o.tokens, geo.tokens, "--tokens");
+  if (!o.positions.empty()) {
+    positions = read_ints(src, o.positions, geo.tokens, "--positions");
+    for (size_t i = 1; i < positions.size(); ++i)
+      KVT_CHECK(positions[i] > positions[i - 1], BAD_ATTRIBUTE, "--positions is not strictly increasing at row " << i);
+  }
+
+  DumpWriter w(out, spec, o.overwrite);
+  write_layers(w, spec, p, q, o);
+  if (!q.empty()) w.write_q_positions(qpos);
+  if (!tokens.empty()) w.write_tokens(tokens);
+  if (!positions.empty()) w.write_positions(positions);
+  w.commit();
+
+  ImportSummary s;
+  s.geo = spec.geo;
+  s.committed_frontier = spec.committed_frontier;
+  s.source_format = src.formats();
+  s.source_dtype = type_label(st);
+  s.has_q = !q.empty();
+  s.has_tokens = !tokens.empty();
+  s.has_positions = !positions.empty();
+  return s;
+}
+
+}  // namespace kvtool
