@@ -231,6 +231,18 @@ struct Inflater {
   }
 };
 
+struct ZipEntry {
+  std::string name;
+  uint16_t flags = 0, method = 0;
+  uint32_t crc = 0;
+  uint64_t csize = 0, usize = 0, local = 0;
+};
+
+// The zip central directory: entries, offset and size, and where the end record starts.
+struct ZipDirectory {
+  uint64_t entries = 0, offset = 0, size = 0, end = 0;
+};
+
 }  // namespace
 
 struct TensorFile::Impl {
@@ -282,6 +294,9 @@ struct TensorFile::Impl {
   uint64_t parse_npy(const uint8_t* head, uint64_t avail, const std::string& name, TensorInfo& info) const;
   void open_npy();
   void open_npz();
+  ZipDirectory find_zip_directory() const;
+  Storage zip_member_storage(const ZipEntry& z, uint64_t cd_off, const std::string& what) const;
+  void add_npz_member(const ZipEntry& z, const Storage& st, const std::string& what);
   void open_safetensors();
   void check_no_overlap() const;
 };
@@ -331,13 +346,6 @@ void TensorFile::Impl::open_npy() {
 
 namespace {
 
-struct ZipEntry {
-  std::string name;
-  uint16_t flags = 0, method = 0;
-  uint32_t crc = 0;
-  uint64_t csize = 0, usize = 0, local = 0;
-};
-
 // zip64 extended information (extra field 0x0001): the 64-bit values of the fields set to 0xFFFFFFFF.
 void zip64_extra(const uint8_t* p, size_t n, ZipEntry& e, bool u_big, bool c_big, bool l_big, const std::string& what) {
   size_t i = 0;
@@ -363,8 +371,8 @@ void zip64_extra(const uint8_t* p, size_t n, ZipEntry& e, bool u_big, bool c_big
 
 }  // namespace
 
-void TensorFile::Impl::open_npz() {
-  format = "npz";
+// The zip central directory: where the end record (or its zip64 form) says it is.
+ZipDirectory TensorFile::Impl::find_zip_directory() const {
   // The end of central directory record: 22 bytes plus a comment of at most 65535.
   const uint64_t tail = std::min<uint64_t>(size, 22 + 65535 + 20);
   std::vector<uint8_t> t(static_cast<size_t>(tail));
@@ -377,92 +385,117 @@ void TensorFile::Impl::open_npz() {
     }
   KVT_CHECK(eocd >= 0, TRUNCATED, "'" << path << "' is a zip file without its end record (truncated .npz?)");
   const uint8_t* e = &t[static_cast<size_t>(eocd)];
-  uint64_t entries = le(e + 10, 2), cd_size = le(e + 12, 4), cd_off = le(e + 16, 4);
-  const uint64_t eocd_abs = size - tail + static_cast<uint64_t>(eocd);
-  if (entries == 0xffff || cd_size == 0xffffffffu || cd_off == 0xffffffffu) {
+  ZipDirectory dir{le(e + 10, 2), le(e + 16, 4), le(e + 12, 4), size - tail + static_cast<uint64_t>(eocd)};
+  if (dir.entries == 0xffff || dir.size == 0xffffffffu || dir.offset == 0xffffffffu) {
     KVT_CHECK(eocd >= 20 && le(e - 20, 4) == 0x07064b50u, BAD_TENSOR_FILE,
               "'" << path << "' needs a zip64 end record and has none");
     const uint64_t rec = le(e - 20 + 8, 8);
     uint8_t z[56];
-    KVT_CHECK(rec <= eocd_abs && eocd_abs - rec >= 56, TRUNCATED,
+    KVT_CHECK(rec <= dir.end && dir.end - rec >= 56, TRUNCATED,
               "'" << path << "': the zip64 end record is outside the file");
     pread_all(rec, 56, z);
     KVT_CHECK(le(z, 4) == 0x06064b50u, BAD_TENSOR_FILE, "'" << path << "': bad zip64 end record signature");
-    entries = le(z + 32, 8);
-    cd_size = le(z + 40, 8);
-    cd_off = le(z + 48, 8);
+    dir.entries = le(z + 32, 8);
+    dir.size = le(z + 40, 8);
+    dir.offset = le(z + 48, 8);
   }
-  KVT_CHECK(entries <= kMaxZipEntries, BAD_TENSOR_FILE, "'" << path << "' claims " << entries << " zip members");
-  KVT_CHECK(cd_off <= eocd_abs && cd_size <= eocd_abs - cd_off, TRUNCATED,
+  KVT_CHECK(dir.entries <= kMaxZipEntries, BAD_TENSOR_FILE,
+            "'" << path << "' claims " << dir.entries << " zip members");
+  KVT_CHECK(dir.offset <= dir.end && dir.size <= dir.end - dir.offset, TRUNCATED,
             "'" << path << "': the zip central directory is outside the file");
-  std::vector<uint8_t> cd(static_cast<size_t>(cd_size));
-  pread_all(cd_off, cd.size(), cd.data());
+  return dir;
+}
+
+namespace {
+
+// One central directory entry at cd[pos]; advances pos past it.
+ZipEntry read_zip_entry(const std::vector<uint8_t>& cd, size_t& pos, const std::string& what) {
+  KVT_CHECK(pos + 46 <= cd.size() && le(&cd[pos], 4) == 0x02014b50u, BAD_TENSOR_FILE,
+            what << ": bad central directory entry");
+  const uint8_t* c = &cd[pos];
+  ZipEntry z;
+  z.flags = static_cast<uint16_t>(le(c + 8, 2));
+  z.method = static_cast<uint16_t>(le(c + 10, 2));
+  z.crc = static_cast<uint32_t>(le(c + 16, 4));
+  z.csize = le(c + 20, 4);
+  z.usize = le(c + 24, 4);
+  const size_t nlen = le(c + 28, 2), xlen = le(c + 30, 2), clen = le(c + 32, 2);
+  z.local = le(c + 42, 4);
+  KVT_CHECK(pos + 46 + nlen + xlen + clen <= cd.size(), BAD_TENSOR_FILE, what << ": entry runs past the directory");
+  z.name.assign(reinterpret_cast<const char*>(c + 46), nlen);
+  zip64_extra(c + 46 + nlen, xlen, z, z.usize == 0xffffffffu, z.csize == 0xffffffffu, z.local == 0xffffffffu, what);
+  pos += 46 + nlen + xlen + clen;
+  return z;
+}
+
+}  // namespace
+
+// Where a member's bytes are: after its local header, whose name and extra lengths are its own.
+Storage TensorFile::Impl::zip_member_storage(const ZipEntry& z, uint64_t cd_off, const std::string& what) const {
+  KVT_CHECK((z.flags & 1) == 0, BAD_TENSOR_FILE, what << " ('" << z.name << "') is encrypted");
+  KVT_CHECK(
+      z.method == 0 || z.method == 8, BAD_TENSOR_FILE,
+      what << " ('" << z.name << "') uses zip compression method " << z.method << " (stored and deflated are read)");
+  uint8_t lh[30];
+  KVT_CHECK(z.local <= cd_off && cd_off - z.local >= 30, TRUNCATED, what << ": local header outside the file");
+  pread_all(z.local, 30, lh);
+  KVT_CHECK(le(lh, 4) == 0x04034b50u, BAD_TENSOR_FILE, what << ": bad local header signature");
+  Storage st;
+  st.offset = z.local + 30 + le(lh + 26, 2) + le(lh + 28, 2);
+  KVT_CHECK(st.offset <= cd_off && z.csize <= cd_off - st.offset, TRUNCATED,
+            what << " ('" << z.name << "'): its " << z.csize << " bytes run past the zip directory");
+  st.csize = z.csize;
+  st.usize = z.usize;
+  st.crc = z.crc;
+  st.deflated = z.method == 8;
+  st.span_begin = st.offset;
+  st.span_end = st.offset + z.csize;
+  if (!st.deflated) KVT_CHECK(z.csize == z.usize, BAD_TENSOR_FILE, what << ": a stored member with two sizes");
+  KVT_CHECK(z.usize <= z.csize * kMaxDeflateRatio + 1024, BAD_TENSOR_FILE,
+            what << " ('" << z.name << "') claims " << z.usize << " bytes from " << z.csize
+                 << " compressed: more than deflate can produce");
+  return st;
+}
+
+// One .npy member: registered, then its npy header read through the member's own reader (inflated
+// when deflated) and its data size checked against the header's shape.
+void TensorFile::Impl::add_npz_member(const ZipEntry& z, const Storage& st, const std::string& what) {
+  TensorInfo info;
+  info.name = z.name.substr(0, z.name.size() - 4);
+  const uint64_t hn = std::min<uint64_t>(z.usize, kMaxHeader + 12);
+  std::vector<uint8_t> head(static_cast<size_t>(hn));
+  add(info, st);  // registered first so that the inflater below can read it
+  const size_t idx = tensors.size() - 1;
+  where[idx].skip = 0;
+  read_bytes(idx, 0, head.size(), head.data());
+  TensorInfo parsed;
+  const uint64_t hdr = parse_npy(head.data(), head.size(), what + " ('" + z.name + "')", parsed);
+  parsed.name = info.name;
+  parsed.elements = checked_elements(parsed.shape, what);
+  tensors[idx] = parsed;
+  where[idx].skip = hdr;
+  if (!st.deflated) where[idx].offset = st.offset + hdr;
+  cursors[idx].reset();  // the header read is not where the data reads start
+  const uint64_t data = z.usize - hdr, esize = type_size(parsed.type);
+  if (esize == 0) return;
+  KVT_CHECK(static_cast<uint64_t>(parsed.elements) <= data / esize, TRUNCATED,
+            what << " ('" << z.name << "') holds " << data << " data bytes; its shape needs " << parsed.elements
+                 << " x " << esize);
+  KVT_CHECK(static_cast<uint64_t>(parsed.elements) * esize == data, BAD_LAYOUT,
+            what << " ('" << z.name << "') has bytes after the array its header describes");
+}
+
+void TensorFile::Impl::open_npz() {
+  format = "npz";
+  const ZipDirectory dir = find_zip_directory();
+  std::vector<uint8_t> cd(static_cast<size_t>(dir.size));
+  pread_all(dir.offset, cd.size(), cd.data());
   size_t pos = 0;
-  for (uint64_t k = 0; k < entries; ++k) {
+  for (uint64_t k = 0; k < dir.entries; ++k) {
     const std::string what = "'" + path + "' zip member " + std::to_string(k);
-    KVT_CHECK(pos + 46 <= cd.size() && le(&cd[pos], 4) == 0x02014b50u, BAD_TENSOR_FILE,
-              what << ": bad central directory entry");
-    const uint8_t* c = &cd[pos];
-    ZipEntry z;
-    z.flags = static_cast<uint16_t>(le(c + 8, 2));
-    z.method = static_cast<uint16_t>(le(c + 10, 2));
-    z.crc = static_cast<uint32_t>(le(c + 16, 4));
-    z.csize = le(c + 20, 4);
-    z.usize = le(c + 24, 4);
-    const size_t nlen = le(c + 28, 2), xlen = le(c + 30, 2), clen = le(c + 32, 2);
-    z.local = le(c + 42, 4);
-    KVT_CHECK(pos + 46 + nlen + xlen + clen <= cd.size(), BAD_TENSOR_FILE, what << ": entry runs past the directory");
-    z.name.assign(reinterpret_cast<const char*>(c + 46), nlen);
-    zip64_extra(c + 46 + nlen, xlen, z, z.usize == 0xffffffffu, z.csize == 0xffffffffu, z.local == 0xffffffffu, what);
-    pos += 46 + nlen + xlen + clen;
+    const ZipEntry z = read_zip_entry(cd, pos, what);
     if (z.name.size() < 5 || z.name.compare(z.name.size() - 4, 4, ".npy") != 0) continue;  // not an array
-    KVT_CHECK((z.flags & 1) == 0, BAD_TENSOR_FILE, what << " ('" << z.name << "') is encrypted");
-    KVT_CHECK(
-        z.method == 0 || z.method == 8, BAD_TENSOR_FILE,
-        what << " ('" << z.name << "') uses zip compression method " << z.method << " (stored and deflated are read)");
-    // The local header repeats name and extra field with its own lengths: the data starts after them.
-    uint8_t lh[30];
-    KVT_CHECK(z.local <= cd_off && cd_off - z.local >= 30, TRUNCATED, what << ": local header outside the file");
-    pread_all(z.local, 30, lh);
-    KVT_CHECK(le(lh, 4) == 0x04034b50u, BAD_TENSOR_FILE, what << ": bad local header signature");
-    Storage st;
-    st.offset = z.local + 30 + le(lh + 26, 2) + le(lh + 28, 2);
-    KVT_CHECK(st.offset <= cd_off && z.csize <= cd_off - st.offset, TRUNCATED,
-              what << " ('" << z.name << "'): its " << z.csize << " bytes run past the zip directory");
-    st.csize = z.csize;
-    st.usize = z.usize;
-    st.crc = z.crc;
-    st.deflated = z.method == 8;
-    st.span_begin = st.offset;
-    st.span_end = st.offset + z.csize;
-    if (!st.deflated) KVT_CHECK(z.csize == z.usize, BAD_TENSOR_FILE, what << ": a stored member with two sizes");
-    KVT_CHECK(z.usize <= z.csize * kMaxDeflateRatio + 1024, BAD_TENSOR_FILE,
-              what << " ('" << z.name << "') claims " << z.usize << " bytes from " << z.csize
-                   << " compressed: more than deflate can produce");
-    TensorInfo info;
-    info.name = z.name.substr(0, z.name.size() - 4);
-    // The npy header: the first bytes of the member.
-    const uint64_t hn = std::min<uint64_t>(z.usize, kMaxHeader + 12);
-    std::vector<uint8_t> head(static_cast<size_t>(hn));
-    add(info, st);  // registered first so that the inflater below can read it
-    const size_t idx = tensors.size() - 1;
-    where[idx].skip = 0;
-    read_bytes(idx, 0, head.size(), head.data());
-    TensorInfo parsed;
-    const uint64_t hdr = parse_npy(head.data(), head.size(), what + " ('" + z.name + "')", parsed);
-    parsed.name = info.name;
-    parsed.elements = checked_elements(parsed.shape, what);
-    tensors[idx] = parsed;
-    where[idx].skip = hdr;
-    if (!st.deflated) where[idx].offset = st.offset + hdr;
-    const uint64_t data = z.usize - hdr, esize = type_size(parsed.type);
-    if (esize == 0) continue;
-    KVT_CHECK(static_cast<uint64_t>(parsed.elements) <= data / esize, TRUNCATED,
-              what << " ('" << z.name << "') holds " << data << " data bytes; its shape needs " << parsed.elements
-                   << " x " << esize);
-    KVT_CHECK(static_cast<uint64_t>(parsed.elements) * esize == data, BAD_LAYOUT,
-              what << " ('" << z.name << "') has bytes after the array its header describes");
-    cursors[idx].reset();  // the header read is not where the data reads start
+    add_npz_member(z, zip_member_storage(z, dir.offset, what), what);
   }
   check_no_overlap();
 }
