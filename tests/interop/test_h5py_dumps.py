@@ -73,6 +73,11 @@ with workdir() as w:
     with h5py.File(p, "a") as f:
         del f.attrs["tenant_namespace"]
     check(run_json(KVTOOL, "verify", p, "--json", expect=1)["reason"] == "MISSING_ATTRIBUTE", "missing attr")
+    # A hostile megabyte attribute is quoted in part: the error line stays short.
+    p = os.path.join(w, "bigtenant.h5")
+    write_h5py_dump(p, "float32", tenant="x/" * 500_000)
+    r = run(KVTOOL, "verify", p, expect=1)
+    check("BAD_ATTRIBUTE" in r.stderr and len(r.stderr) < 2000, f"a {len(r.stderr)}-byte error for a 1 MB tenant")
     p = os.path.join(w, "headmap.h5")
     write_h5py_dump(p, "float32")
     with h5py.File(p, "a") as f:

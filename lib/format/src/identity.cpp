@@ -102,11 +102,12 @@ bool is_hex_sha256(const std::string& s) {
 
 void check_dump_identity(const DumpIdentity& id, const DumpGeometry& g, int64_t frontier, std::optional<Reason> as) {
   KVT_CHECK(is_hex_sha256(id.model_artifact_sha256), as.value_or(BAD_ATTRIBUTE),
-            "model_artifact_sha256 is not a 64-digit hex SHA-256: '" << id.model_artifact_sha256 << "'");
+            "model_artifact_sha256 is not a 64-digit hex SHA-256: '" << excerpt(id.model_artifact_sha256) << "'");
   KVT_CHECK(is_hex_sha256(id.adapter_set_sha256), as.value_or(BAD_ATTRIBUTE),
-            "adapter_set_sha256 is not a 64-digit hex SHA-256: '" << id.adapter_set_sha256 << "'");
+            "adapter_set_sha256 is not a 64-digit hex SHA-256: '" << excerpt(id.adapter_set_sha256) << "'");
   std::string why = key_part_problem(id.tenant_namespace);
-  KVT_CHECK(why.empty(), as.value_or(BAD_ATTRIBUTE), "tenant_namespace '" << id.tenant_namespace << "' " << why);
+  KVT_CHECK(why.empty(), as.value_or(BAD_ATTRIBUTE),
+            "tenant_namespace '" << excerpt(id.tenant_namespace) << "' " << why);
   KVT_CHECK(!id.representation.empty() && !id.position_contract.empty(), as.value_or(BAD_ATTRIBUTE),
             "representation and position_contract must not be empty");
   try {
@@ -138,7 +139,7 @@ DType parse_dtype(const std::string& s) {
   if (s == "f32" || s == "float32") return DType::f32;
   if (s == "f16" || s == "float16") return DType::f16;
   if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  KVT_THROW(USAGE, "unknown dtype '" << s << "' (expected f32, f16 or bf16)");
+  KVT_THROW(USAGE, "unknown dtype '" << excerpt(s) << "' (expected f32, f16 or bf16)");
 }
 
 size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
@@ -237,9 +238,9 @@ std::vector<int32_t> head_map_from_json(const json& j) {
 // The digests a binding records: 64 hex digits (prefix_tokens_sha256 may be empty: no /kv/tokens).
 void check_binding_digests(const SourceBinding& b) {
   for (const auto* d : {&b.payload_sha256, &b.content_digest, &b.snapshot_digest})
-    KVT_CHECK(is_hex_sha256(*d), BAD_MANIFEST, "source binding digest '" << *d << "' is not 64 hex digits");
+    KVT_CHECK(is_hex_sha256(*d), BAD_MANIFEST, "source binding digest '" << excerpt(*d) << "' is not 64 hex digits");
   KVT_CHECK(b.prefix_tokens_sha256.empty() || is_hex_sha256(b.prefix_tokens_sha256), BAD_MANIFEST,
-            "source binding prefix_tokens_sha256 '" << b.prefix_tokens_sha256 << "' is not 64 hex digits");
+            "source binding prefix_tokens_sha256 '" << excerpt(b.prefix_tokens_sha256) << "' is not 64 hex digits");
 }
 
 }  // namespace

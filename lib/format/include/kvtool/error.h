@@ -53,6 +53,13 @@ namespace reason_names {
 #undef KVT_REASON
 }  // namespace reason_names
 
+// A value quoted in an error message, cut to `max` bytes with the full size named: a hostile
+// attribute of a megabyte must not become a megabyte of stderr.
+inline std::string excerpt(std::string_view s, size_t max = 200) {
+  if (s.size() <= max) return std::string(s);
+  return std::string(s.substr(0, max)) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
 // The one mapping of any exception to an Error (tools and the C API alike): an Error as it is,
 // std::bad_alloc as OUT_OF_MEMORY, anything else as INTERNAL.
 Error error_from_exception(std::exception_ptr e);
