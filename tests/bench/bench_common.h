@@ -34,18 +34,21 @@ inline std::string bench_dir() {
   return d;
 }
 
-inline std::string ensure_dump(int64_t tokens = 32768) {
-  std::string dump = bench_dir() + "/synth-8x8x" + std::to_string(tokens) + "x128-f16.h5";
+// The synthetic dump [layers, 8 kv heads, tokens, 128] fp16 (32 query heads, `query_count` queries
+// of the last positions), written once into bench_dir() and reused by later runs.
+inline std::string ensure_dump(int64_t tokens = 32768, int64_t layers = 8, int64_t query_count = 16) {
+  std::string dump = bench_dir() + "/synth-" + std::to_string(layers) + "x8x" + std::to_string(tokens) + "x128-f16" +
+                     (query_count == 16 ? "" : "-q" + std::to_string(query_count)) + ".h5";
   if (access(dump.c_str(), R_OK) != 0) {
     SynthOptions o;
-    o.layers = 8;
+    o.layers = layers;
     o.kv_heads = 8;
     o.q_heads = 32;
     o.head_dim = 128;
     o.tokens = tokens;
     o.seed = 1;
     o.dtype = DType::f16;
-    o.query_count = 16;
+    o.query_count = query_count;
     auto t0 = std::chrono::steady_clock::now();
     synth_dump(o, {}, dump, true, false);
     std::printf("synthesized %s in %.1f s\n", dump.c_str(),
