@@ -1,8 +1,11 @@
-// Benchmark (ctest -L bench, or by hand): kvtool-clusterkv build (default tokens-per-cluster 80,
-// 20 iterations, raw-mean centroids) against spherical k-means done with faiss::Clustering directly
-// on the same normalized rows with the same settings (clusters, iterations, all rows, threads: one
-// part per worker with single-threaded BLAS). Both sides interleaved, best of N (bench_common.h);
-// prints each side's min and median in rows·heads/s, the ratio of the mins and the peak RSS.
+// Benchmark (ctest -L bench, or by hand): kvtool-clusterkv build --kmeans flat (default
+// tokens-per-cluster 80, 20 iterations, raw-mean centroids) against spherical k-means done with
+// faiss::Clustering directly on the same normalized rows with the same settings (clusters,
+// iterations, all rows, threads: one part per worker with single-threaded BLAS): the overhead of
+// kvtool around FAISS. Both sides interleaved, best of N (bench_common.h); prints each side's min
+// and median in rows·heads/s, the ratio of the mins and the peak RSS. Then the tree k-means
+// (--kmeans tree, what auto picks at this size; issue 17) against that flat build: its speed-up
+// and peak RSS (its quality against flat is gated by tests/quality/test_clusterkv_quality.sh).
 //
 //   kvtool_bench_clusterkv [--dump PATH] [--threads N] [--layers A-B] [--rounds N]
 // By default layer 0 only (8 parts), so that the whole comparison fits in ~2 minutes.
@@ -52,12 +55,13 @@ int main(int argc, char** argv) {
       (long long)lf, (long long)ll, (long long)k, (long long)iters, threads);
 
   const std::string out = bench::bench_dir() + "/bench.ckv.kvi";
-  double rss_mib = 0;
-  auto kvtool_side = [&] {
+  double rss_mib = 0, rss_tree = 0;
+  auto kvtool_build = [&](const char* method, double* rss) {
     return bench::run_child_ok({bin_dir + "/kvtool-clusterkv", "build", dump, "-o", out, "--threads",
-                                std::to_string(threads), "--layers", layers, "--quiet"},
-                               &rss_mib);
+                                std::to_string(threads), "--layers", layers, "--kmeans", method, "--quiet"},
+                               rss);
   };
+  auto kvtool_side = [&] { return kvtool_build("flat", &rss_mib); };
   auto faiss_side = [&] {
     return bench::timed_parts(threads, parts, static_cast<size_t>(n * g.head_dim),
                               [&](int64_t p, std::vector<float>& x) {
@@ -76,6 +80,12 @@ int main(int argc, char** argv) {
       bench::report("kvtool-clusterkv build", sk, "faiss spherical k-means", sf, rows_heads, "rows*heads/s");
   std::printf("ratio kvtool/faiss = %.3f (target >= 0.9); peak RSS of kvtool-clusterkv %.0f MiB (target < 1 GiB)\n",
               ratio, rss_mib);
+  bench::Samples st;
+  for (int r = 0; r < n_rounds; ++r) st.s.push_back(kvtool_build("tree", &rss_tree));
+  const double speedup = bench::report("kvtool-clusterkv --kmeans tree", st, "kvtool-clusterkv --kmeans flat", sk,
+                                       rows_heads, "rows*heads/s");
+  std::printf("tree speed-up over flat = %.2fx; peak RSS of the tree build %.0f MiB (target < 1 GiB)\n", speedup,
+              rss_tree);
   std::remove(out.c_str());
-  return (ratio >= 0.9 && rss_mib < 1024) ? 0 : 1;
+  return (ratio >= 0.9 && rss_mib < 1024 && rss_tree < 1024) ? 0 : 1;
 }

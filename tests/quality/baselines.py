@@ -320,6 +320,15 @@ def gate(a):
             need(rel <= a.lsh_max_rel_err, f"{label}: estimator relative error {rel:.4f} > {a.lsh_max_rel_err}")
             need(rel + a.margin <= m["window_rel_err"], f"{label}: estimator error {rel:.4f} not below the window's {m['window_rel_err']:.4f} by {a.margin}")
         print(line)
+    if a.versus:  # another build of the same kind (e.g. tree k-means) must lose at most TOL
+        other, tol = a.versus[0], float(a.versus[1])
+        rep2 = json.loads(run(a.kvtool, "eval", other, "--source", a.dump, "--json", *a.eval_args.split()))
+        for label, b, b2 in zip(labels, rep["budgets"], rep2["budgets"]):
+            if label in a.settings:
+                r1, r2 = b["quality_ratio"], b2["quality_ratio"]
+                print(f"{a.kind} {a.model} [{label}]: eval ratio {r1:.4f}, {os.path.basename(other)} {r2:.4f} "
+                      f"(difference {r2 - r1:+.4f}, at least -{tol})")
+                need(r2 >= r1 - tol, f"{label}: {other} ratio {r2:.4f} more than {tol} below {r1:.4f}")
     if a.squeeze_checks:
         squeeze_checks(rep, a.always, n_idx, a.hier_vs_flat, need)
     for f_ in fails:
@@ -345,6 +354,8 @@ def main():
     ap.add_argument("--lsh-max-rel-err", type=float)
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="expected manifest param")
     ap.add_argument("--squeeze-checks", action="store_true")
+    ap.add_argument("--versus", nargs=2, metavar=("ARTIFACT", "TOL"),
+                    help="eval's quality_ratio of ARTIFACT (same eval args) at least the artifact's - TOL, per gated setting")
     ap.add_argument("--hier-vs-flat", type=float, help="squeeze: quantile of the hierarchy-vs-flat check")
     sys.exit(gate(ap.parse_args()))
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kmeans.h"
 #include "kvtool/append.h"
 #include "kvtool/builder.h"
 
@@ -18,6 +19,7 @@ struct ClusterKvParams {
   int64_t iters = 20;               // Lloyd iterations (fixed count, as the reference)
   CentroidRule centroid = CentroidRule::raw_mean;
   std::vector<int64_t> dense_layers;  // layers left unindexed (queries return all their rows)
+  KmeansOptions kmeans;               // flat, tree or automatic (common/kmeans.h)
 };
 
 CentroidRule parse_centroid_rule(const std::string& s);       // "raw-mean" | "spherical"; USAGE otherwise
@@ -36,12 +38,6 @@ class ClusterKvBuilder : public KindBuilder {
  private:
   ClusterKvParams p_;
 };
-
-// Cosine k-means of rows [n, d] into k clusters (FAISS spherical k-means, seeded initialisation from
-// distinct rows, fixed iteration count): runs iters - 1 FAISS iterations, then assigns every row to
-// the unit centroid of highest cosine. Returns those labels and the unit centroids they refer to.
-void cosine_kmeans(const float* rows, int64_t n, int64_t d, int64_t k, int64_t iters, uint64_t seed,
-                   std::vector<int64_t>& labels, std::vector<float>& unit_centroids);
 
 // Clusters each sealed window of `window` new rows (past the old indexed end, up to `prefix` minus
 // the local window) into `window_clusters` clusters and appends them as a new index generation.

@@ -1,9 +1,7 @@
-// kind "clusterkv", offline half: cosine k-means of the keys of each part (FAISS), and append of
+// kind "clusterkv", offline half: cosine k-means of the keys of each part (flat or tree,
+// common/kmeans.h), and append of
 // decode windows as new generations of clusters (formats/kinds-v1.md, "clusterkv").
 #include "clusterkv/clusterkv.h"
-
-#include <faiss/Clustering.h>
-#include <faiss/IndexFlat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -62,50 +60,22 @@ std::vector<int64_t> parse_layer_list(const std::string& s) {
   return out;
 }
 
-void cosine_kmeans(const float* rows, int64_t n, int64_t d, int64_t k, int64_t iters, uint64_t seed,
-                   std::vector<int64_t>& labels, std::vector<float>& unit) {
-  std::vector<float> x(rows, rows + n * d);
-  for (int64_t i = 0; i < n; ++i) {
-    double s = 0;
-    for (int64_t t = 0; t < d; ++t) s += static_cast<double>(x[i * d + t]) * x[i * d + t];
-    float inv = s > 0 ? static_cast<float>(1.0 / std::sqrt(s)) : 0.f;
-    for (int64_t t = 0; t < d; ++t) x[i * d + t] *= inv;
-  }
-  // FAISS runs iters - 1 full iterations; the last iteration's assignment is the final one below
-  // and its update is the stored-centroid rule of ClusterSet::add, so the whole costs `iters`
-  // iterations, like FAISS' own spherical k-means with niter = iters.
-  faiss::ClusteringParameters cp;
-  cp.niter = static_cast<int>(iters - 1);
-  cp.spherical = true;
-  cp.seed = static_cast<int>(seed & 0x7fffffff);
-  cp.max_points_per_centroid = 1 << 30;  // train on every row, as the reference does
-  cp.min_points_per_centroid = 1;
-  cp.verbose = false;
-  faiss::Clustering clus(static_cast<int>(d), static_cast<int>(k), cp);
-  faiss::IndexFlatIP index(static_cast<faiss::Index::idx_t>(d));
-  clus.train(n, x.data(), index);
-  unit = clus.centroids;
-  // Final assignment: argmax of normalized key · unit centroid.
-  faiss::IndexFlatIP assign(static_cast<faiss::Index::idx_t>(d));
-  assign.add(k, unit.data());
-  std::vector<float> sim(static_cast<size_t>(n));
-  labels.assign(static_cast<size_t>(n), 0);
-  assign.search(n, x.data(), 1, sim.data(), reinterpret_cast<faiss::Index::idx_t*>(labels.data()));
-}
-
 json ClusterKvBuilder::params() const {
-  return {{"tokens_per_cluster", p_.clusters > 0 ? json(nullptr) : json(p_.tokens_per_cluster)},
-          {"clusters", p_.clusters > 0 ? json(p_.clusters) : json(nullptr)},
-          {"iters", p_.iters},
-          {"centroid", rule_name(p_.centroid)},
-          {"dense_layers", p_.dense_layers},
-          {"assignment", "cosine"}};
+  json j = {{"tokens_per_cluster", p_.clusters > 0 ? json(nullptr) : json(p_.tokens_per_cluster)},
+            {"clusters", p_.clusters > 0 ? json(p_.clusters) : json(nullptr)},
+            {"iters", p_.iters},
+            {"centroid", rule_name(p_.centroid)},
+            {"dense_layers", p_.dense_layers},
+            {"assignment", "cosine"}};
+  add_kmeans_params(j, p_.kmeans);
+  return j;
 }
 
 void ClusterKvBuilder::check(int64_t) const {
   KVT_CHECK(p_.clusters > 0 || p_.tokens_per_cluster >= 1, USAGE, "--tokens-per-cluster must be >= 1");
   KVT_CHECK(p_.clusters >= 0 && p_.clusters < (int64_t{1} << 31), USAGE, "--clusters must be positive");
   KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "--iters must be in 1..10000");
+  check_kmeans_options(p_.kmeans);
 }
 
 PartOutput ClusterKvBuilder::build_part(const PartInput& in) const {
@@ -119,7 +89,9 @@ PartOutput ClusterKvBuilder::build_part(const PartInput& in) const {
   }
   ClusterSet s;
   s.d = in.head_dim;
-  add_clusters(s, in.keys + rb * in.head_dim, rb, n, cluster_count(p_, n), p_.iters, in.seed, p_.centroid);
+  const KmeansMethod used = add_clusters(s, in.keys + rb * in.head_dim, rb, n, cluster_count(p_, n), p_.iters, in.seed,
+                                         p_.centroid, p_.kmeans);
+  out.meta["kmeans"] = kmeans_method_name(used);
   out.meta["generations"] =
       json::array({{{"index_generation", 1}, {"rows", {rb, rb + n}}, {"clusters", {0, s.clusters()}}}});
   cluster_sections(s, out.sections);
@@ -160,7 +132,9 @@ class ClusterKvAppender : public KindAppender {
       const int64_t r0 = before_.end() + wi * window_;
       // Seeded per (layer, head, generation, window), so a window clusters the same in any run.
       const uint64_t seed = part_seed(seed_, layer, head, static_cast<uint64_t>(in.index_generation * 1000003 + wi));
-      add_clusters(s, in.rows + (r0 - in.rows_begin) * in.head_dim, r0, window_, window_clusters_, iters_, seed, rule_);
+      // A window is small (window_clusters <= window rows): flat k-means, as before the tree.
+      add_clusters(s, in.rows + (r0 - in.rows_begin) * in.head_dim, r0, window_, window_clusters_, iters_, seed, rule_,
+                   {KmeansMethod::flat});
     }
     out.meta["generations"].push_back({{"index_generation", in.index_generation},
                                        {"rows", {before_.end(), new_end_}},

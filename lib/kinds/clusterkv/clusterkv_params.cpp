@@ -15,11 +15,15 @@ std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params) {
   in.get("tokens_per_cluster", p.tokens_per_cluster);
   in.get("clusters", p.clusters);
   in.get("iters", p.iters);
-  std::string centroid = "raw-mean", dense;
+  std::string centroid = "raw-mean", dense, kmeans = "auto";
   in.get("centroid", centroid);
+  in.get("kmeans", kmeans);
+  in.get("kmeans_branching", p.kmeans.branching);
+  in.get("kmeans_leaf_clusters", p.kmeans.leaf_clusters);
   in.get_list_text("dense_layers", dense);
   in.finish();
   p.centroid = parse_centroid_rule(centroid);
+  p.kmeans.method = parse_kmeans_method(kmeans);
   if (!dense.empty()) p.dense_layers = parse_layer_list(dense);
   return std::make_unique<ClusterKvBuilder>(p);
 }

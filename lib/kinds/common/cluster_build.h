@@ -1,5 +1,6 @@
 // Building the clusters of one part (offline layer; shared by clusterkv and squeeze): cosine
-// assignment, stored centroid by rule, counting sort of members, and the part's sections.
+// k-means (flat or tree, common/kmeans.h), stored centroid by rule, counting sort of members, and
+// the part's sections.
 #pragma once
 #include <cmath>
 #include <cstring>
@@ -8,23 +9,26 @@
 
 #include "clusterkv/clusterkv.h"
 #include "common/cluster_set.h"
+#include "common/kmeans.h"
 #include "kvtool/builder.h"
 
 namespace kvtool {
 
-// Clusters rows [row0, row0 + n) (raw keys [n, d]) into k clusters and appends them.
-inline void add_clusters(ClusterSet& s, const float* raw, int64_t row0, int64_t n, int64_t k, int64_t iters,
-                         uint64_t seed, CentroidRule rule) {
+// Clusters rows [row0, row0 + n) (raw keys [n, d]) into k clusters by the k-means `km` and appends
+// them. Returns the method used (automatic resolved by the cost model; flat when n = 0).
+inline KmeansMethod add_clusters(ClusterSet& s, const float* raw, int64_t row0, int64_t n, int64_t k, int64_t iters,
+                                 uint64_t seed, CentroidRule rule, const KmeansOptions& km) {
   const int64_t d = s.d;
   auto& members = s.members;
   auto& sizes = s.sizes;
   auto& prefix = s.prefix;
   auto& centroids = s.centroids;
-  if (n <= 0) return;
+  if (n <= 0) return KmeansMethod::flat;
   k = std::max<int64_t>(1, std::min(k, n));
   std::vector<int64_t> labels;
   std::vector<float> unit;
-  cosine_kmeans(raw, n, d, k, iters, seed, labels, unit);
+  const KmeansMethod method = resolve_kmeans(km, n, k, iters);
+  kmeans(KmeansMetric::cosine, method, km, raw, n, d, k, iters, seed, labels, unit);
   std::vector<uint32_t> count(static_cast<size_t>(k), 0);
   for (int64_t l : labels) ++count[static_cast<size_t>(l)];
   // Update step of the last iteration: mean of the raw keys (raw-mean) or normalized mean of the
@@ -63,6 +67,7 @@ inline void add_clusters(ClusterSet& s, const float* raw, int64_t row0, int64_t 
       centroids.push_back(v);
     }
   }
+  return method;
 }
 
 inline void cluster_sections(const ClusterSet& s, std::vector<PartSection>& out, const std::string& pre = "ckv") {

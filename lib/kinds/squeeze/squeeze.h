@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kmeans.h"
 #include "kvtool/builder.h"
 
 namespace kvtool {
@@ -20,6 +21,7 @@ struct SqueezeParams {
   // Optional calibration queries instead of the dump's observation window: raw little-endian
   // float32 [L, H_q, N, d] (N inferred from the size). Its SHA-256 goes in the params.
   std::string calibration_path;
+  KmeansOptions kmeans;  // both levels: flat, tree or automatic (common/kmeans.h)
 };
 
 class SqueezeBuilder : public KindBuilder {

@@ -1,9 +1,7 @@
 // kind "squeeze", offline half: the fine level (cosine k-means), the coarse level (L2 k-means of the
-// fine centroids, FAISS) and the observation-window calibration (formats/kinds-v1.md, "squeeze").
+// fine centroids), each flat or tree (common/kmeans.h), and the observation-window calibration
+// (formats/kinds-v1.md, "squeeze").
 #include "squeeze/squeeze.h"
-
-#include <faiss/Clustering.h>
-#include <faiss/IndexFlat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -54,16 +52,18 @@ SqueezeBuilder::SqueezeBuilder(SqueezeParams p) : p_(std::move(p)) {
 }
 
 json SqueezeBuilder::params() const {
-  return {{"percent_clusters", p_.percent_clusters},
-          {"coarse_percent", p_.coarse_percent},
-          {"observation_window", p_.observation_window},
-          {"quantiles", p_.quantiles},
-          {"iters", p_.iters},
-          {"coarse_factor", p_.coarse_factor},
-          {"assignment", "cosine"},
-          {"centroid", "raw-mean"},
-          {"calibration", calibration_.empty() ? "dump /kv/q in the observation window" : "file"},
-          {"calibration_sha256", calibration_sha256_}};
+  json j = {{"percent_clusters", p_.percent_clusters},
+            {"coarse_percent", p_.coarse_percent},
+            {"observation_window", p_.observation_window},
+            {"quantiles", p_.quantiles},
+            {"iters", p_.iters},
+            {"coarse_factor", p_.coarse_factor},
+            {"assignment", "cosine"},
+            {"centroid", "raw-mean"},
+            {"calibration", calibration_.empty() ? "dump /kv/q in the observation window" : "file"},
+            {"calibration_sha256", calibration_sha256_}};
+  add_kmeans_params(j, p_.kmeans);
+  return j;
 }
 
 void SqueezeBuilder::check(int64_t) const {
@@ -73,7 +73,37 @@ void SqueezeBuilder::check(int64_t) const {
   KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "--iters must be in 1..10000");
   KVT_CHECK(p_.coarse_factor >= 0 && p_.coarse_factor <= 1, USAGE, "--coarse-factor must be in [0, 1]");
   KVT_CHECK(!p_.quantiles.empty(), USAGE, "no quantiles");
+  check_kmeans_options(p_.kmeans);
 }
+
+namespace {
+
+// Coarse level: L2 k-means of the fine centroids (unweighted) into kc groups; every fine centroid
+// gets a parent. Stored coarse centroid = mean of its fine centroids (a group that ends empty keeps
+// the k-means centroid). Returns the method used.
+KmeansMethod coarse_level(const ClusterSet& fine, int64_t kc, int64_t iters, uint64_t seed, const KmeansOptions& km,
+                          std::vector<float>& coarse, std::vector<uint32_t>& parent) {
+  const int64_t d = fine.d, kf = fine.clusters();
+  const KmeansMethod method = resolve_kmeans(km, kf, kc, iters);
+  std::vector<int64_t> lab;
+  std::vector<float> cent;
+  kmeans(KmeansMetric::l2, method, km, fine.centroids.data(), kf, d, kc, iters, seed, lab, cent);
+  std::vector<double> sum(static_cast<size_t>(kc * d), 0.0);
+  std::vector<int64_t> cnt(static_cast<size_t>(kc), 0);
+  parent.assign(static_cast<size_t>(kf), 0);
+  for (int64_t j = 0; j < kf; ++j) {
+    parent[j] = static_cast<uint32_t>(lab[j]);
+    ++cnt[lab[j]];
+    for (int64_t t = 0; t < d; ++t) sum[lab[j] * d + t] += fine.centroids[j * d + t];
+  }
+  coarse.resize(static_cast<size_t>(kc * d));
+  for (int64_t g = 0; g < kc; ++g)
+    for (int64_t t = 0; t < d; ++t)
+      coarse[g * d + t] = cnt[g] ? static_cast<float>(sum[g * d + t] / cnt[g]) : cent[g * d + t];
+  return method;
+}
+
+}  // namespace
 
 PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
   const int64_t d = in.head_dim, rb = in.row_begin(), n = in.row_end() - rb;
@@ -85,42 +115,18 @@ PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
       std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::floor(p_.percent_clusters / 100.0 * n))));
   ClusterSet fine;
   fine.d = d;
-  add_clusters(fine, in.keys + rb * d, rb, n, kf, p_.iters, in.seed, CentroidRule::raw_mean);
+  const KmeansMethod fine_method =
+      add_clusters(fine, in.keys + rb * d, rb, n, kf, p_.iters, in.seed, CentroidRule::raw_mean, p_.kmeans);
   std::vector<uint32_t> labels(static_cast<size_t>(n));
   for (int64_t c = 0; c < fine.clusters(); ++c)
     for (uint32_t i = fine.prefix[c] - fine.sizes[c]; i < fine.prefix[c]; ++i)
       labels[fine.members[i] - rb] = static_cast<uint32_t>(c);
   // Coarse level: L2 k-means of the fine centroids (unweighted); every fine centroid gets a parent.
   const int64_t kc = std::max<int64_t>(1, std::min<int64_t>(kf, std::llround(p_.coarse_percent / 100.0 * kf)));
-  std::vector<float> coarse(static_cast<size_t>(kc * d));
-  std::vector<uint32_t> parent(static_cast<size_t>(kf), 0);
-  {
-    faiss::ClusteringParameters cp;
-    cp.niter = static_cast<int>(p_.iters);
-    cp.seed = static_cast<int>((in.seed ^ 0x5bd1e995u) & 0x7fffffff);
-    cp.max_points_per_centroid = 1 << 30;
-    cp.min_points_per_centroid = 1;
-    cp.verbose = false;
-    faiss::Clustering clus(static_cast<int>(d), static_cast<int>(kc), cp);
-    faiss::IndexFlatL2 index(d);
-    clus.train(kf, fine.centroids.data(), index);
-    faiss::IndexFlatL2 assign(d);
-    assign.add(kc, clus.centroids.data());
-    std::vector<float> dist(static_cast<size_t>(kf));
-    std::vector<faiss::Index::idx_t> lab(static_cast<size_t>(kf));
-    assign.search(kf, fine.centroids.data(), 1, dist.data(), lab.data());
-    // Stored coarse centroid = mean of its fine centroids (a group that ends empty keeps FAISS').
-    std::vector<double> sum(static_cast<size_t>(kc * d), 0.0);
-    std::vector<int64_t> cnt(static_cast<size_t>(kc), 0);
-    for (int64_t j = 0; j < kf; ++j) {
-      parent[j] = static_cast<uint32_t>(lab[j]);
-      ++cnt[lab[j]];
-      for (int64_t t = 0; t < d; ++t) sum[lab[j] * d + t] += fine.centroids[j * d + t];
-    }
-    for (int64_t g = 0; g < kc; ++g)
-      for (int64_t t = 0; t < d; ++t)
-        coarse[g * d + t] = cnt[g] ? static_cast<float>(sum[g * d + t] / cnt[g]) : clus.centroids[g * d + t];
-  }
+  std::vector<float> coarse;
+  std::vector<uint32_t> parent;
+  const KmeansMethod coarse_method = coarse_level(fine, kc, p_.iters, in.seed ^ 0x5bd1e995u, p_.kmeans, coarse, parent);
+  out.meta["kmeans"] = {{"fine", kmeans_method_name(fine_method)}, {"coarse", kmeans_method_name(coarse_method)}};
   // Calibration: queries of the observation window [E - window, E) of every query head mapped to
   // this kv head; per fine cluster the mean over queries of exp(z_c) / sum_j N_j exp(z_j).
   const DumpReader& dump = *in.dump;

@@ -8,7 +8,7 @@ namespace kvtool {
 std::unique_ptr<KindBuilder> make_squeeze_builder(const json& params) {
   BuildParams in("squeeze", params);
   SqueezeParams p;
-  std::string quantiles;
+  std::string quantiles, kmeans = "auto";
   in.get("percent_clusters", p.percent_clusters);
   in.get("coarse_percent", p.coarse_percent);
   in.get("observation_window", p.observation_window);
@@ -16,7 +16,11 @@ std::unique_ptr<KindBuilder> make_squeeze_builder(const json& params) {
   in.get("iters", p.iters);
   in.get("calibration_queries", p.calibration_path);
   in.get("coarse_factor", p.coarse_factor);
+  in.get("kmeans", kmeans);
+  in.get("kmeans_branching", p.kmeans.branching);
+  in.get("kmeans_leaf_clusters", p.kmeans.leaf_clusters);
   in.finish();
+  p.kmeans.method = parse_kmeans_method(kmeans);
   // Given, even as an empty list, it is checked as the command line checks --quantiles.
   if (in.has("quantiles")) p.quantiles = parse_quantiles(quantiles);
   return std::make_unique<SqueezeBuilder>(p);

@@ -3,6 +3,7 @@
 
 #include "clusterkv/clusterkv.h"
 #include "kind_commands.h"
+#include "kmeans_options.h"
 
 namespace kvtool::cli {
 
@@ -11,7 +12,7 @@ namespace {
 Command add_build(CLI::App& app, bool& as_json) {
   struct Args {
     ClusterKvParams p;
-    std::string centroid = "raw-mean", dense_layers;
+    std::string centroid = "raw-mean", dense_layers, kmeans = "auto";
   };
   auto a = std::make_shared<Args>();
   auto options = [a](CLI::App* c) {
@@ -27,9 +28,11 @@ Command add_build(CLI::App& app, bool& as_json) {
         ->capture_default_str();
     c->add_option("--dense-layers", a->dense_layers,
                   "layers to leave unindexed, e.g. 0,1 or 0-1 (queries return all their rows)");
+    add_kmeans_options(c, a->kmeans, a->p.kmeans);
   };
   auto make = [a] {
     a->p.centroid = parse_centroid_rule(a->centroid);
+    a->p.kmeans.method = parse_kmeans_method(a->kmeans);
     if (!a->dense_layers.empty()) a->p.dense_layers = parse_layer_list(a->dense_layers);
     return std::make_unique<ClusterKvBuilder>(a->p);
   };

@@ -1,5 +1,6 @@
 // kvtool-squeeze build (= kvtool build squeeze). Logic: lib/kinds/squeeze.
 #include "kind_commands.h"
+#include "kmeans_options.h"
 #include "squeeze/squeeze.h"
 
 namespace kvtool::cli {
@@ -7,7 +8,7 @@ namespace kvtool::cli {
 void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
   struct Args {
     SqueezeParams p;
-    std::string quantiles;
+    std::string quantiles, kmeans = "auto";
   };
   auto a = std::make_shared<Args>();
   auto options = [a](CLI::App* c) {
@@ -25,9 +26,11 @@ void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_js
                   "raw float32 [L, H_q, N, d] queries to calibrate with instead of the observation window's");
     c->add_option("--coarse-factor", p.coarse_factor, "coarse pass keeps groups scoring >= factor x the fine threshold")
         ->capture_default_str();
+    add_kmeans_options(c, a->kmeans, a->p.kmeans);
   };
   auto make = [a] {
     if (!a->quantiles.empty()) a->p.quantiles = parse_quantiles(a->quantiles);
+    a->p.kmeans.method = parse_kmeans_method(a->kmeans);
     return std::make_unique<SqueezeBuilder>(a->p);
   };
   cmds.push_back(
