@@ -195,6 +195,19 @@ void print_dump_inspection(const DumpInspection& d) {
   }
 }
 
+// The index-bytes line (kvtool/report.h, IndexBytes): fractions of K+V, stored and raw.
+void print_index_bytes(const IndexBytes& b) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "  index bytes        %.6f of K+V stored, %.6f raw (%llu stored, %llu raw bytes of sections over %llu "
+                "K+V bytes: %lld parts x %lld rows x d %lld x 2 x %s)\n",
+                b.stored_fraction(), b.raw_fraction(), static_cast<unsigned long long>(b.stored),
+                static_cast<unsigned long long>(b.raw), static_cast<unsigned long long>(b.kv),
+                static_cast<long long>(b.parts), static_cast<long long>(b.rows), static_cast<long long>(b.head_dim),
+                b.kv_dtype.c_str());
+  std::cout << line;
+}
+
 void print_artifact_inspection(const ArtifactInspection& a) {
   const auto& m = a.manifest;
   const auto& src = a.source;
@@ -270,6 +283,7 @@ void print_eval(const EvalReport& r) {
   std::cout << "  support = covered rows [0, " << r.coverage_end << "): " << r.indexed_rows << " indexed, "
             << r.always_included_rows << " always included (sink + local); " << r.query_positions
             << " query positions x query heads x layers\n";
+  print_index_bytes(r.index);
   const bool sampling = r.mode == SelectionMode::collision_sampling;
   const bool centroids = !r.settings.empty() && r.settings[0].overall.centroids_scored_mean.has_value();
   // The table's label: the setting's, with a space for the CSV's '/' ("q=0.8 hier").

@@ -51,6 +51,8 @@ void print_build_summary(const BuildSummary& s);
 void print_eval(const EvalReport& r);
 void print_dump_inspection(const DumpInspection& d);
 void print_artifact_inspection(const ArtifactInspection& a);
+// The index-bytes line of inspect and eval (kvtool/report.h, IndexBytes): fractions of K+V.
+void print_index_bytes(const IndexBytes& b);
 void print_verify_result(const ArtifactVerification& v);
 void print_verify_result(const DumpVerification& v);
 void print_load(const LoadReport& r);  // kvtool load text output

@@ -17,8 +17,6 @@ namespace kvtool {
 
 namespace {
 
-using lsh::id_dtype;
-
 // SimHash codes of rows [n, d] for every table: codes[i * L + t]. float32 products through BLAS.
 void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, int64_t bits, int64_t tables,
              std::vector<uint32_t>& codes) {
@@ -42,10 +40,30 @@ void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, 
   }
 }
 
+// The CSR tables of segment number `s` (counting sort by code; ids ascend inside a bucket): offsets
+// rows s·L + t, relative to the segment's block of ids, which starts at L·(seg.lo − rb) and holds
+// table t at + t·n_s; ids are u16 offsets row − seg.base.
+void segment_tables(const lsh::Segment& seg, int64_t rb, int64_t L, int64_t buckets, const std::vector<uint32_t>& codes,
+                    std::vector<uint32_t>& offsets, std::vector<uint16_t>& ids, size_t s) {
+  const int64_t ns = seg.hi - seg.lo, i0 = seg.lo - rb;
+  std::vector<uint32_t> pos(static_cast<size_t>(buckets));
+  for (int64_t t = 0; t < L; ++t) {
+    uint32_t* off = offsets.data() + (static_cast<int64_t>(s) * L + t) * (buckets + 1);
+    uint16_t* tid = ids.data() + L * i0 + t * ns;
+    for (int64_t i = i0; i < i0 + ns; ++i) ++off[codes[i * L + t] + 1];
+    for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
+    std::copy(off, off + buckets, pos.begin());
+    for (int64_t i = i0; i < i0 + ns; ++i) tid[pos[codes[i * L + t]]++] = static_cast<uint16_t>(rb + i - seg.base);
+  }
+}
+
 }  // namespace
 
 json LshBuilder::params() const {
-  return {{"bits", p_.bits}, {"tables", p_.tables}, {"centering", "mean-of-indexed-keys"}};
+  return {{"bits", p_.bits},
+          {"tables", p_.tables},
+          {"centering", "mean-of-indexed-keys"},
+          {"id_layout", lsh::kIdLayoutSegments}};
 }
 
 void LshBuilder::check(int64_t) const {
@@ -70,34 +88,29 @@ PartOutput LshBuilder::build_part(const PartInput& in) const {
   std::vector<float> w = lsh_projections(in.base_seed, in.layer, in.kv_head, d, K, L);
   std::vector<uint32_t> codes;
   simhash(x.data(), n, d, w, K, L, codes);
-  // CSR per table: counting sort by code; ids ascend inside a bucket.
-  std::vector<uint32_t> offsets(static_cast<size_t>(L * (buckets + 1)), 0), ids(static_cast<size_t>(L * n));
+  const std::vector<lsh::Segment> segs = lsh::segments_of(rb, rb + n, true);
+  std::vector<uint32_t> offsets(segs.size() * static_cast<size_t>(L * (buckets + 1)), 0);
+  std::vector<uint16_t> ids(static_cast<size_t>(L * n));
+  for (size_t s = 0; s < segs.size(); ++s) segment_tables(segs[s], rb, L, buckets, codes, offsets, ids, s);
+  // Bucket statistics over whole tables (all segments), as in every layout.
   int64_t empty = 0, max_bucket = 0;
+  std::vector<int64_t> size(static_cast<size_t>(buckets));
   for (int64_t t = 0; t < L; ++t) {
-    uint32_t* off = offsets.data() + t * (buckets + 1);
-    for (int64_t i = 0; i < n; ++i) ++off[codes[i * L + t] + 1];
-    for (int64_t b = 0; b < buckets; ++b) {
-      empty += off[b + 1] == 0;
-      max_bucket = std::max<int64_t>(max_bucket, off[b + 1]);
-      off[b + 1] += off[b];
-    }
-    std::vector<uint32_t> pos(off, off + buckets);
-    for (int64_t i = 0; i < n; ++i) ids[t * n + pos[codes[i * L + t]]++] = static_cast<uint32_t>(rb + i);
+    std::fill(size.begin(), size.end(), 0);
+    for (int64_t i = 0; i < n; ++i) ++size[codes[i * L + t]];
+    for (int64_t b = 0; b < buckets; ++b) empty += size[b] == 0, max_bucket = std::max(max_bucket, size[b]);
   }
   auto bytes = [](const void* p, size_t nb) {
     std::vector<uint8_t> b(nb);
     std::memcpy(b.data(), p, nb);
     return b;
   };
+  const int64_t rows_of_offsets = static_cast<int64_t>(segs.size()) * L;
   out.sections.push_back({"lsh_mu", "f32", {d}, bytes(muf.data(), muf.size() * 4)});
   out.sections.push_back({"lsh_projections", "f32", {d, K * L}, bytes(w.data(), w.size() * 4)});
-  out.sections.push_back({"lsh_offsets", "u32", {L, buckets + 1}, bytes(offsets.data(), offsets.size() * 4)});
-  if (id_dtype(in.coverage_end) == "u16") {
-    std::vector<uint16_t> s(ids.begin(), ids.end());
-    out.sections.push_back({"lsh_ids", "u16", {L, n}, bytes(s.data(), s.size() * 2)});
-  } else {
-    out.sections.push_back({"lsh_ids", "u32", {L, n}, bytes(ids.data(), ids.size() * 4)});
-  }
+  out.sections.push_back(
+      {"lsh_offsets", "u32", {rows_of_offsets, buckets + 1}, bytes(offsets.data(), offsets.size() * 4)});
+  out.sections.push_back({"lsh_ids", "u16", {L, n}, bytes(ids.data(), ids.size() * 2)});
   out.meta["bucket_empty_fraction"] = static_cast<double>(empty) / static_cast<double>(L * buckets);
   out.meta["bucket_max"] = max_bucket;
   return out;

@@ -17,7 +17,6 @@ namespace kvtool {
 
 namespace {
 
-using lsh::id_dtype;
 using lsh::kProjectionStream;
 using lsh::LshLayout;
 
@@ -28,23 +27,29 @@ std::vector<T> as(const std::vector<uint8_t>& b) {
   return v;
 }
 
+// One part's tables, resident: ids widened to u32 (still relative to their segment's base).
+// Segment s's block of ids starts at L·(seg.lo − begin) and its offsets at row s·L.
 struct LshTables {
   std::vector<float> mu, w;
-  std::vector<uint32_t> offsets, ids;  // offsets [L, 2^K + 1], ids [L, n] (widened to u32)
-  static LshTables load(const ArtifactReader& r, int64_t layer, int64_t head, const LshLayout& lay, int64_t n) {
+  std::vector<uint32_t> offsets, ids;  // offsets [S·L, 2^K + 1], ids [L·n]
+  std::vector<lsh::Segment> segs;
+  static LshTables load(const ArtifactReader& r, int64_t layer, int64_t head, const LshLayout& lay,
+                        const IndexedRows& rows) {
     auto get = [&](const char* name) {
       const SectionEntry* e = r.find(name, layer, head);
       KVT_CHECK(e, PART_INVALID, "lsh part (" << layer << ", " << head << ") lacks section " << name);
       return std::make_pair(e, r.read_section(*e));
     };
     LshTables t;
+    t.segs = lsh::segments_of(rows.begin(), rows.end(), lay.segmented);
+    const int64_t n = rows.count(), S = static_cast<int64_t>(t.segs.size());
     auto [me, mb] = get("lsh_mu");
     auto [we, wb] = get("lsh_projections");
     auto [oe, ob] = get("lsh_offsets");
     auto [ie, ib] = get("lsh_ids");
     KVT_CHECK(me->dtype == "f32" && me->shape == std::vector<int64_t>({lay.d}) && we->dtype == "f32" &&
                   we->shape == std::vector<int64_t>({lay.d, lay.bits * lay.tables}) && oe->dtype == "u32" &&
-                  oe->shape == std::vector<int64_t>({lay.tables, lay.buckets + 1}) &&
+                  oe->shape == std::vector<int64_t>({S * lay.tables, lay.buckets + 1}) &&
                   (ie->dtype == "u16" || ie->dtype == "u32") && ie->shape == std::vector<int64_t>({lay.tables, n}),
               SHAPE_MISMATCH, "lsh sections of part (" << layer << ", " << head << ") have wrong dtypes or shapes");
     t.mu = as<float>(mb);
@@ -58,6 +63,11 @@ struct LshTables {
     }
     return t;
   }
+  // Segment s's offsets and ids (element index into the ids section).
+  const uint32_t* seg_offsets(size_t s, const LshLayout& lay) const {
+    return offsets.data() + static_cast<int64_t>(s) * lay.tables * (lay.buckets + 1);
+  }
+  int64_t seg_ids(size_t s, int64_t begin, const LshLayout& lay) const { return lay.tables * (segs[s].lo - begin); }
 };
 
 // lsh's one query option: the collision threshold c (rows colliding with the query in >= c
@@ -75,7 +85,7 @@ class LshSelector : public PartSelector {
       : lay_(LshLayout::of(r)), rows_(IndexedRows::of(r)) {
     const json& pm = part_meta(r, layer, head);
     n_ = int_member(pm, "indexed_rows", "lsh part");
-    if (n_ > 0) t_ = LshTables::load(r, layer, head, lay_, n_);
+    if (n_ > 0) t_ = LshTables::load(r, layer, head, lay_, rows_);
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
@@ -84,10 +94,16 @@ class LshSelector : public PartSelector {
     std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
     std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
     scoring::simhash_codes(req.q, lay_.d, t_.w.data(), lay_.bits, lay_.tables, qcodes.data());
-    scoring::collision_counts(qcodes.data(), t_.offsets.data(), t_.ids.data(), lay_.tables, lay_.buckets, n_,
-                              rows_.begin(), count.data());
+    const int64_t rb = rows_.begin();
+    for (size_t s = 0; s < t_.segs.size(); ++s) {
+      const lsh::Segment& g = t_.segs[s];
+      scoring::collision_counts(qcodes.data(), t_.seg_offsets(s, lay_), t_.ids.data() + t_.seg_ids(s, rb, lay_),
+                                lay_.tables, lay_.buckets, g.hi - g.lo, g.lo - g.base, count.data() + (g.lo - rb));
+    }
     emit(req, count, out);
   }
+  // The device primitive counts one CSR block at a time: one call per segment (the query's codes
+  // are recomputed per call; they are a d·K·L product, small next to the tables).
   bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
     const DeviceSection* w = dp.find("lsh_projections");
     const DeviceSection* off = dp.find("lsh_offsets");
@@ -96,9 +112,16 @@ class LshSelector : public PartSelector {
     check(req);
     std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
     std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
-    dp.dev->simhash_collisions(static_cast<const float*>(w->ptr), static_cast<const uint32_t*>(off->ptr), ids->ptr,
-                               ids->dtype == "u16" ? 2 : 4, lay_.d, lay_.bits, lay_.tables, n_, rows_.begin(), req.q,
-                               qcodes.data(), count.data());
+    const int id_bytes = ids->dtype == "u16" ? 2 : 4;
+    const int64_t rb = rows_.begin();
+    for (size_t s = 0; s < t_.segs.size(); ++s) {
+      const lsh::Segment& g = t_.segs[s];
+      const uint32_t* seg_off = static_cast<const uint32_t*>(off->ptr) + (t_.seg_offsets(s, lay_) - t_.offsets.data());
+      const void* seg_ids = static_cast<const uint8_t*>(ids->ptr) + t_.seg_ids(s, rb, lay_) * id_bytes;
+      dp.dev->simhash_collisions(static_cast<const float*>(w->ptr), seg_off, seg_ids, id_bytes, lay_.d, lay_.bits,
+                                 lay_.tables, g.hi - g.lo, g.lo - g.base, req.q, qcodes.data(),
+                                 count.data() + (g.lo - rb));
+    }
     emit(req, count, out);
     return true;
   }
@@ -141,6 +164,50 @@ class LshSelector : public PartSelector {
   LshTables t_;
 };
 
+// Rule 7 of formats/kinds-v1.md §5.4 for table `tb` of segment `s`: its CSR block runs from 0 to
+// n_s, monotone, and lists each row of the segment once, ascending inside a bucket.
+void check_segment_table(const LshTables& t, size_t s, int64_t tb, const LshLayout& lay, const IndexedRows& rows,
+                         const std::string& part, std::vector<int64_t>& seen) {
+  const lsh::Segment& g = t.segs[s];
+  const int64_t ns = g.hi - g.lo, B = lay.buckets;
+  const uint32_t* off = t.seg_offsets(s, lay) + tb * (B + 1);
+  const uint32_t* ids = t.ids.data() + t.seg_ids(s, rows.begin(), lay) + tb * ns;
+  KVT_CHECK(off[0] == 0 && off[B] == ns, BUCKET_TABLE_INVALID,
+            "table " << tb << " of " << part << (t.segs.size() > 1 ? " segment " + std::to_string(s) : "")
+                     << ": offsets run from " << off[0] << " to " << off[B] << ", not 0 to " << ns);
+  for (int64_t b = 0; b < B; ++b) {
+    // Bounded by n_s too: a bucket running past the block's ids would read the next table's.
+    KVT_CHECK(off[b] <= off[b + 1] && off[b + 1] <= ns, BUCKET_TABLE_INVALID,
+              "table " << tb << " offsets are not monotone within [0, " << ns << "] at bucket " << b);
+    for (uint32_t i = off[b]; i < off[b + 1]; ++i) {
+      const int64_t id = g.base + ids[i];
+      KVT_CHECK(id >= g.lo && id < g.hi, BUCKET_TABLE_INVALID,
+                "table " << tb << " holds row " << id << " outside the indexed rows");
+      KVT_CHECK(seen[id - rows.begin()] != tb, BUCKET_TABLE_INVALID, "table " << tb << " holds row " << id << " twice");
+      KVT_CHECK(i == off[b] || ids[i] > ids[i - 1], BUCKET_TABLE_INVALID,
+                "bucket " << b << " of table " << tb << " is not sorted by id");
+      seen[id - rows.begin()] = tb;
+    }
+  }
+}
+
+void validate_lsh_part(const ArtifactReader& r, int64_t layer, int64_t head, const LshLayout& lay,
+                       const IndexedRows& rows, uint64_t seed) {
+  LshTables t = LshTables::load(r, layer, head, lay, rows);
+  const std::string want = lsh::id_dtype(rows.coverage_end, lay.segmented);
+  KVT_CHECK(r.find("lsh_ids", layer, head)->dtype == want, SHAPE_MISMATCH,
+            "lsh ids of part (" << layer << ", " << head << ") should be " << want);
+  for (float x : t.mu)
+    KVT_CHECK(std::isfinite(x), NON_FINITE, "the key mean of part (" << layer << ", " << head << ") is not finite");
+  KVT_CHECK(
+      t.w == lsh_projections(seed, layer, head, lay.d, lay.bits, lay.tables), PROJECTION_MISMATCH,
+      "the projections of part (" << layer << ", " << head << ") are not the ones the seed " << seed << " generates");
+  std::vector<int64_t> seen(static_cast<size_t>(rows.count()), -1);
+  const std::string part = "part (" + std::to_string(layer) + ", " + std::to_string(head) + ")";
+  for (size_t s = 0; s < t.segs.size(); ++s)
+    for (int64_t tb = 0; tb < lay.tables; ++tb) check_segment_table(t, s, tb, lay, rows, part, seen);
+}
+
 void validate_lsh(const ArtifactReader& r) {
   validate_part_list(r);
   LshLayout lay = LshLayout::of(r);
@@ -154,39 +221,9 @@ void validate_lsh(const ArtifactReader& r) {
     KVT_CHECK(
         int_member(pm, "indexed_rows", "lsh part") == rows.count(), PART_INVALID,
         "lsh part (" << layer << ", " << head << ") does not index the " << rows.count() << " rows of its coverage");
-    const int64_t n = rows.count();
-    if (n == 0) continue;
+    if (rows.count() == 0) continue;
     sections += 4;
-    LshTables t = LshTables::load(r, layer, head, lay, n);
-    KVT_CHECK(r.find("lsh_ids", layer, head)->dtype == id_dtype(rows.coverage_end), SHAPE_MISMATCH,
-              "lsh ids of part (" << layer << ", " << head << ") should be " << id_dtype(rows.coverage_end));
-    for (float x : t.mu)
-      KVT_CHECK(std::isfinite(x), NON_FINITE, "the key mean of part (" << layer << ", " << head << ") is not finite");
-    KVT_CHECK(
-        t.w == lsh_projections(seed, layer, head, lay.d, lay.bits, lay.tables), PROJECTION_MISMATCH,
-        "the projections of part (" << layer << ", " << head << ") are not the ones the seed " << seed << " generates");
-    std::vector<int64_t> seen(static_cast<size_t>(n), -1);
-    for (int64_t tb = 0; tb < lay.tables; ++tb) {
-      const uint32_t* off = t.offsets.data() + tb * (lay.buckets + 1);
-      KVT_CHECK(off[0] == 0 && off[lay.buckets] == n, BUCKET_TABLE_INVALID,
-                "table " << tb << " of part (" << layer << ", " << head << "): offsets run from " << off[0] << " to "
-                         << off[lay.buckets] << ", not 0 to " << n);
-      for (int64_t b = 0; b < lay.buckets; ++b) {
-        // Bounded by n too: a bucket running past the table's n ids would read the next table's.
-        KVT_CHECK(off[b] <= off[b + 1] && off[b + 1] <= n, BUCKET_TABLE_INVALID,
-                  "table " << tb << " offsets are not monotone within [0, " << n << "] at bucket " << b);
-        for (uint32_t i = off[b]; i < off[b + 1]; ++i) {
-          int64_t id = t.ids[tb * n + i];
-          KVT_CHECK(id >= rows.begin() && id < rows.end(), BUCKET_TABLE_INVALID,
-                    "table " << tb << " holds row " << id << " outside the indexed rows");
-          KVT_CHECK(seen[id - rows.begin()] != tb, BUCKET_TABLE_INVALID,
-                    "table " << tb << " holds row " << id << " twice");
-          KVT_CHECK(i == off[b] || t.ids[tb * n + i] > t.ids[tb * n + i - 1], BUCKET_TABLE_INVALID,
-                    "bucket " << b << " of table " << tb << " is not sorted by id");
-          seen[id - rows.begin()] = tb;
-        }
-      }
-    }
+    validate_lsh_part(r, layer, head, lay, rows, seed);
   }
   KVT_CHECK(sections == r.sections().size(), PART_INVALID, "the artifact has sections that belong to no lsh part");
 }

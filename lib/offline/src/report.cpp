@@ -227,6 +227,7 @@ ArtifactInspection inspect_artifact(const std::string& path, bool admit) {
   a.is_signed = r.is_signed();
   if (r.is_signed()) a.key_id = key_id(*r.signer());
   a.source = r.source();
+  a.index = index_bytes(r);
   if (const KindSpec* k = find_kind(r.kind()); k && k->summarize) {
     try {  // inspect shows artifacts it has not validated: a malformed kind_data gets no summary
       a.kind_summary = k->summarize(r);
@@ -256,7 +257,38 @@ json ArtifactInspection::to_json() const {
     j["signature"] = nullptr;
   j["source"] = source.to_json();
   if (kind_summary) j["kind_summary"] = *kind_summary;
+  j["index_bytes"] = index.to_json();
   return j;
+}
+
+IndexBytes index_bytes(const ArtifactReader& r) {
+  IndexBytes b;
+  for (const auto& s : r.sections()) b.stored += s.stored_size, b.raw += s.raw_size;
+  const SourceBinding& src = r.source();
+  // inspect --unchecked reaches here with manifests no kind has validated: read parts defensively.
+  const json& kd = r.manifest().contains("kind_data") ? r.manifest()["kind_data"] : json();
+  const bool listed = kd.is_object() && kd.contains("parts") && kd["parts"].is_array();
+  b.parts = listed ? static_cast<int64_t>(kd["parts"].size()) : src.geo.layers * src.geo.kv_heads;
+  b.rows = src.coverage_end;
+  b.head_dim = src.geo.head_dim;
+  b.kv_dtype = dtype_name(src.geo.dtype);
+  b.kv = static_cast<uint64_t>(b.parts) * static_cast<uint64_t>(b.rows) * static_cast<uint64_t>(b.head_dim) * 2 *
+         dtype_size(src.geo.dtype);
+  return b;
+}
+
+json IndexBytes::to_json() const {
+  return {{"stored", stored},
+          {"raw", raw},
+          {"kv_bytes", kv},
+          {"kv_dtype", kv_dtype},
+          {"parts", parts},
+          {"rows_per_part", rows},
+          {"stored_fraction", stored_fraction()},
+          {"raw_fraction", raw_fraction()},
+          {"definition",
+           "index = every section (stored: as in the file; raw: decompressed) / K+V = parts x rows [0, coverage_end) "
+           "x head_dim x 2 (K and V) x bytes of the dump's stored dtype (f32 4, f16 and bf16 2)"}};
 }
 
 ArtifactVerification verify_artifact(const std::string& path, const VerifyOptions& opt) {

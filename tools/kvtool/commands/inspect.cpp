@@ -36,7 +36,10 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
             }
             ArtifactInspection r = inspect_artifact(in.path(), !a->unchecked);
             r.path = a->path;
-            return emit(flags, r.to_json(), [&] { cli::print_artifact_inspection(r); });
+            return emit(flags, r.to_json(), [&] {
+              cli::print_artifact_inspection(r);
+              cli::print_index_bytes(r.index);
+            });
           }};
 }
 

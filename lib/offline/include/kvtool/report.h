@@ -56,6 +56,23 @@ struct DumpInspection {
 };
 DumpInspection inspect_dump(const std::string& path, int top_channels = 3);
 
+// An artifact's index bytes as a fraction of the K+V bytes of the rows it covers (inspect and
+// eval report it). Index bytes are all its sections (the manifest excluded): `stored` as they lie
+// in the file (after their codec), `raw` decompressed. K+V bytes: for each (layer, kv head) part the
+// artifact holds, rows [0, coverage_end) of K and of V, head_dim elements each, in the dump's
+// stored dtype (f32 = 4 bytes per element, f16 and bf16 = 2).
+struct IndexBytes {
+  uint64_t stored = 0, raw = 0, kv = 0;
+  int64_t parts = 0, rows = 0, head_dim = 0;
+  std::string kv_dtype;
+  double stored_fraction() const { return kv ? static_cast<double>(stored) / static_cast<double>(kv) : 0.0; }
+  double raw_fraction() const { return kv ? static_cast<double>(raw) / static_cast<double>(kv) : 0.0; }
+  json to_json() const;
+};
+// Parts: kind_data.parts when the manifest lists them (a shard holds only its part range), else
+// every (layer, kv head) of the source geometry (an artifact-wide index).
+IndexBytes index_bytes(const ArtifactReader& r);
+
 // What inspect_artifact reports; --json is to_json().
 struct ArtifactInspection {
   std::string path, kind;
@@ -74,6 +91,7 @@ struct ArtifactInspection {
   std::string key_id;  // the signer's; "" when unsigned (the JSON's signature is null then)
   SourceBinding source;
   std::optional<json> kind_summary;  // KindSpec::summarize, for the kinds that have one: per kind, so JSON
+  IndexBytes index;                  // the JSON's "index_bytes"
   json to_json() const;
 };
 // With `admit` (the default), the artifact first passes the admission every reader runs
