@@ -6,7 +6,7 @@ For each shared llama2.c model both producers dump the same prompt in float32 wi
 * q_positions and every identity attribute but `generator` are equal;
 * `kvtool build pq` on each dump and `kvtool eval --json` of each artifact on its own dump give the
   same metrics within 1e-5 (relative to max(1, |value|)), except the compressed byte counts
-  (`index_bytes`, `metadata_bytes`: zstd sizes of codebooks whose float bits differ in the last
+  (`index_bytes` and its fractions, `metadata_bytes`: zstd sizes of codebooks whose float bits differ in the last
   place). babyllama361 is compared on tensors only: on it a 1e-6 perturbation flips a PQ k-means
   assignment in layer 0 and its metrics move by up to ~6e-3 (a discrete decision, not a bug);
 * the torch artifact checked against the C++ dump fails only with PAYLOAD_MISMATCH (the float bits
@@ -120,7 +120,7 @@ def check_model(w, name, tokenizer, prompt, tokens, prefix, compare_eval):
         fail(f"{name}: torch artifact against the C++ dump: {e} (expected only PAYLOAD_MISMATCH)")
     eval_worst, where = 0.0, ""
     for path, a, b in numbers(evals[0], evals[1]):
-        if path.endswith("_bytes"):
+        if path.endswith("_bytes") or path.startswith("/index_bytes/"):
             continue  # zstd sizes of differently rounded codebooks; see the module docstring
         d = abs(a - b) / max(1.0, abs(a))
         if d > eval_worst:

@@ -10,24 +10,45 @@
 
 using namespace kvtool;
 
-TEST_CASE("eval: the BLAS dense block equals per-query double loops") {
-  std::mt19937 rng(3);
-  std::normal_distribution<float> N(0, 1.5f);
-  const int64_t E = 301, d = 16, n = 7;
-  std::vector<float> K(E * d), V(E * d), Q(n * d);
-  for (auto* v : {&K, &V, &Q})
-    for (auto& x : *v) x = N(rng);
+namespace {
+
+// K, V [E, d] and Q [n, d] with N(0, sigma) entries, and their dense block computed by eval.
+struct RandomBlock {
+  int64_t E, d, n;
+  std::vector<float> K, V, Q;
   eval::DenseSupport s;
-  s.load(K.data(), V.data(), E, d);
-  std::vector<double> Qd(Q.begin(), Q.end());
   eval::DenseBlock b;
-  b.compute(Qd.data(), n, s);
-  for (int64_t i = 0; i < n; ++i) {
-    std::vector<double> z(E), o(d, 0.0);
+  RandomBlock(unsigned seed, float sigma, int64_t rows, int64_t dim, int64_t queries)
+      : E(rows), d(dim), n(queries), K(E * d), V(E * d), Q(n * d) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> N(0, sigma);
+    for (auto* v : {&K, &V, &Q})
+      for (auto& x : *v) x = N(rng);
+    s.load(K.data(), V.data(), E, d);
+    std::vector<double> Qd(Q.begin(), Q.end());
+    b.compute(Qd.data(), n, s);
+  }
+  // Query i's logits q·k/sqrt(d) by plain double loops.
+  std::vector<double> logits(int64_t i) const {
+    std::vector<double> z(E);
     for (int64_t r = 0; r < E; ++r) {
       for (int64_t t = 0; t < d; ++t) z[r] += double(Q[i * d + t]) * K[r * d + t];
       z[r] /= std::sqrt(double(d));
     }
+    return z;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("eval: the BLAS dense block equals per-query double loops") {
+  const RandomBlock rb(3, 1.5f, 301, 16, 7);
+  const int64_t E = rb.E, d = rb.d, n = rb.n;
+  const std::vector<float>& V = rb.V;
+  const eval::DenseBlock& b = rb.b;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::vector<double> z = rb.logits(i);
+    std::vector<double> o(d, 0.0);
     const double mx = *std::max_element(z.begin(), z.end());
     double sum = 0;
     for (double x : z) sum += std::exp(x - mx);
@@ -42,33 +63,119 @@ TEST_CASE("eval: the BLAS dense block equals per-query double loops") {
   }
 }
 
+namespace {
+
+// A block of one query whose probabilities are `p` (the oracle and the metrics read only P).
+eval::DenseBlock block_of(const std::vector<double>& p, int64_t d) {
+  eval::DenseBlock b;
+  b.n = 1;
+  b.E = static_cast<int64_t>(p.size());
+  b.d = d;
+  b.P = p;
+  b.O.assign(static_cast<size_t>(d), 0.0);
+  b.log_normalizer = {0.0};
+  return b;
+}
+
+// The oracle by definition: a full stable sort by p descending (ties by lower row).
+void oracle_by_sort(const std::vector<double>& p, const std::vector<int64_t>& kept_rows, int64_t rows, double& mass,
+                    double& recall) {
+  std::vector<int64_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+  mass = 0;
+  double hit = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    mass += p[order[i]];
+    hit += std::count(kept_rows.begin(), kept_rows.end(), order[i]);
+  }
+  recall = rows ? hit / rows : 1.0;
+}
+
+}  // namespace
+
 TEST_CASE("eval: oracle mass and recall equal a full stable sort's, ties included") {
   std::mt19937 rng(11);
-  for (int trial = 0; trial < 50; ++trial) {
+  for (int trial = 0; trial < 60; ++trial) {
     const int64_t E = 1 + rng() % 400;
     std::vector<double> p(E);
-    for (auto& x : p) x = double(rng() % 6) / 8;  // few distinct values: many ties
-    eval::DenseReference ref;
-    ref.p = p.data();
-    std::vector<double> o(4, 0.0);
-    ref.o = o.data();
+    // Few distinct values (many ties, inside one bucket and across buckets), or a wide spread of
+    // magnitudes down to 0 and below 2^-126 (the lowest bucket).
+    for (auto& x : p) x = trial % 2 ? double(rng() % 6) / 8 : std::ldexp(1.0 + rng() % 7, -int(rng() % 300));
+    const eval::DenseBlock b = block_of(p, 4);
+    eval::OracleIndex oi;
+    oi.build(b);
     CandidateReceipt rc;
     for (int64_t i = 0; i < E; ++i)
       if (rng() % 3 == 0) rc.candidates.push_back(i);
-    std::vector<float> V(E * 4, 1.0f);
+    std::shuffle(rc.candidates.begin(), rc.candidates.end(), rng);  // receipts need not be sorted
     eval::ReceiptMetrics m;
-    m.measure(ref, rc, V.data(), E, 4);
-    std::vector<int64_t> order(E);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    m.measure(b.row(0), rc, oi, 0, E);
+    std::vector<int64_t> sorted = rc.candidates;
+    std::sort(sorted.begin(), sorted.end());
     const int64_t rows = static_cast<int64_t>(rc.candidates.size());
     REQUIRE(m.rows == rows);
-    double oracle = 0, hit = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      oracle += p[order[i]];
-      hit += std::count(rc.candidates.begin(), rc.candidates.end(), order[i]);
+    REQUIRE(m.ids == sorted);
+    double oracle = 0, recall = 0;
+    oracle_by_sort(p, sorted, rows, oracle, recall);
+    REQUIRE(m.oracle == Approx(oracle).epsilon(1e-12).margin(1e-300));
+    REQUIRE(m.recall == Approx(recall).margin(1e-12));
+  }
+}
+
+// End to end against plain double loops: every metric of eval's parts (BLAS block, bucketed oracle,
+// kept outputs by gathering and by the masked GEMM) for receipts of 1% to 100% of the rows.
+TEST_CASE("eval: metrics of the BLAS parts equal a scalar double reference, both output paths") {
+  const RandomBlock rb(5, 2.0f, 2600, 8, 6);  // two tiles of rows, the second partial
+  const int64_t E = rb.E, d = rb.d, n = rb.n;
+  const std::vector<float>& V = rb.V;
+  const eval::DenseSupport& s = rb.s;
+  const eval::DenseBlock& b = rb.b;
+  std::mt19937 rng(5);
+  eval::OracleIndex oi;
+  oi.build(b);
+  for (double frac : {0.01, 0.1, 0.3, 1.0}) {
+    std::vector<eval::ReceiptMetrics> ms(n);
+    std::vector<std::vector<int64_t>> kept(n);
+    for (int64_t i = 0; i < n; ++i) {
+      CandidateReceipt rc;
+      for (int64_t r = 0; r < E; ++r)
+        if (std::uniform_real_distribution<double>(0, 1)(rng) < frac) rc.candidates.push_back(r);
+      rc.always_included = {0, E - 1, E + 3};  // a row past the support is not kept
+      ms[i].measure(b.row(i), rc, oi, i, E);
+      kept[i] = ms[i].ids;
     }
-    REQUIRE(m.oracle == Approx(oracle).margin(1e-12));
-    REQUIRE(m.recall == Approx(rows ? hit / rows : 1.0).margin(1e-12));
+    eval::KeptOutputs ko;
+    ko.compute(b, ms, s);
+    INFO("fraction " << frac << " gemm " << eval::KeptOutputs::use_gemm(ms, n, E));
+    for (int64_t i = 0; i < n; ++i) {
+      ms[i].output(b.row(i), ko.out.data() + i * d, d);
+      const std::vector<double> z = rb.logits(i);
+      std::vector<double> p(E), o(d, 0.0), ko_ref(d, 0.0);
+      const double mx = *std::max_element(z.begin(), z.end());
+      double sum = 0, retained = 0;
+      for (double x : z) sum += std::exp(x - mx);
+      for (int64_t r = 0; r < E; ++r) {
+        p[r] = std::exp(z[r] - mx) / sum;
+        for (int64_t t = 0; t < d; ++t) o[t] += p[r] * V[r * d + t];
+      }
+      for (int64_t r : kept[i]) {
+        retained += p[r];
+        for (int64_t t = 0; t < d; ++t) ko_ref[t] += p[r] * V[r * d + t];
+      }
+      double err = 0, on = 0;
+      for (int64_t t = 0; t < d; ++t) {
+        err += std::pow(ko_ref[t] / retained - o[t], 2);
+        on += o[t] * o[t];
+      }
+      double oracle = 0, recall = 0;
+      oracle_by_sort(p, kept[i], static_cast<int64_t>(kept[i].size()), oracle, recall);
+      CHECK(ms[i].retained == Approx(retained).epsilon(1e-12));
+      CHECK(ms[i].oracle == Approx(oracle).epsilon(1e-12));
+      CHECK(ms[i].recall == Approx(recall).margin(1e-12));
+      CHECK(ms[i].error == Approx(std::sqrt(err)).epsilon(1e-9).margin(1e-13));
+      CHECK(ms[i].relative_error == Approx(std::sqrt(err / on)).epsilon(1e-9).margin(1e-13));
+      CHECK(ms[i].fraction == Approx(double(kept[i].size()) / E));
+    }
   }
 }

@@ -103,6 +103,46 @@ KmeansMethod coarse_level(const ClusterSet& fine, int64_t kc, int64_t iters, uin
   return method;
 }
 
+// The calibration queries of one part, in order, d floats each: the rows of --calibration-queries
+// for every query head mapped to this kv head, else the dump's /kv/q queries of those heads in the
+// observation window [E - window, E). Gathered before clustering, so that a dump without usable
+// queries fails before the work.
+std::vector<float> calibration_queries(const PartInput& in, const std::vector<float>& file, int64_t window) {
+  const DumpReader& dump = *in.dump;
+  const auto& info = dump.info();
+  const int64_t d = in.head_dim;
+  std::vector<float> out;
+  auto mapped = [&](int64_t h) { return info.id.q_to_kv_head[static_cast<size_t>(h)] == in.kv_head; };
+  if (!file.empty()) {
+    const int64_t per = info.geo.layers * info.geo.q_heads * d;
+    KVT_CHECK(static_cast<int64_t>(file.size()) % per == 0, SHAPE_MISMATCH,
+              "--calibration-queries holds " << file.size() << " floats, not a multiple of L x H_q x d = " << per);
+    const int64_t N = static_cast<int64_t>(file.size()) / per;
+    for (int64_t h = 0; h < info.geo.q_heads; ++h)
+      if (mapped(h)) {
+        const float* q = file.data() + (in.layer * info.geo.q_heads + h) * N * d;
+        out.insert(out.end(), q, q + N * d);
+      }
+    return out;
+  }
+  KVT_CHECK(info.has_q, NO_QUERIES,
+            "squeeze calibration needs /kv/q queries (dump with --queries) or --calibration-queries");
+  std::vector<int64_t> qpos = dump.q_positions();
+  const int64_t w0 = std::max<int64_t>(0, in.coverage_end - window);
+  std::vector<size_t> qsel;
+  for (size_t j = 0; j < qpos.size(); ++j)
+    if (qpos[j] >= w0 && qpos[j] < in.coverage_end) qsel.push_back(j);
+  KVT_CHECK(!qsel.empty(), NO_QUERIES,
+            "the dump has no queries in the observation window [" << w0 << ", " << in.coverage_end << ")");
+  std::vector<float> Q(static_cast<size_t>(info.geo.q_tokens * d));
+  for (int64_t h = 0; h < info.geo.q_heads; ++h) {
+    if (!mapped(h)) continue;
+    dump.read_q(in.layer, h, Q.data());
+    for (size_t j : qsel) out.insert(out.end(), Q.data() + static_cast<int64_t>(j) * d, Q.data() + (j + 1) * d);
+  }
+  return out;
+}
+
 }  // namespace
 
 PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
@@ -110,6 +150,7 @@ PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
   PartOutput out;
   out.meta = {{"indexed_rows", n}};
   if (n == 0) return out;
+  const std::vector<float> cal = calibration_queries(in, calibration_, p_.observation_window);
   // Fine level: cosine k-means, stored centroid = mean of the raw keys of each final cluster.
   const int64_t kf =
       std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::floor(p_.percent_clusters / 100.0 * n))));
@@ -127,46 +168,14 @@ PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
   std::vector<uint32_t> parent;
   const KmeansMethod coarse_method = coarse_level(fine, kc, p_.iters, in.seed ^ 0x5bd1e995u, p_.kmeans, coarse, parent);
   out.meta["kmeans"] = {{"fine", kmeans_method_name(fine_method)}, {"coarse", kmeans_method_name(coarse_method)}};
-  // Calibration: queries of the observation window [E - window, E) of every query head mapped to
-  // this kv head; per fine cluster the mean over queries of exp(z_c) / sum_j N_j exp(z_j).
-  const DumpReader& dump = *in.dump;
-  const auto& info = dump.info();
+  // Calibration: per fine cluster the mean over the calibration queries of exp(z_c) / sum_j N_j exp(z_j).
   std::vector<double> mean(static_cast<size_t>(kf), 0.0), sc;
-  int64_t nq = 0;
+  const int64_t nq = static_cast<int64_t>(cal.size()) / d;
   Sha256 cal_digest;  // digest of the calibration set this part used (float32 queries, in order)
-  auto calibrate = [&](const float* q) {
-    cal_digest.update(q, static_cast<size_t>(d) * sizeof(float));
-    cluster_scores(q, fine.centroids, fine.sizes, d, sc);
+  cal_digest.update(cal.data(), cal.size() * sizeof(float));
+  for (int64_t j = 0; j < nq; ++j) {
+    cluster_scores(cal.data() + j * d, fine.centroids, fine.sizes, d, sc);
     for (int64_t c = 0; c < kf; ++c) mean[c] += sc[c];
-    ++nq;
-  };
-  if (!calibration_.empty()) {
-    const int64_t per = info.geo.layers * info.geo.q_heads * d;
-    KVT_CHECK(
-        static_cast<int64_t>(calibration_.size()) % per == 0, SHAPE_MISMATCH,
-        "--calibration-queries holds " << calibration_.size() << " floats, not a multiple of L x H_q x d = " << per);
-    const int64_t N = static_cast<int64_t>(calibration_.size()) / per;
-    for (int64_t h = 0; h < info.geo.q_heads; ++h)
-      if (info.id.q_to_kv_head[static_cast<size_t>(h)] == in.kv_head)
-        for (int64_t j = 0; j < N; ++j)
-          calibrate(calibration_.data() + ((in.layer * info.geo.q_heads + h) * N + j) * d);
-  } else {
-    // Queries of the observation window [E - window, E) of every query head mapped to this kv head.
-    KVT_CHECK(info.has_q, NO_QUERIES,
-              "squeeze calibration needs /kv/q queries (dump with --queries) or --calibration-queries");
-    std::vector<int64_t> qpos = dump.q_positions();
-    const int64_t w0 = std::max<int64_t>(0, in.coverage_end - p_.observation_window);
-    std::vector<size_t> qsel;
-    for (size_t j = 0; j < qpos.size(); ++j)
-      if (qpos[j] >= w0 && qpos[j] < in.coverage_end) qsel.push_back(j);
-    KVT_CHECK(!qsel.empty(), NO_QUERIES,
-              "the dump has no queries in the observation window [" << w0 << ", " << in.coverage_end << ")");
-    std::vector<float> Q(static_cast<size_t>(info.geo.q_tokens * d));
-    for (int64_t h = 0; h < info.geo.q_heads; ++h) {
-      if (info.id.q_to_kv_head[static_cast<size_t>(h)] != in.kv_head) continue;
-      dump.read_q(in.layer, h, Q.data());
-      for (size_t j : qsel) calibrate(Q.data() + static_cast<int64_t>(j) * d);
-    }
   }
   out.meta["calibration_sha256"] = to_hex(cal_digest.finish());
   json scores = json::array(), weights = json::array();

@@ -1,6 +1,7 @@
 // The parts of `kvtool eval` (lib/offline/src/eval.cpp drives them): the dense reference of a block
 // of queries, the metrics of one receipt against it, and the sampling estimator. Internal to offline.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -8,12 +9,30 @@
 
 namespace kvtool::eval {
 
-// The covered support [0, E) of one (layer, kv head) in double, row-major [E, d], converted once
-// for all the queries of that kv head (the float -> double conversion is exact).
+// Asks the kernel for transparent huge pages on [p, p + bytes) (Linux; nothing elsewhere).
+void advise_huge_pages(void* p, size_t bytes);
+
+// Reserves room for n elements in a buffer the loop then fills for the first time: eval's buffers
+// are tens of MiB per worker, and first touching them 4 KiB page by page cost about a tenth of
+// the run at 32K rows (measured with perf on a 2-core VM; README.md, "Measured": eval).
+template <typename T>
+void reserve_huge(std::vector<T>& v, size_t n) {
+  if (v.capacity() >= n) return;
+  v.reserve(n);
+  advise_huge_pages(v.data(), n * sizeof(T));
+}
+
+// The covered support [0, E) of one (layer, kv head), row-major [E, d] floats as read from the
+// dump. The GEMMs take it in double a tile of rows at a time (the float -> double conversion is
+// exact), so no double copy of the whole K and V is ever held.
 struct DenseSupport {
-  std::vector<double> K, V;
+  const float* K = nullptr;
+  const float* V = nullptr;
   int64_t E = 0, d = 0;
   void load(const float* k, const float* v, int64_t rows, int64_t dim);
+  static constexpr int64_t kTileRows = 2048;
+  // Rows [r0, r0 + rows) of `m` (K or V) in double, into `tile`.
+  const double* tile(const float* m, int64_t r0, int64_t rows, std::vector<double>& tile) const;
 };
 
 // One query's dense attention over the support: probabilities p (max-subtracted softmax of
@@ -30,28 +49,64 @@ struct DenseReference {
 // metric within rounding of a plain double loop (README.md, "Measured": eval).
 struct DenseBlock {
   std::vector<double> P, O, log_normalizer;  // [n, E], [n, d], [n]
+  std::vector<double> tile;                  // a tile of K or V in double
   int64_t n = 0, E = 0, d = 0;
   void compute(const double* Q, int64_t count, const DenseSupport& s);  // Q: [count, d] double
   DenseReference row(int64_t i) const {
     return {P.data() + i * E, O.data() + i * d, log_normalizer[static_cast<size_t>(i)]};
   }
-  // Queries per block: at most 256, and at most 2^23 doubles (64 MiB) of probabilities.
+  // Queries per block: at most 256, and at most 2^22 doubles (32 MiB) of probabilities.
   static int64_t block_rows(int64_t E);
+};
+
+// The oracle of every query of a block at any row count: each p's bucket (its sign, exponent and
+// 4 leading mantissa bits: order-preserving, as p >= 0) and per query the rows and mass of each
+// bucket. The oracle's rows are then whole buckets from the top, plus the largest p of one
+// threshold bucket (a selection among its few rows), instead of a selection over all E per setting.
+class OracleIndex {
+ public:
+  void build(const DenseBlock& b);
+  // Query i: the mass of the `rows` largest p (ties by lower row) and how many of those rows are
+  // kept (`ids`: the kept rows, `kept`: their flags).
+  void measure(int64_t i, int64_t rows, const std::vector<int64_t>& ids, const std::vector<char>& kept, double& mass,
+               int64_t& hits);
+  static constexpr int64_t kBuckets = 2048;
+
+ private:
+  const DenseBlock* b_ = nullptr;
+  std::vector<uint16_t> key_;   // [n, E]
+  std::vector<int64_t> count_;  // [n, kBuckets]
+  std::vector<double> mass_;    // [n, kBuckets]
+  std::vector<int64_t> tied_;   // rows of the threshold bucket
 };
 
 // One receipt measured against the reference: rows kept (candidates + always included, below E),
 // retained mass, the oracle's mass with as many rows (the `rows` largest p, ties by lower row),
-// recall of the oracle's support, and the error of the renormalized output over the kept rows.
+// recall of the oracle's support; then (output()) the error of the renormalized output over the
+// kept rows.
 struct ReceiptMetrics {
   int64_t rows = 0;
   double retained = 0, oracle = 0, recall = 0, error = 0, relative_error = 0, fraction = 0, output_norm = 0;
-  std::vector<char> kept;       // per support row
-  std::vector<int64_t> ids;     // the kept rows, ascending
-  std::vector<double> scratch;  // a copy of p for the oracle's selection
-  void measure(const DenseReference& ref, const CandidateReceipt& rc, const float* V, int64_t E, int64_t d);
+  std::vector<char> kept;    // per support row
+  std::vector<int64_t> ids;  // the kept rows, ascending
+  // Everything but the output error; query i of the block `oracle` was built on.
+  void measure(const DenseReference& ref, const CandidateReceipt& rc, OracleIndex& oracle, int64_t i, int64_t E);
+  // The output error from kept_out = sum over the kept rows of p v.
+  void output(const DenseReference& ref, const double* kept_out, int64_t d);
+};
 
- private:
-  void measure_oracle(const DenseReference& ref, int64_t E);
+// sum over the kept rows of p v for each query of a block under one setting: per query over its
+// kept rows, or, when the block keeps enough rows that it is cheaper, as one dgemm of the
+// probabilities masked to the kept rows against the contiguous V (gathering rows is bound by memory).
+struct KeptOutputs {
+  std::vector<double> out;     // [n, d]
+  std::vector<double> masked;  // [n, kTileRows]: zero but while a tile's GEMM is set up
+  std::vector<double> tile;    // a tile of V in double
+  std::vector<size_t> next;    // per query: its first kept row at or after the tile
+  // m[i].ids: query i's kept rows.
+  void compute(const DenseBlock& b, const std::vector<ReceiptMetrics>& m, const DenseSupport& s);
+  // A dgemm costs n E d multiply-adds at BLAS speed, gathering costs (kept rows) d at memory speed.
+  static bool use_gemm(const std::vector<ReceiptMetrics>& m, int64_t n, int64_t E);
 };
 
 // (max, sum-exp, weighted value sum) state of a partial softmax; merge() combines two partial
@@ -68,7 +123,7 @@ struct SoftmaxState {
 
 // Output error of the self-normalized importance-sampling estimate: sampled rows with logits
 // z - ln u (u = inclusion probability), merged with the exact always-included part.
-double sampled_output_error(const DenseReference& ref, const ReceiptMetrics& m, const CandidateReceipt& rc,
+double sampled_output_error(const DenseReference& ref, const std::vector<char>& kept, const CandidateReceipt& rc,
                             const float* V, int64_t E, int64_t d);
 
 }  // namespace kvtool::eval

@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "impl/stats.h"
 #include "impl/eval_parts.h"
+#include "impl/ordered_pool.h"
 #include "kvtool/builder.h"
 #include "kvtool/error.h"
 #include "kvtool/prng.h"
@@ -112,16 +114,24 @@ struct Totals {
       : overall(settings), per_layer(settings, std::vector<Acc>(static_cast<size_t>(layers))) {}
 };
 
-// One query's receipt measured and recorded under setting `bi` (layer offset `li`).
-void record(Totals& t, size_t bi, size_t li, const eval::ReceiptMetrics& m, const CandidateReceipt& rc, double est,
-            bool sampling, int64_t indexed) {
+// One evaluated (query, setting): its CSV record and what the summaries take besides.
+struct Measured {
+  EvalRecord rec;
+  double output_norm = 0;
+  int64_t centroids_scored = -1, candidates = 0;
+};
+
+// One query's metrics recorded under setting `bi` (layer offset `li`).
+void record(Totals& t, size_t bi, size_t li, const Measured& m, bool sampling, int64_t indexed) {
+  const EvalRecord& r = m.rec;
   for (Acc* a : {&t.overall[bi], &t.per_layer[bi][li]}) {
-    a->add(m.retained, m.oracle, m.recall, m.error, m.relative_error, m.fraction, static_cast<double>(m.rows));
-    if (rc.centroids_scored >= 0) a->scored.push_back(static_cast<double>(rc.centroids_scored));
+    a->add(r.retained_mass, r.oracle_retained_mass, r.recall_support, r.output_error, r.relative_output_error,
+           r.selected_fraction, static_cast<double>(r.selected_rows));
+    if (m.centroids_scored >= 0) a->scored.push_back(static_cast<double>(m.centroids_scored));
     if (!sampling) continue;
-    a->est_err.push_back(est);
-    a->est_rel_err.push_back(m.output_norm > 0 ? est / m.output_norm : 0);
-    a->sampled_frac.push_back(indexed > 0 ? static_cast<double>(rc.candidates.size()) / indexed : 0);
+    a->est_err.push_back(r.estimator_output_error);
+    a->est_rel_err.push_back(m.output_norm > 0 ? r.estimator_output_error / m.output_norm : 0);
+    a->sampled_frac.push_back(indexed > 0 ? static_cast<double>(m.candidates) / indexed : 0);
   }
 }
 
@@ -166,77 +176,121 @@ std::vector<size_t> eval_queries(const std::vector<int64_t>& qpos, int64_t E, in
   return sel;
 }
 
-// What evaluate() shares with the per-(layer, kv head) pass.
+// What every (layer, kv head) pass shares; read-only while the workers run.
 struct EvalRun {
   const DumpReader& dump;
-  SelectorSet& sel;
-  std::vector<Setting>& settings;
-  Totals& totals;
-  std::vector<EvalRecord>* records;
+  SelectorSet& sel;  // preloaded: concurrent queries are safe
+  const std::vector<Setting>& settings;
   const std::vector<int64_t>& qpos;
   const std::vector<size_t>& qsel;
-  int64_t E, d, lf, indexed;
+  int64_t E, d, indexed;
   bool sampling;
-  // Reused from one kv head to the next (tens of MiB at 32K rows: allocated once, not per head).
-  eval::DenseSupport support;
-  eval::DenseBlock block;
-  eval::ReceiptMetrics metrics;
-  std::vector<float> K, V;
 };
 
-// One query measured under every setting, against its dense reference.
-void eval_query(EvalRun& run, const eval::DenseReference& ref, const float* q, int64_t l, int64_t h, int64_t kvh,
-                size_t j) {
-  const KeyRows keys{run.K.data(), run.E, run.d};
-  const std::vector<float>& V = run.V;
-  eval::ReceiptMetrics& m = run.metrics;
+// One worker's buffers, reused from one kv head to the next (tens of MiB at 32K rows: allocated
+// once per worker, not per head, so there are no page faults in the loop).
+struct Worker {
+  std::vector<float> K, V;
+  std::vector<std::vector<float>> Q;  // per query head
+  std::vector<double> Qd;
+  eval::DenseSupport support;
+  eval::DenseBlock block;
+  eval::OracleIndex oracle;
+  std::vector<eval::ReceiptMetrics> metrics;  // per query of the block
+  eval::KeptOutputs kept;
+};
+
+using Item = std::pair<int64_t, size_t>;  // (query head, index into the dumped queries)
+
+// The block's queries under setting `bi`: receipts and metrics per query, then the output errors
+// of the whole block at once. out[k * settings + bi] is item k's result.
+void eval_setting(const EvalRun& run, Worker& w, int64_t l, int64_t kvh, const std::vector<Item>& items, size_t b0,
+                  size_t bi, std::vector<Measured>& out) {
+  const KeyRows keys{w.K.data(), run.E, run.d};
   const KindSpec& kind = run.sel.kind();
-  for (size_t bi = 0; bi < run.settings.size(); ++bi) {
-    CandidateReceipt rc = run.sel.query(l, h, q, std::max<int64_t>(run.qpos[j], run.E - 1), *run.settings[bi].params,
-                                        kind.needs_keys ? &keys : nullptr);
-    m.measure(ref, rc, V.data(), run.E, run.d);
-    const double est = run.sampling ? eval::sampled_output_error(ref, m, rc, V.data(), run.E, run.d) : 0;
-    record(run.totals, bi, static_cast<size_t>(l - run.lf), m, rc, est, run.sampling, run.indexed);
-    if (run.records)
-      run.records->push_back({run.settings[bi].label, l, h, kvh, run.qpos[j], m.rows, m.fraction, m.retained, m.oracle,
-                              m.recall, m.error, m.relative_error, est});
+  const Setting& st = run.settings[bi];
+  const int64_t n = w.block.n;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto [h, j] = items[b0 + static_cast<size_t>(i)];
+    const float* q = w.Q[static_cast<size_t>(h)].data() + static_cast<int64_t>(j) * run.d;
+    const CandidateReceipt rc = run.sel.query(l, h, q, std::max<int64_t>(run.qpos[j], run.E - 1), *st.params,
+                                              kind.needs_keys ? &keys : nullptr);
+    eval::ReceiptMetrics& m = w.metrics[static_cast<size_t>(i)];
+    const eval::DenseReference ref = w.block.row(i);
+    m.measure(ref, rc, w.oracle, i, run.E);
+    const double est = run.sampling ? eval::sampled_output_error(ref, m.kept, rc, w.V.data(), run.E, run.d) : 0;
+    Measured& r = out[(b0 + static_cast<size_t>(i)) * run.settings.size() + bi];
+    r.rec = {st.label, l, h, kvh, run.qpos[j], m.rows, m.fraction, m.retained, m.oracle, m.recall, 0, 0, est};
+    r.centroids_scored = rc.centroids_scored;
+    r.candidates = static_cast<int64_t>(rc.candidates.size());
+  }
+  w.kept.compute(w.block, w.metrics, w.support);
+  for (int64_t i = 0; i < n; ++i) {
+    eval::ReceiptMetrics& m = w.metrics[static_cast<size_t>(i)];
+    m.output(w.block.row(i), w.kept.out.data() + i * run.d, run.d);
+    Measured& r = out[(b0 + static_cast<size_t>(i)) * run.settings.size() + bi];
+    r.rec.output_error = m.error;
+    r.rec.relative_output_error = m.relative_error;
+    r.output_norm = m.output_norm;
   }
 }
 
-// Every query of one (layer, kv head): query heads ascending, positions ascending (the record
-// order), the dense references computed a block of queries at a time.
-void eval_kv_head(EvalRun& run, int64_t l, int64_t kvh) {
+// Every query of one (layer, kv head), in record order: query heads ascending, positions
+// ascending, settings in order; the dense references computed a block of queries at a time.
+std::vector<Measured> eval_kv_head(const EvalRun& run, Worker& w, int64_t l, int64_t kvh) {
   const auto& info = run.dump.info();
   const int64_t E = run.E, d = run.d;
-  run.K.resize(static_cast<size_t>(E * d));
-  run.V.resize(run.K.size());
-  run.dump.read_k(l, kvh, 0, E, run.K.data());
-  run.dump.read_v(l, kvh, 0, E, run.V.data());
-  run.support.load(run.K.data(), run.V.data(), E, d);
-  std::vector<std::pair<int64_t, size_t>> items;  // (query head, index into the dumped queries)
-  std::vector<std::vector<float>> Q(static_cast<size_t>(info.geo.q_heads));
+  for (auto* m : {&w.K, &w.V}) {
+    eval::reserve_huge(*m, static_cast<size_t>(E * d));
+    m->resize(static_cast<size_t>(E * d));
+  }
+  run.dump.read_k(l, kvh, 0, E, w.K.data());
+  run.dump.read_v(l, kvh, 0, E, w.V.data());
+  w.support.load(w.K.data(), w.V.data(), E, d);
+  std::vector<Item> items;
+  w.Q.resize(static_cast<size_t>(info.geo.q_heads));
   for (int64_t h = 0; h < info.geo.q_heads; ++h) {
     if (info.id.q_to_kv_head[static_cast<size_t>(h)] != kvh) continue;
-    Q[static_cast<size_t>(h)].resize(static_cast<size_t>(info.geo.q_tokens * d));
-    run.dump.read_q(l, h, Q[static_cast<size_t>(h)].data());
+    w.Q[static_cast<size_t>(h)].resize(static_cast<size_t>(info.geo.q_tokens * d));
+    run.dump.read_q(l, h, w.Q[static_cast<size_t>(h)].data());
     for (size_t j : run.qsel) items.emplace_back(h, j);
   }
-  const int64_t nb = eval::DenseBlock::block_rows(E);
-  std::vector<double> Qd;
-  for (size_t b0 = 0; b0 < items.size(); b0 += static_cast<size_t>(nb)) {
-    const size_t b1 = std::min(items.size(), b0 + static_cast<size_t>(nb));
-    Qd.clear();
+  std::vector<Measured> out(items.size() * run.settings.size());
+  const auto nb = static_cast<size_t>(eval::DenseBlock::block_rows(E));
+  for (size_t b0 = 0; b0 < items.size(); b0 += nb) {
+    const size_t b1 = std::min(items.size(), b0 + nb);
+    w.Qd.clear();
     for (size_t i = b0; i < b1; ++i) {
-      const float* q = Q[static_cast<size_t>(items[i].first)].data() + static_cast<int64_t>(items[i].second) * d;
-      Qd.insert(Qd.end(), q, q + d);
+      const float* q = w.Q[static_cast<size_t>(items[i].first)].data() + static_cast<int64_t>(items[i].second) * d;
+      w.Qd.insert(w.Qd.end(), q, q + d);
     }
-    run.block.compute(Qd.data(), static_cast<int64_t>(b1 - b0), run.support);
-    for (size_t i = b0; i < b1; ++i) {
-      const auto [h, j] = items[i];
-      const float* q = Q[static_cast<size_t>(h)].data() + static_cast<int64_t>(j) * d;
-      eval_query(run, run.block.row(static_cast<int64_t>(i - b0)), q, l, h, kvh, j);
-    }
+    w.block.compute(w.Qd.data(), static_cast<int64_t>(b1 - b0), w.support);
+    w.oracle.build(w.block);
+    if (w.metrics.size() < b1 - b0) w.metrics.resize(b1 - b0);
+    for (size_t bi = 0; bi < run.settings.size(); ++bi) eval_setting(run, w, l, kvh, items, b0, bi, out);
   }
+  return out;
+}
+
+// The (layer, kv head) passes on `threads` workers, each with single-threaded BLAS, recorded in
+// (layer, kv head) order on this thread: the same report and records for any thread count.
+void run_passes(const EvalRun& run, int threads, int64_t lf, int64_t ll, int64_t kv_heads, Totals& totals,
+                std::vector<EvalRecord>* records, Progress& progress) {
+  const int64_t parts = (ll - lf + 1) * kv_heads;
+  std::vector<Worker> workers(static_cast<size_t>(threads));
+  auto produce = [&](int64_t i, int worker) {
+    pin_blas_single_thread();
+    return eval_kv_head(run, workers[static_cast<size_t>(worker)], lf + i / kv_heads, i % kv_heads);
+  };
+  auto consume = [&](int64_t i, std::vector<Measured>&& out) {
+    const auto li = static_cast<size_t>(i / kv_heads);
+    for (size_t k = 0; k < out.size(); ++k) {
+      record(totals, k % run.settings.size(), li, out[k], run.sampling, run.indexed);
+      if (records) records->push_back(std::move(out[k].rec));
+    }
+    progress.advance();
+  };
+  run_ordered(parts, OrderedPoolOptions{threads, 2 * static_cast<int64_t>(threads)}, produce, consume);
 }
 
 }  // namespace
@@ -245,8 +299,8 @@ EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const Eva
                     std::vector<EvalRecord>* records) {
   check_source(art.source(), dump, false);
   // OpenBLAS splits a dgemm differently for different thread counts, which changes the last bits:
-  // one thread keeps the report the same bytes whatever the machine (as builds do, builder.h).
-  pin_blas_single_thread();
+  // one BLAS thread per worker keeps the report the same bytes whatever the machine and the number
+  // of workers (as builds do, builder.h).
   const auto& info = dump.info();
   const auto& g = info.geo;
   KVT_CHECK(info.has_q, NO_QUERIES, "the dump has no /kv/q queries to evaluate with (dump it with --queries)");
@@ -263,15 +317,14 @@ EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const Eva
   Totals totals(settings.size(), ll - lf + 1);
   Progress progress("kvtool eval", (ll - lf + 1) * g.kv_heads, opt.quiet);
   const bool sampling = kind.mode == SelectionMode::collision_sampling;
-  EvalRun run{dump, sel, settings, totals, records, qpos, qsel, E, d, lf, rows.count(), sampling, {}, {}, {}, {}, {}};
-  for (int64_t l = lf; l <= ll; ++l)
-    for (int64_t kvh = 0; kvh < g.kv_heads; ++kvh) {
-      eval_kv_head(run, l, kvh);
-      progress.advance();
-    }
+  sel.preload();
+  const EvalRun run{dump, sel, settings, qpos, qsel, E, d, rows.count(), sampling};
+  const int64_t parts = (ll - lf + 1) * g.kv_heads;
+  const int threads = static_cast<int>(std::min<int64_t>(
+      parts, opt.threads > 0 ? opt.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))));
+  run_passes(run, threads, lf, ll, g.kv_heads, totals, records, progress);
   progress.finish();
-  uint64_t index_bytes = 0;
-  for (const auto& s : art.sections()) index_bytes += s.stored_size;
+  const IndexBytes index = kvtool::index_bytes(art);
   const int64_t row_bytes = 2 * d * static_cast<int64_t>(dtype_size(g.dtype));
   EvalReport rep;
   rep.kind = art.kind();
@@ -287,7 +340,8 @@ EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const Eva
   rep.layer_first = lf;
   rep.layer_last = ll;
   rep.selected_row_bytes_per_row = row_bytes;
-  rep.settings = setting_summaries(totals, settings, lf, ll, row_bytes, index_bytes, art.file_size() - index_bytes);
+  rep.settings = setting_summaries(totals, settings, lf, ll, row_bytes, index.stored, art.file_size() - index.stored);
+  rep.index = index;
   return rep;
 }
 
@@ -371,6 +425,7 @@ json EvalReport::to_json() const {
           {"position_sample", positions.to_json(positions_evaluated)},
           {"layers", {layer_first, layer_last}},
           {"selected_row_bytes_per_row", selected_row_bytes_per_row},
+          {"index_bytes", index.to_json()},
           {"budgets", budgets}};
 }
 

@@ -1,6 +1,7 @@
 // kvtool eval ART --source DUMP [--budget B ...] [--min-collisions c ...] [--quantile q ...]
 // [--csv F] [--plot F.svg] [--json] [-q]
 #include "commands.h"
+#include "env.h"
 #include "eval_output.h"
 #include "kvtool/admission.h"
 #include "kvtool/eval.h"
@@ -17,6 +18,7 @@ struct Args {
   std::vector<std::string> options;  // --option NAME=VALUE: one more swept value of that option
   std::string positions = "all";
   uint64_t positions_seed = 0;
+  int threads = cli::default_threads();
 };
 
 // The swept values given on the command line, for the options the artifact's kind takes (the
@@ -47,6 +49,7 @@ int run(const Args& a, const Flags& flags) {
   eo.sweep = sweep(a, find_kind(r.kind()));
   eo.positions = PositionSample::parse(a.positions, a.positions_seed);
   eo.quiet = flags.quiet || flags.json;
+  eo.threads = a.threads;
   // The output files are opened first: a path that cannot be written fails before the work.
   std::unique_ptr<AtomicOutput> csv, plot;
   if (!a.csv.empty()) csv = std::make_unique<AtomicOutput>(a.csv, true);
@@ -78,6 +81,11 @@ cli::Command register_eval(CLI::App& app, Flags& flags) {
                   "--positions-seed); the JSON's position_sample lists them")
       ->capture_default_str();
   sub->add_option("--positions-seed", a->positions_seed, "seed of --positions random:N")->capture_default_str();
+  sub->add_option("--threads", a->threads,
+                  "worker threads over (layer, kv head) parts (default: the CPUs this process may use); the "
+                  "report is the same for any count")
+      ->check(CLI::NonNegativeNumber)
+      ->envname("KVTOOL_THREADS");
   sub->add_option("--csv", a->csv, "write one row per (budget, layer, query head, position)");
   sub->add_option("--plot", a->plot, "write an SVG of retained mass vs selected fraction");
   sub->add_flag("--json", flags.json, "machine-readable output");

@@ -12,6 +12,7 @@
 #include "kvtool/json.h"
 #include "kvtool/kinds.h"
 #include "kvtool/query.h"
+#include "kvtool/report.h"
 
 namespace kvtool {
 
@@ -34,6 +35,9 @@ struct EvalOptions {
   std::map<std::string, std::vector<std::string>> sweep;
   PositionSample positions;
   bool quiet = true;
+  // Worker threads over (layer, kv head) parts, each with single-threaded BLAS; the report and the
+  // records are the same for any count. 0: std::thread::hardware_concurrency() (at least 1).
+  int threads = 0;
 };
 
 // One evaluated query under one setting (a row of `kvtool eval --csv`).
@@ -77,6 +81,7 @@ struct EvalReport {
   PositionSample positions;                  // the sample asked for
   std::vector<int64_t> positions_evaluated;  // the positions it gave, ascending
   std::vector<EvalSetting> settings;
+  IndexBytes index;      // the artifact's index bytes against the K+V bytes it covers, as inspect reports
   json to_json() const;  // --json: {"schema_version", "kind", ..., "budgets": [...]}
 };
 
