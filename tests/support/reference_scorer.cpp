@@ -190,6 +190,24 @@ double inclusion(const Part& p, const float* q, const KeyRows& keys, const std::
   return std::max(0.0, 1 - below);
 }
 
+// §5.3: the id blocks of an lsh part. Layout "u16-segments" cuts the indexed rows [begin, end) at
+// the multiples of 65,536 (a stored id is row - base); older artifacts hold one block of absolute ids.
+struct LshSegment {
+  int64_t index = 0, base = 0, rows = 0, first_id = 0;  // first_id: where the block's T·rows ids start
+};
+std::vector<LshSegment> lsh_segments(const ArtifactReader& r, int64_t begin, int64_t end) {
+  if (!r.manifest()["params"].contains("id_layout")) return {{0, 0, end - begin, 0}};
+  const int64_t T = r.manifest()["params"]["tables"].get<int64_t>();
+  std::vector<LshSegment> out;
+  for (int64_t lo = begin, at = 0; lo < end;) {
+    const int64_t base = lo / 65536 * 65536, hi = std::min(end, base + 65536);
+    out.push_back({static_cast<int64_t>(out.size()), base, hi - lo, at});
+    at += T * (hi - lo);
+    lo = hi;
+  }
+  return out;
+}
+
 // §5.5: the query's code per table in double; bits whose projection is within rounding of 0 are
 // ambiguous, so a row's count lies in [lo, hi]; it is selected when lo >= c, ambiguous when
 // lo < c <= hi. Bucket membership is read from the CSR tables (the spec's reader contract).
@@ -207,6 +225,7 @@ void lsh_answer(const Part& p, const float* q, const RefQuery& rq, const KeyRows
   std::vector<int64_t> off = int_section(*p.r, "lsh_offsets", p.layer, p.kvh);
   std::vector<int64_t> ids = int_section(*p.r, "lsh_ids", p.layer, p.kvh);
   std::vector<int64_t> lo(static_cast<size_t>(n), 0), hi(static_cast<size_t>(n), 0);
+  const std::vector<LshSegment> segs = lsh_segments(*p.r, p.begin, p.begin + n);
   for (int64_t t = 0; t < T; ++t) {
     uint32_t code = 0, unsure = 0;
     for (int64_t b = 0; b < K; ++b) {
@@ -223,12 +242,15 @@ void lsh_answer(const Part& p, const float* q, const RefQuery& rq, const KeyRows
       const bool sure = static_cast<uint32_t>(x) == code && unsure == 0;
       if (!sure && (static_cast<uint32_t>(x) & ~unsure) != (code & ~unsure)) continue;
       const bool is_code = static_cast<uint32_t>(x) == code;
-      for (int64_t i = off[static_cast<size_t>(t * (B + 1) + x)]; i < off[static_cast<size_t>(t * (B + 1) + x + 1)];
-           ++i) {
-        const size_t row = static_cast<size_t>(ids[static_cast<size_t>(t * n + i)] - p.begin);
-        lo[row] += sure;
-        hi[row] += 1;
-        a.row_score[row] += is_code;
+      for (const LshSegment& g : segs) {
+        const size_t o = static_cast<size_t>((g.index * T + t) * (B + 1) + x);
+        for (int64_t i = off[o]; i < off[o + 1]; ++i) {
+          const size_t row =
+              static_cast<size_t>(g.base + ids[static_cast<size_t>(g.first_id + t * g.rows + i)] - p.begin);
+          lo[row] += sure;
+          hi[row] += 1;
+          a.row_score[row] += is_code;
+        }
       }
     }
   }

@@ -13,6 +13,7 @@
 #include "kvtool/error.h"
 #include "lsh/lsh.h"
 #include "kvtool/pool.h"
+#include "kvtool/producers.h"
 #include "pq/pq.h"
 #include "kvtool/query.h"
 #include "kvtool/signing.h"
@@ -149,6 +150,56 @@ TEST_CASE("pool: every queryable kind answers like the library") {
     check_queries_equal(dpool.acquire(a), a, f.dump, &n, "device");
     CHECK(dev->scoring_calls() >= before + n);
   }
+}
+
+// An lsh part past 65,536 indexed rows holds two id segments (formats/kinds-v1.md §5.3): the host
+// tier, the device tier (one collision call per segment) and the reference scorer agree on it.
+TEST_CASE("pool: lsh with two id segments answers like the library and the reference, host and device") {
+  TempDir tmp;
+  SynthOptions o;
+  o.layers = 1;
+  o.kv_heads = 1;
+  o.q_heads = 2;
+  o.head_dim = 8;
+  o.tokens = 70000;
+  o.seed = 3;
+  o.dtype = DType::f16;
+  o.query_count = 2;
+  const std::string dump = tmp.file("long.h5"), art = tmp.file("long.lsh.kvi");
+  synth_dump(o, {}, dump);
+  LshParams lp;
+  lp.bits = 6;
+  lp.tables = 8;
+  build_artifact(dump, quiet_build(art, 1, 1), LshBuilder(lp));
+  ArtifactReader r(art);
+  REQUIRE(r.manifest()["params"]["id_layout"] == "u16-segments");
+  REQUIRE(r.find("lsh_offsets", 0, 0)->shape[0] == 2 * lp.tables);
+  for (int64_t c : {1, 2}) {
+    const QuerySettings qs{{"min_collisions", std::to_string(c)}};
+    RefQuery rq;
+    rq.min_collisions = c;
+    Pool host(PoolOptions{});
+    host.publish(publish_request(art, art));
+    check_queries_equal(host.acquire(art), art, dump, nullptr, "host", nullptr, qs, rq);
+    auto dev = std::make_shared<EmulatedDevice>();
+    PoolOptions po;
+    po.device = dev;
+    po.device_budget = 64 << 20;
+    Pool device(po);
+    device.publish(publish_request(art, art, true));
+    int64_t n = 0;
+    check_queries_equal(device.acquire(art), art, dump, &n, "device", nullptr, qs, rq);
+    CHECK(dev->scoring_calls() >= n);
+  }
+  // Rows of the second segment are among the answers (c = 1 takes every colliding row).
+  SelectorSet direct(r);
+  DumpReader d(dump);
+  std::vector<float> q(static_cast<size_t>(2 * o.head_dim));
+  d.read_q(0, 0, q.data());
+  const CandidateReceipt a =
+      direct.query(0, 0, q.data() + o.head_dim, 69999, *direct.params({{"min_collisions", "1"}}));
+  REQUIRE(!a.candidates.empty());
+  CHECK(a.candidates.back() >= 65536);
 }
 
 TEST_CASE("pool: the device tier (emulated) answers PQ queries like the host and returns its memory") {
