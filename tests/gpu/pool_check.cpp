@@ -161,6 +161,10 @@ void brute_lsh(const Art& a, int64_t layer, int64_t head, const float* q, const 
   const int64_t n = a.n(), K = a.params["bits"].get<int64_t>(), T = a.params["tables"].get<int64_t>();
   const int64_t B = int64_t{1} << K, c = std::stoll(min_c);
   if (n == 0) return;
+  // One id block of absolute ids (formats/kinds-v1.md §5.3): what every artifact of tests/gpu/data
+  // holds. A part cut into several 65,536-row segments is refused rather than misread.
+  if (a.params.contains("id_layout") && a.begin + n > 65536)
+    throw std::runtime_error("pool check: lsh parts past 65,536 rows (several id segments) are not supported");
   const auto w = a.sec<float>("lsh_projections", layer, head);
   const auto off = a.sec<uint32_t>("lsh_offsets", layer, head);
   const SectionEntry* ie = a.r->find("lsh_ids", layer, head);
