@@ -66,6 +66,8 @@ def ref_lsh(q, p, begin, end, meta, sec, c):
     n, K, L = end - begin, p["bits"], p["tables"]
     w = sec("lsh_projections").astype(np.float64)  # [d, K*L]
     off, ids = sec("lsh_offsets").astype(np.int64), sec("lsh_ids").astype(np.int64)
+    # One block of ids (formats/kinds-v1.md §5.3): these dumps end far below 65,536 rows.
+    check(off.shape[0] == L, "lsh part with several id segments: this reader handles one")
     s = (q @ w).reshape(L, K)
     unsure = np.abs(s) <= 1e-5 * np.abs(q[:, None] * w).sum(axis=0).reshape(L, K)
     check(not unsure.any(), "a SimHash bit of this query sits on its hyperplane; pick another query")

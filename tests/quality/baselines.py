@@ -164,6 +164,8 @@ def lsh_estimator(dump, exported, params, E, records, c):
             kvh = dump["q2kv"][qh]
             g = f[f"parts/layer_{layer}/kv_head_{kvh}"]
             w, off, ids = g["lsh_projections"][:], g["lsh_offsets"][:].astype(np.int64), g["lsh_ids"][:]
+            # One block of ids (formats/kinds-v1.md §5.3): the quality dumps end far below 65,536 rows.
+            assert off.shape[0] == ids.shape[0], "lsh part with several id segments: this reader handles one"
             mu = g["lsh_mu"][:].astype(np.float64)
             bucket = np.empty((T, end - begin), np.int64)  # bucket of each indexed row in each table
             for tb in range(T):
