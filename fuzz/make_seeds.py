@@ -86,6 +86,11 @@ def main():
             m_off, m_size = struct.unpack_from("<2Q", data, len(data) - 80)
             put(os.path.join(corpus, "manifest", kind + ".json"), data[m_off : m_off + m_size])
             put(os.path.join(corpus, "kind", kind + ".bin"), kind_seed(i, manifest, sections))
+            if kind == "lsh":  # compressed: the container's zstd and zstd-delta decoders get a seed
+                packed = os.path.join(tmp, "lsh-zstd.kvi")
+                run(kvtool, "build", kind, dump, "-o", packed, "-q", "--zstd-level", 3, "--threads", 1, "--sink", 4,
+                    "--local", 8, *BUILD[kind])
+                put(os.path.join(corpus, "container", "lsh-zstd.kvi"), open(packed, "rb").read())
             if kind == "pq":
                 store = os.path.join(tmp, "store")
                 run(kvtool, "store", "put", "--store", store, art)

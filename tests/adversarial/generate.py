@@ -380,22 +380,33 @@ def zstd_cases(corpus, zarts):
                                  what="control: zstd-compressed, nothing changed", exits=[0], inspect_exits=[0],
                                  reason=None, message=None))
         manifest, sections = kvi.read(art, decompress=True)
-        entry, raw = next((e, r) for e, r in sections if e["codec"] == "zstd")
         data = open(art, "rb").read()
-        frame = data[entry["offset"] : entry["offset"] + entry["stored_size"]]
-        label = "section '%s' (layer %d, kv head %d)" % (entry["name"], entry["layer"], entry["kv_head"])
-        flips = classify_flips(frame, raw)
-        pos, b = flips["digest"]
-        copy_with(art, corpus.add(kind + "-zstd-payload-flip-digest", "artifact", "i18",
-                                  "byte %d of %s's zstd frame changed; libzstd decodes other bytes" % (pos, label),
-                                  reason="SECTION_DIGEST", message=label + " does not match its recorded SHA-256"),
-                  {entry["offset"] + pos: bytes([b])})
-        pos, b = flips["decode"]
-        copy_with(art, corpus.add(kind + "-zstd-payload-flip-decode", "artifact", "i18",
-                                  "byte %d of %s's zstd frame changed; libzstd refuses the frame" % (pos, label),
-                                  reason="DECOMPRESS_FAILED", message=label + " does not decompress"),
-                  {entry["offset"] + pos: bytes([b])})
+        # Every codec the kind's builder writes (lsh: zstd for projections, zstd-delta for ids).
+        codecs = {e["codec"] for e, r in sections} - {"none"}
+        assert codecs and (kind != "lsh" or "zstd-delta" in codecs), "%s-zstd.kvi has codecs %s" % (kind, codecs)
+        for codec, tag in (("zstd", "zstd"), ("zstd-delta", "zstd-delta")):
+            entry = next((e for e, r in sections if e["codec"] == codec), None)
+            if entry is None:
+                continue
+            frame = data[entry["offset"] : entry["offset"] + entry["stored_size"]]
+            label = "section '%s' (layer %d, kv head %d)" % (entry["name"], entry["layer"], entry["kv_head"])
+            flips = classify_flips(frame, kvi.zstd_decompress(frame, entry["raw_size"]))  # the frame's content
+            pos, b = flips["digest"]
+            copy_with(art, corpus.add(kind + "-" + tag + "-payload-flip-digest", "artifact", "i18",
+                                      "byte %d of %s's %s frame changed; libzstd decodes other bytes"
+                                      % (pos, label, codec),
+                                      reason="SECTION_DIGEST", message=label + " does not match its recorded SHA-256"),
+                      {entry["offset"] + pos: bytes([b])})
+            pos, b = flips["decode"]
+            copy_with(art, corpus.add(kind + "-" + tag + "-payload-flip-decode", "artifact", "i18",
+                                      "byte %d of %s's %s frame changed; libzstd refuses the frame"
+                                      % (pos, label, codec),
+                                      reason="DECOMPRESS_FAILED", message=label + " does not decompress"),
+                      {entry["offset"] + pos: bytes([b])})
         if kind == "pq":  # the frame header's content size one byte short of raw_size
+            entry = next(e for e, r in sections if e["codec"] == "zstd")
+            frame = data[entry["offset"] : entry["offset"] + entry["stored_size"]]
+            label = "section '%s' (layer %d, kv head %d)" % (entry["name"], entry["layer"], entry["kv_head"])
             fcs_at = frame_header_size(frame) - 2
             assert frame[4] >> 6 == 1 and struct.unpack_from("<H", frame, fcs_at)[0] + 256 == entry["raw_size"]
             copy_with(art, corpus.add("pq-zstd-content-size-lie", "artifact", "i18",

@@ -63,6 +63,28 @@ def zstd_decompress(frame, raw_size):
     return out.raw[:raw_size]
 
 
+_DELTA_DTYPES = {"u8": "<u1", "u16": "<u2", "u32": "<u4", "u64": "<u8"}
+
+
+def undelta(raw, dtype):
+    """Codec "zstd-delta" after the zstd frame is decoded: each element is stored minus the one
+    before it, modulo 2**bits (formats/kvi-v1.md); a running sum in the element's own unsigned type
+    (numpy wraps it) gives the values back."""
+    import numpy as np
+
+    return np.frombuffer(raw, dtype=_DELTA_DTYPES[dtype]).cumsum(dtype=_DELTA_DTYPES[dtype]).tobytes()
+
+
+def decode(entry, stored):
+    """The raw bytes of a stored section (any codec), or None when the zstd frame does not decode."""
+    if entry["codec"] == "none":
+        return bytes(stored)
+    raw = zstd_decompress(stored, entry["raw_size"])
+    if raw is not None and entry["codec"] == "zstd-delta":
+        raw = undelta(raw, entry["dtype"])
+    return raw
+
+
 def footer(data):
     """(manifest offset, manifest size, signature offset, signature size, manifest SHA-256)."""
     m_off, m_size, s_off, s_size = struct.unpack_from("<4Q", data, len(data) - 80)
@@ -82,10 +104,10 @@ def read(path, decompress=False):
     sections = []
     for e in manifest["sections"]:
         stored = data[e["offset"] : e["offset"] + e["stored_size"]]
-        if e["codec"] == "zstd":
+        if e["codec"] != "none":
             if not decompress:
                 raise ValueError("build the seeds with --zstd-level 0")
-            stored = zstd_decompress(stored, e["raw_size"])
+            stored = decode(e, stored)
             if stored is None:
                 raise ValueError("section %s does not decompress" % e["name"])
         sections.append([dict(e), stored])

@@ -242,11 +242,12 @@ void print_artifact_inspection(const ArtifactInspection& a) {
   }
   std::cout << "  sections           " << a.sections.size() << " (" << human_bytes(a.section_raw_bytes) << " raw, "
             << human_bytes(a.section_stored_bytes) << " stored)\n";
-  std::cout << "    name                 layer head  dtype shape              codec  raw        stored     sha256\n";
+  std::cout
+      << "    name                 layer head  dtype shape              codec       raw        stored     sha256\n";
   for (const auto& s : a.sections) {
     char line[512];
-    std::snprintf(line, sizeof line, "    %-20s %5lld %4lld  %-5s %-18s %-5s  %-10llu %-10llu %.16s…\n", s.name.c_str(),
-                  static_cast<long long>(s.layer), static_cast<long long>(s.kv_head), s.dtype.c_str(),
+    std::snprintf(line, sizeof line, "    %-20s %5lld %4lld  %-5s %-18s %-10s  %-10llu %-10llu %.16s…\n",
+                  s.name.c_str(), static_cast<long long>(s.layer), static_cast<long long>(s.kv_head), s.dtype.c_str(),
                   json(s.shape).dump().c_str(), s.codec.c_str(), static_cast<unsigned long long>(s.raw_size),
                   static_cast<unsigned long long>(s.stored_size), s.sha256.c_str());
     std::cout << line;

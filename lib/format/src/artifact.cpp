@@ -52,6 +52,39 @@ bool all_zero(const uint8_t* p, uint64_t n) {
   return true;
 }
 
+// Codec "zstd-delta" (formats/kvi-v1.md, sections): the frame holds each little-endian unsigned
+// element minus the one before it (the first minus 0), modulo 2^(8·size). Sorted ids and running
+// offsets become small numbers, which zstd's entropy coder packs; raw u16 ids do not compress.
+bool delta_dtype(const std::string& t) { return t == "u8" || t == "u16" || t == "u32" || t == "u64"; }
+
+template <typename T>
+void delta_code(uint8_t* p, size_t n, bool decode, uint64_t& prev_state) {
+  T prev = static_cast<T>(prev_state);
+  for (size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+    const T out = decode ? static_cast<T>(v + prev) : static_cast<T>(v - prev);
+    std::memcpy(p + i * sizeof(T), &out, sizeof(T));
+    prev = decode ? out : v;
+  }
+  prev_state = prev;
+}
+
+// Encodes or decodes `n` elements of `width` bytes in place; `prev` carries the last raw element
+// across calls (a streaming decoder's chunks).
+void delta_code(uint8_t* p, size_t n, size_t width, bool decode, uint64_t& prev) {
+  switch (width) {
+    case 1:
+      return delta_code<uint8_t>(p, n, decode, prev);
+    case 2:
+      return delta_code<uint16_t>(p, n, decode, prev);
+    case 4:
+      return delta_code<uint32_t>(p, n, decode, prev);
+    default:
+      return delta_code<uint64_t>(p, n, decode, prev);
+  }
+}
+
 std::string section_label(const SectionEntry& s) {
   std::ostringstream os;
   os << "section '" << s.name << "' (layer " << s.layer << ", kv head " << s.kv_head << ")";
@@ -148,7 +181,7 @@ void ArtifactWriter::pad_to_alignment() {
 }
 
 void ArtifactWriter::add_section(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
-                                 const void* data, size_t bytes, int64_t layer, int64_t kv_head) {
+                                 const void* data, size_t bytes, int64_t layer, int64_t kv_head, SectionFilter filter) {
   KVT_CHECK(!finished_, INTERNAL, "section added after finish");
   size_t es = section_dtype_size(dtype);
   KVT_CHECK(es > 0, INTERNAL, "unknown section dtype " << dtype);
@@ -168,14 +201,22 @@ void ArtifactWriter::add_section(const std::string& name, const std::string& dty
   pad_to_alignment();
   e.offset = pos_;
   std::vector<uint8_t> comp;
+  const bool delta = filter == SectionFilter::delta;
+  KVT_CHECK(!delta || delta_dtype(dtype), INTERNAL, "section " << name << ": delta coding needs an unsigned dtype");
   if (level_ > 0 && bytes > 0) {
+    std::vector<uint8_t> coded;
+    if (delta) {
+      coded.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
+      uint64_t prev = 0;
+      delta_code(coded.data(), bytes / es, es, false, prev);
+    }
     comp.resize(ZSTD_compressBound(bytes));
-    size_t r = ZSTD_compress(comp.data(), comp.size(), data, bytes, level_);
+    size_t r = ZSTD_compress(comp.data(), comp.size(), delta ? coded.data() : data, bytes, level_);
     KVT_CHECK(!ZSTD_isError(r), INTERNAL, "zstd compression failed: " << ZSTD_getErrorName(r));
     comp.resize(r);
   }
   if (!comp.empty() && comp.size() < bytes) {
-    e.codec = "zstd";
+    e.codec = delta ? "zstd-delta" : "zstd";
     e.stored_size = comp.size();
     write_all(out_->fd(), comp.data(), comp.size(), out_->temp_path());
   } else {
@@ -427,7 +468,10 @@ SectionEntry ArtifactReader::parse_section(const json& js) const {
   uint64_t expect;
   KVT_CHECK(checked_mul(n, es, expect) && expect == s.raw_size, SHAPE_MISMATCH,
             w << " raw size " << s.raw_size << " does not match its shape and dtype");
-  KVT_CHECK(s.codec == "none" || s.codec == "zstd", BAD_MANIFEST, w << " has unknown codec '" << s.codec << "'");
+  KVT_CHECK(s.codec == "none" || s.codec == "zstd" || s.codec == "zstd-delta", BAD_MANIFEST,
+            w << " has unknown codec '" << s.codec << "'");
+  KVT_CHECK(s.codec != "zstd-delta" || delta_dtype(s.dtype), BAD_MANIFEST,
+            w << " has codec zstd-delta, which applies to unsigned integer dtypes only, but dtype " << s.dtype);
   KVT_CHECK(s.codec != "none" || s.stored_size == s.raw_size, BAD_LAYOUT, w << " is uncompressed but sizes differ");
   Digest tmp;
   KVT_CHECK(from_hex(s.sha256, tmp), BAD_MANIFEST, w << " sha256 is not 64 hex digits");
@@ -533,13 +577,18 @@ std::vector<uint8_t> ArtifactReader::decompress_zstd(const SectionEntry& s) cons
   size_t r = ZSTD_decompress(out.data(), out.size(), data_ + s.offset, s.stored_size);
   KVT_CHECK(!ZSTD_isError(r) && r == s.raw_size, DECOMPRESS_FAILED,
             section_label(s) << " does not decompress: " << (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size"));
+  if (s.codec == "zstd-delta") {
+    const size_t es = section_dtype_size(s.dtype);
+    uint64_t prev = 0;
+    delta_code(out.data(), out.size() / es, es, true, prev);
+  }
   return out;
 }
 
 // The retained raw bytes of `s` when it is one of this reader's zstd sections, else null. Callers
 // pass entries of sections(); a copy of one is matched by everything its digest check relied on.
 const std::vector<uint8_t>* ArtifactReader::retained(const SectionEntry& s) const {
-  if (retained_.empty() || s.codec != "zstd") return nullptr;
+  if (retained_.empty() || s.codec == "none") return nullptr;
   auto same = [&](size_t i) {
     const SectionEntry& e = sections_[i];
     return !retained_[i].empty() && e.offset == s.offset && e.stored_size == s.stored_size &&
@@ -572,21 +621,29 @@ Digest ArtifactReader::hash_zstd_section(const SectionEntry& s) const {
   KVT_CHECK(ds, OUT_OF_MEMORY, "cannot create a zstd decompression stream");
   KVT_CHECK(!ZSTD_isError(ZSTD_DCtx_setParameter(ds.get(), ZSTD_d_windowLogMax, kKviMaxWindowLog)), INTERNAL,
             "cannot limit the zstd window");
-  std::vector<uint8_t> buf(ZSTD_DStreamOutSize());
+  // One byte short of zstd's block-sized buffer: with it, zstd-delta elements straddle every chunk
+  // boundary, so the carry below runs on every section larger than a block (and is tested).
+  std::vector<uint8_t> buf(ZSTD_DStreamOutSize() - 1);
   decompressions_.fetch_add(1, std::memory_order_relaxed);
   ZSTD_inBuffer in{data_ + s.offset, s.stored_size, 0};
   Sha256 h;
-  uint64_t produced = 0;
-  size_t ret = 1;
+  uint64_t produced = 0, prev = 0;
+  // zstd-delta: only whole elements are decoded and hashed; a partial one waits at the buffer's start.
+  const size_t es = s.codec == "zstd-delta" ? section_dtype_size(s.dtype) : 1;
+  size_t carry = 0, ret = 1;
   while (ret != 0) {
-    ZSTD_outBuffer out{buf.data(), buf.size(), 0};
+    ZSTD_outBuffer out{buf.data(), buf.size(), carry};
     ret = ZSTD_decompressStream(ds.get(), &out, &in);
     KVT_CHECK(!ZSTD_isError(ret), DECOMPRESS_FAILED,
               section_label(s) << " does not decompress: " << ZSTD_getErrorName(ret));
-    produced += out.pos;
+    produced += out.pos - carry;
     KVT_CHECK(produced <= s.raw_size && (ret == 0 || in.pos < in.size || out.pos == out.size), DECOMPRESS_FAILED,
               section_label(s) << " does not decompress to exactly " << s.raw_size << " bytes");
-    h.update(buf.data(), out.pos);
+    const size_t whole = out.pos / es * es;
+    if (es > 1) delta_code(buf.data(), whole / es, es, true, prev);
+    h.update(buf.data(), whole);
+    carry = out.pos - whole;
+    if (carry) std::memmove(buf.data(), buf.data() + whole, carry);
   }
   KVT_CHECK(produced == s.raw_size && in.pos == in.size, DECOMPRESS_FAILED,
             section_label(s) << " does not decompress to exactly " << s.raw_size << " bytes in one frame");

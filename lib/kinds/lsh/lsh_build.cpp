@@ -108,9 +108,14 @@ PartOutput LshBuilder::build_part(const PartInput& in) const {
   const int64_t rows_of_offsets = static_cast<int64_t>(segs.size()) * L;
   out.sections.push_back({"lsh_mu", "f32", {d}, bytes(muf.data(), muf.size() * 4)});
   out.sections.push_back({"lsh_projections", "f32", {d, K * L}, bytes(w.data(), w.size() * 4)});
-  out.sections.push_back(
-      {"lsh_offsets", "u32", {rows_of_offsets, buckets + 1}, bytes(offsets.data(), offsets.size() * 4)});
-  out.sections.push_back({"lsh_ids", "u16", {L, n}, bytes(ids.data(), ids.size() * 2)});
+  // Offsets run upward and ids ascend inside a bucket: stored as differences they compress
+  // (formats/kinds-v1.md §5.3); raw u16 ids do not.
+  out.sections.push_back({"lsh_offsets",
+                          "u32",
+                          {rows_of_offsets, buckets + 1},
+                          bytes(offsets.data(), offsets.size() * 4),
+                          SectionFilter::delta});
+  out.sections.push_back({"lsh_ids", "u16", {L, n}, bytes(ids.data(), ids.size() * 2), SectionFilter::delta});
   out.meta["bucket_empty_fraction"] = static_cast<double>(empty) / static_cast<double>(L * buckets);
   out.meta["bucket_max"] = max_bucket;
   return out;

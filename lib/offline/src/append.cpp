@@ -34,7 +34,7 @@ json append_parts(const ArtifactReader& old, const DumpReader& dump, const Appen
       if (n_new > 0) dump.read_k(layer, head, plan.rows_begin, plan.rows_end, rows.data());
       kind.append_part({old, layer, head, d, gen, rows.data(), plan.rows_begin, plan.rows_end}, out);
       for (const auto& s : out.sections)
-        w.add_section(s.name, s.dtype, s.shape, s.bytes.data(), s.bytes.size(), layer, head);
+        w.add_section(s.name, s.dtype, s.shape, s.bytes.data(), s.bytes.size(), layer, head, s.filter);
     }
     parts.push_back(std::move(out.meta));
     progress.advance();

@@ -74,7 +74,7 @@ BuiltParts build_parts(const DumpReader& dump, const KindBuilder& kind, const Bu
   auto write = [&](int64_t, PartOutput&& out) {
     const int64_t layer = out.meta["layer"], head = out.meta["kv_head"];
     for (const auto& s : out.sections) {
-      writer.add_section(s.name, s.dtype, s.shape, s.bytes.data(), s.bytes.size(), layer, head);
+      writer.add_section(s.name, s.dtype, s.shape, s.bytes.data(), s.bytes.size(), layer, head, s.filter);
       built.raw_bytes += s.bytes.size();
     }
     built.parts.push_back(std::move(out.meta));

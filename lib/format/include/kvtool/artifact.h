@@ -36,7 +36,7 @@ struct SectionEntry {
   std::string name;
   std::string dtype;
   std::vector<int64_t> shape;
-  std::string codec;  // "none" | "zstd"
+  std::string codec;  // "none" | "zstd" | "zstd-delta" (formats/kvi-v1.md)
   uint64_t offset = 0, stored_size = 0, raw_size = 0;
   std::string sha256;                // of the raw (uncompressed) bytes
   int64_t layer = -1, kv_head = -1;  // -1: not bound to one part
@@ -53,13 +53,18 @@ struct ManifestCore {
   json kind_data = json::object();  // kind-specific, signed metadata (e.g. generation windows)
 };
 
+// How a writer prepares a section for zstd: `delta` stores element-wise differences (codec
+// "zstd-delta"; unsigned dtypes only), for sorted ids and running offsets.
+enum class SectionFilter { none, delta };
+
 class ArtifactWriter {
  public:
   // zstd_level 0 stores sections uncompressed; 1..19 compresses (kept only when smaller).
   ArtifactWriter(const std::string& path, int zstd_level = 3, bool overwrite = true);
   ~ArtifactWriter();
   void add_section(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
-                   const void* data, size_t bytes, int64_t layer = -1, int64_t kv_head = -1);
+                   const void* data, size_t bytes, int64_t layer = -1, int64_t kv_head = -1,
+                   SectionFilter filter = SectionFilter::none);
   // Copies a section exactly as stored in another artifact (same codec and bytes; used by merge).
   void add_stored_section(const SectionEntry& entry, const uint8_t* stored);
   // Writes manifest, optional signature and footer, then renames into place. Returns the manifest digest.

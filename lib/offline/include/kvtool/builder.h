@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtool/artifact.h"
 #include "kvtool/json.h"
 
 namespace kvtool {
@@ -37,6 +38,7 @@ struct PartSection {
   std::string name, dtype;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
+  SectionFilter filter = SectionFilter::none;  // delta: sorted ids, running offsets (codec zstd-delta)
 };
 
 class DumpReader;
