@@ -2,7 +2,7 @@
 // x 32 query heads x 32,768 rows x d 128 f16, 64 query positions, seed 1; a pq artifact with
 // --prefix 32704), against two floors measured in the same run (interleaved, best of N,
 // bench_common.h):
-//  * `kvtool verify --source` of the same artifact and dump (issue 17: eval at most 4x its time);
+//  * `kvtool verify` of the dump (issue 17's "verify (for scale)": eval at most 4x its time);
 //  * the BLAS floor: the two double GEMMs of the dense reference eval must compute (logits
 //    Q·K^T and outputs P·V for the 256 queries of each kv head), run in-process on as many workers
 //    as eval uses (single-threaded BLAS each), on buffers touched before the clock starts.
@@ -86,14 +86,14 @@ int main(int argc, char** argv) {
         return bench::run_child_ok({kvtool, "eval", art, "--source", dump, "--json"}, &rss);
       },
       [&] {
-        return bench::run_child_ok({kvtool, "verify", art, "--source", dump});
+        return bench::run_child_ok({kvtool, "verify", dump});
       },
       s_eval, s_verify);
   for (int i = 0; i < n_rounds; ++i) s_gemm.s.push_back(gemm_floor(threads, bufs));
   const double gflop = 2.0 * 2.0 * kE * kD * double(kQueries) * kKvHeads / 1e9;
   std::printf("kvtool eval of a pq artifact, 1 x 8 kv x 32 q heads x 32K x d128, 64 positions (%d threads):\n",
               threads);
-  bench::report("kvtool eval", s_eval, "kvtool verify --source", s_verify);
+  bench::report("kvtool eval", s_eval, "kvtool verify (dump)", s_verify);
   std::printf("  eval peak RSS %.0f MiB\n", rss);
   std::printf("BLAS floor: the dense reference's two double GEMMs, %.1f GFLOP on %d workers:\n", gflop, threads);
   bench::report("kvtool eval", s_eval, "dgemm floor", s_gemm);

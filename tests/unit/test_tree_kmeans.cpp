@@ -131,7 +131,9 @@ TEST_CASE("tree k-means: identical rows do not split (a leaf instead), the cost 
 
 TEST_CASE("tree k-means in clusterkv and squeeze: deterministic across threads, shards merge, method recorded") {
   TempDir tmp;
-  kind_dump(tmp.file("d.h5"), 700, 12, 200);
+  // Small enough for ASan CI (every part is built eight times), large enough for trees of two
+  // levels in both kinds and both squeeze levels.
+  kind_dump(tmp.file("d.h5"), 360, 12, 100);
   ClusterKvParams cp;
   cp.tokens_per_cluster = 4;
   cp.kmeans = tree_options(4, 16);
@@ -141,7 +143,7 @@ TEST_CASE("tree k-means in clusterkv and squeeze: deterministic across threads, 
   sp.kmeans = tree_options(4, 16);
   auto build = [&](const KindBuilder& b, const std::string& out, int threads, int64_t shard) {
     BuildOptions o = quiet_build(tmp.file(out), threads);
-    o.prefix = 640;
+    o.prefix = 320;
     o.shard_index = shard < 0 ? 0 : shard;
     o.shard_count = shard < 0 ? 1 : 2;
     build_artifact(tmp.file("d.h5"), o, b);
@@ -163,7 +165,7 @@ TEST_CASE("tree k-means in clusterkv and squeeze: deterministic across threads, 
     const json& part = r.manifest()["kind_data"]["parts"][0];
     const std::string prefix = k == "clusterkv" ? "ckv" : "sq_fine";
     CHECK(section_as<uint32_t>(r, (prefix + "_sizes").c_str(), 0, 0).size() ==
-          (k == "clusterkv" ? 156u : 174u));  // round((640 - 16) / 4), floor(30% of 640 - 60)
+          (k == "clusterkv" ? 76u : 78u));  // round((320 - 16) / 4), floor(30% of 320 - 60)
     if (k == "clusterkv") CHECK(part["kmeans"] == "tree");
     if (k == "squeeze") CHECK(part["kmeans"] == json({{"fine", "tree"}, {"coarse", "tree"}}));
   }

@@ -2,6 +2,10 @@
 
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace kvtool {
 
 float f16_to_f32(uint16_t h) {
@@ -11,7 +15,9 @@ float f16_to_f32(uint16_t h) {
   return f;
 }
 
-void f16_to_f32_array(const uint16_t* in, float* out, size_t n) {
+namespace {
+
+void f16_to_f32_table(const uint16_t* in, float* out, size_t n) {
   static const std::vector<float> table = [] {
     std::vector<float> t(65536);
     for (uint32_t i = 0; i < 65536; ++i) t[i] = f16_to_f32(static_cast<uint16_t>(i));
@@ -19,6 +25,34 @@ void f16_to_f32_array(const uint16_t* in, float* out, size_t n) {
   }();
   const float* t = table.data();
   for (size_t i = 0; i < n; ++i) out[i] = t[in[i]];
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// F16C converts 8 halves per instruction, exactly, except that it quiets a signalling NaN: groups
+// holding an Inf or NaN (all exponent bits set) take the table, so the result is f16_to_f32's
+// bit for bit on every input.
+__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* in, float* out, size_t n) {
+  const __m128i exponent = _mm_set1_epi16(0x7c00);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent)))
+      f16_to_f32_table(in + i, out + i, 8);
+    else
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  f16_to_f32_table(in + i, out + i, n - i);
+}
+#endif
+
+}  // namespace
+
+void f16_to_f32_array(const uint16_t* in, float* out, size_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  if (f16c) return f16_to_f32_f16c(in, out, n);
+#endif
+  f16_to_f32_table(in, out, n);
 }
 
 uint16_t f32_to_f16(float f) {

@@ -51,9 +51,14 @@ class PqSelector : public PartSelector {
     // Lookup table [m, 2^b] of q_sub · centroid (inner product, as the reference scores).
     std::vector<float> lut(static_cast<size_t>(lay_.m * lay_.k));
     scoring::pq_lut(q, centroids_.data(), lay_.m, lay_.k, lay_.dsub, lut.data());
-    std::vector<float> score(static_cast<size_t>(n_));
+    // Per-thread and reused: a query's n scores are written before they are read.
+    thread_local std::vector<float> score;
+    if (score.size() < static_cast<size_t>(n_)) score.resize(static_cast<size_t>(n_));
     scoring::pq_scores_u16(lut.data(), codes_.data(), n_, lay_.m, lay_.k, score.data());
-    for (int64_t i : scoring::top_k(score.data(), n_, budget)) {
+    const std::vector<int64_t> top = scoring::top_k(score.data(), n_, budget);
+    ids.reserve(ids.size() + top.size());
+    scores.reserve(scores.size() + top.size());
+    for (int64_t i : top) {
       ids.push_back(base + i);
       scores.push_back(score[i]);
     }

@@ -2,8 +2,10 @@
 // summaries. The dense reference, the metrics and the estimator are in eval_reference.cpp and
 // eval_estimator.cpp; writing CSV/SVG is the tool's (tools/common/eval_output.cpp).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -274,11 +276,40 @@ std::vector<Measured> eval_kv_head(const EvalRun& run, Worker& w, int64_t l, int
 
 // The (layer, kv head) passes on `threads` workers, each with single-threaded BLAS, recorded in
 // (layer, kv head) order on this thread: the same report and records for any thread count.
+// The second half of check_source (every covered K/V byte through SHA-256, about `kvtool verify`'s
+// time) on its own thread beside the passes, which it stops at their next part when the rows
+// differ. finish() rethrows its error; evaluate() reports that error before any of its own, the
+// order in which they came when the check ran first.
+class RowsCheck {
+ public:
+  RowsCheck(const SourceBinding& b, const DumpReader& dump)
+      : done_(std::async(std::launch::async, [this, &b, &dump] {
+          try {
+            check_source_rows(b, dump);
+          } catch (...) {
+            failed_ = true;
+            throw;
+          }
+        })) {}
+  ~RowsCheck() {
+    if (done_.valid()) done_.wait();
+  }
+  bool failed() const { return failed_.load(); }
+  void finish() {
+    if (done_.valid()) done_.get();
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::future<void> done_;
+};
+
 void run_passes(const EvalRun& run, int threads, int64_t lf, int64_t ll, int64_t kv_heads, Totals& totals,
-                std::vector<EvalRecord>* records, Progress& progress) {
+                std::vector<EvalRecord>* records, Progress& progress, const RowsCheck& rows_check) {
   const int64_t parts = (ll - lf + 1) * kv_heads;
   std::vector<Worker> workers(static_cast<size_t>(threads));
   auto produce = [&](int64_t i, int worker) {
+    KVT_CHECK(!rows_check.failed(), INTERNAL, "eval stopped: the dump's rows differ from the artifact's source");
     pin_blas_single_thread();
     return eval_kv_head(run, workers[static_cast<size_t>(worker)], lf + i / kv_heads, i % kv_heads);
   };
@@ -293,11 +324,9 @@ void run_passes(const EvalRun& run, int threads, int64_t lf, int64_t ll, int64_t
   run_ordered(parts, OrderedPoolOptions{threads, 2 * static_cast<int64_t>(threads)}, produce, consume);
 }
 
-}  // namespace
-
-EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
-                    std::vector<EvalRecord>* records) {
-  check_source(art.source(), dump, false);
+// evaluate() once the dump's fields match the artifact's binding, its rows being checked beside.
+EvalReport evaluate_bound(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
+                          std::vector<EvalRecord>* records, const RowsCheck& rows_check) {
   // OpenBLAS splits a dgemm differently for different thread counts, which changes the last bits:
   // one BLAS thread per worker keeps the report the same bytes whatever the machine and the number
   // of workers (as builds do, builder.h).
@@ -322,7 +351,7 @@ EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const Eva
   const int64_t parts = (ll - lf + 1) * g.kv_heads;
   const int threads = static_cast<int>(std::min<int64_t>(
       parts, opt.threads > 0 ? opt.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))));
-  run_passes(run, threads, lf, ll, g.kv_heads, totals, records, progress);
+  run_passes(run, threads, lf, ll, g.kv_heads, totals, records, progress, rows_check);
   progress.finish();
   const IndexBytes index = kvtool::index_bytes(art);
   const int64_t row_bytes = 2 * d * static_cast<int64_t>(dtype_size(g.dtype));
@@ -342,6 +371,23 @@ EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const Eva
   rep.selected_row_bytes_per_row = row_bytes;
   rep.settings = setting_summaries(totals, settings, lf, ll, row_bytes, index.stored, art.file_size() - index.stored);
   rep.index = index;
+  return rep;
+}
+
+}  // namespace
+
+EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
+                    std::vector<EvalRecord>* records) {
+  check_source_fields(art.source(), dump);
+  RowsCheck rows_check(art.source(), dump);
+  EvalReport rep;
+  try {
+    rep = evaluate_bound(art, dump, opt, records, rows_check);
+  } catch (...) {
+    rows_check.finish();
+    throw;
+  }
+  rows_check.finish();
   return rep;
 }
 

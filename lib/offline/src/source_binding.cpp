@@ -104,7 +104,7 @@ SourceBinding bind_source(const DumpReader& dump, int64_t coverage_end) {
   return b;
 }
 
-void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_snapshot) {
+void check_source_fields(const SourceBinding& r, const DumpReader& dump) {
   const auto& info = dump.info();
   const auto& d = info.id;
   KVT_CHECK(d.tenant_namespace == r.id.tenant_namespace, TENANT_MISMATCH,
@@ -144,6 +144,12 @@ void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_sn
   KVT_CHECK(r.coverage_end <= info.committed_frontier, COVERAGE_BEYOND_FRONTIER,
             "the artifact covers rows [0, " << r.coverage_end << ") but the dump commits only [0, "
                                             << info.committed_frontier << ")");
+}
+
+void check_source_rows(const SourceBinding& r, const DumpReader& dump) {
+  const auto& info = dump.info();
+  const auto& d = info.id;
+  const auto& g = info.geo;
   Digest pd = payload_digest(dump, r.coverage_end);
   KVT_CHECK(to_hex(pd) == r.payload_sha256, PAYLOAD_MISMATCH,
             "the dump's K/V rows in [0, " << r.coverage_end << ") differ from the rows the artifact was built from");
@@ -151,6 +157,11 @@ void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_sn
   KVT_CHECK(
       cd == r.content_digest, STALE_SOURCE,
       "the content digest of [0, " << r.coverage_end << ") is " << cd << ", the artifact records " << r.content_digest);
+}
+
+void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_snapshot) {
+  check_source_fields(r, dump);
+  check_source_rows(r, dump);
   if (strict_snapshot) {
     SourceBinding now = bind_source(dump, r.coverage_end);
     KVT_CHECK(now.snapshot_digest == r.snapshot_digest, SNAPSHOT_MISMATCH,

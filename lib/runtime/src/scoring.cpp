@@ -42,47 +42,108 @@ namespace {
 // float's bits mapped to an unsigned value of the same order (negatives flipped, -0 folded into
 // +0 since they compare equal), complemented so that larger scores come first, with the id in the
 // low half. Sorting plain integers avoids the indirect comparator's cache misses.
+// Branch-free (a score's sign is a coin flip a branch predictor loses half the time): -0 + 0 is
+// +0 in IEEE round-to-nearest, and the mask flips every bit of a negative float but only the
+// sign bit of a positive one.
 uint64_t selection_key(float s, int64_t id) {
-  if (s == 0) s = 0;
+  s = s + 0.0f;
   uint32_t b;
   std::memcpy(&b, &s, sizeof b);
-  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  b ^= static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) | 0x80000000u;
   return (static_cast<uint64_t>(~b) << 32) | static_cast<uint32_t>(id);
 }
 
-// Moves the b smallest of `keys` (distinct) to the front, in any order, 0 < b < keys.size(): a
-// histogram of the keys over their actual range finds the bucket that holds the b-th smallest,
-// then only that bucket's keys are selected among. A plain nth_element over all n was most of
-// eval's selector time at 32K rows (lib/offline/src/eval.cpp queries every row's receipt).
-void select_smallest(std::vector<uint64_t>& keys, int64_t b) {
-  uint64_t lo = UINT64_MAX, hi = 0;
-  for (uint64_t k : keys) {
-    lo = std::min(lo, k);
-    hi = std::max(hi, k);
+// Per-thread buffers reused from call to call: a query allocates (and page-faults) nothing once
+// its thread has seen the largest n. Grown, never value-initialized again (every slot is written
+// before it is read).
+struct SelectionScratch {
+  std::vector<uint64_t> keys, low, tied, sorted;
+};
+uint64_t* room(std::vector<uint64_t>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+SelectionScratch& selection_scratch() {
+  thread_local SelectionScratch s;
+  return s;
+}
+
+// Moves the b smallest of keys[0, n) (distinct) to the front, in any order, 0 < b < n: a
+// histogram over the keys' actual range finds the bucket t that holds the b-th smallest; the
+// keys of lower buckets are kept, and the selection recurses into bucket t's keys alone (its range
+// is 2^11 times narrower, or it holds fewer keys). Scores crowd into few buckets of a histogram
+// over the whole range (float bits are logarithmic), so one level can leave thousands tied. A
+// plain nth_element over all n was most of eval's selector time at 32K rows
+// (lib/offline/src/eval.cpp queries every row's receipt).
+void extremes(const uint64_t* keys, int64_t n, uint64_t& lo, uint64_t& hi) {
+  lo = UINT64_MAX;
+  hi = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, keys[i]);
+    hi = std::max(hi, keys[i]);
   }
+}
+
+// keys[0, n) lie in [lo, hi].
+void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t hi, SelectionScratch& sc,
+                     int depth = 0) {
   constexpr uint64_t kBuckets = 2048;
   int shift = 0;
   while (((hi - lo) >> shift) >= kBuckets) ++shift;
   std::array<int64_t, kBuckets> count{};
-  for (uint64_t k : keys) ++count[(k - lo) >> shift];
+  for (int64_t i = 0; i < n; ++i) ++count[(keys[i] - lo) >> shift];
   int64_t below = 0;
   uint64_t t = 0;
   while (below + count[t] < b) below += count[t++];
   // Branch-free compaction: the keys of the buckets below t, then bucket t's (each store lands
   // in a slot that is either kept or overwritten by the next key of that kind).
-  std::vector<uint64_t> low(static_cast<size_t>(below) + 1), tied(static_cast<size_t>(count[t]) + 1);
+  // The first level uses the thread's scratch; deeper ones (a bucket's keys: few) their own.
+  std::vector<uint64_t> own_low, own_tied;
+  auto buffer = [&](std::vector<uint64_t>& shared, std::vector<uint64_t>& own, int64_t size) {
+    return room(depth == 0 ? shared : own, static_cast<size_t>(size) + 1);
+  };
+  uint64_t* low = buffer(sc.low, own_low, below);
+  uint64_t* tied = buffer(sc.tied, own_tied, count[t]);
   size_t w = 0, e = 0;
-  for (uint64_t k : keys) {
-    const uint64_t bucket = (k - lo) >> shift;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t k = keys[i], bucket = (k - lo) >> shift;
     low[w] = k;
     w += bucket < t;
     tied[e] = k;
     e += bucket == t;
   }
-  const auto need = static_cast<std::ptrdiff_t>(b - below);
-  std::nth_element(tied.begin(), tied.begin() + need, tied.begin() + static_cast<std::ptrdiff_t>(e));
-  std::copy(low.begin(), low.begin() + static_cast<std::ptrdiff_t>(w), keys.begin());
-  std::copy(tied.begin(), tied.begin() + need, keys.begin() + static_cast<std::ptrdiff_t>(w));
+  const int64_t need = b - below;
+  if (need < static_cast<int64_t>(e) && e > 64 && shift > 0) {
+    extremes(tied, static_cast<int64_t>(e), lo, hi);
+    select_smallest(tied, static_cast<int64_t>(e), need, lo, hi, sc, depth + 1);
+  } else if (need < static_cast<int64_t>(e))
+    std::nth_element(tied, tied + need, tied + e);
+  std::copy(tied, tied + need, keys + w);
+  std::copy(low, low + w, keys);
+}
+
+// Sorts keys[0, n) ascending: LSD radix sort by 11-bit digits, skipping the digits in which all
+// keys agree (a selection's keys share most of their high bits). `tmp` holds n keys.
+void radix_sort(uint64_t* keys, int64_t n, uint64_t* tmp) {
+  if (n < 2) return;
+  uint64_t any = 0, all = ~uint64_t{0};
+  for (int64_t i = 0; i < n; ++i) any |= keys[i], all &= keys[i];
+  const uint64_t varying = any ^ all;
+  uint64_t *src = keys, *dst = tmp;
+  for (int shift = 0; shift < 64; shift += 11) {
+    if (((varying >> shift) & 0x7ff) == 0) continue;
+    std::array<int64_t, 2048> pos{};
+    for (int64_t i = 0; i < n; ++i) ++pos[(src[i] >> shift) & 0x7ff];
+    int64_t sum = 0;
+    for (auto& p : pos) {
+      const int64_t c = p;
+      p = sum;
+      sum += c;
+    }
+    for (int64_t i = 0; i < n; ++i) dst[pos[(src[i] >> shift) & 0x7ff]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != keys) std::copy(src, src + n, keys);
 }
 
 }  // namespace
@@ -98,12 +159,18 @@ std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k) {
     std::copy(all.begin(), all.begin() + b, order.begin());
     return order;
   }
-  std::vector<uint64_t> keys(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) keys[i] = selection_key(score[i], i);
-  // Select, then sort the b kept: O(n + b log b), where a heap of size b is O(n log b). The
-  // order is total, so the answer is the same sequence as a full sort's first b.
-  if (b > 0 && b < n) select_smallest(keys, b);
-  std::sort(keys.begin(), keys.begin() + b);
+  SelectionScratch& sc = selection_scratch();
+  uint64_t* keys = room(sc.keys, static_cast<size_t>(n));
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    keys[i] = selection_key(score[i], i);
+    lo = std::min(lo, keys[i]);
+    hi = std::max(hi, keys[i]);
+  }
+  // Select, then sort the b kept: O(n + b), where a heap of size b is O(n log b). The order is
+  // total, so the answer is the same sequence as a full sort's first b.
+  if (b > 0 && b < n) select_smallest(keys, n, b, lo, hi, sc);
+  radix_sort(keys, b, room(sc.sorted, static_cast<size_t>(b)));
   for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(keys[i] & 0xffffffffu);
   return order;
 }

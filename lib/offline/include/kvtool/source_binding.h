@@ -19,5 +19,10 @@ SourceBinding bind_source(const DumpReader& dump, int64_t coverage_end);
 // Checks that `dump` is a valid source for an artifact that recorded `recorded`. Throws Error naming
 // the first differing field (TENANT_MISMATCH, MODEL_MISMATCH, ..., PAYLOAD_MISMATCH, STALE_SOURCE).
 void check_source(const SourceBinding& recorded, const DumpReader& dump, bool strict_snapshot);
+// Its two halves, in the order check_source runs them: the recorded fields (identity, geometry,
+// prefix tokens, frontier; cheap), then the covered rows' payload and content digests (reads
+// every covered K/V byte; eval runs it beside its passes).
+void check_source_fields(const SourceBinding& recorded, const DumpReader& dump);
+void check_source_rows(const SourceBinding& recorded, const DumpReader& dump);
 
 }  // namespace kvtool
