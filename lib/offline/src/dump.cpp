@@ -375,25 +375,32 @@ void DumpReader::read_v_raw(int64_t l, int64_t h, int64_t r0, int64_t r1, void* 
 }
 
 namespace {
-// The 16-bit rows of one read before their conversion to f32, uninitialized: HDF5 writes every
-// element (or the read throws), and zeroing a whole part's K and then its V first was a measurable
-// memset in eval. Not kept between reads: a thread must not hold a part's worth of memory after.
-std::unique_ptr<uint16_t[]> conversion_buffer(size_t n) { return std::unique_ptr<uint16_t[]>(new uint16_t[n]); }
+// 16-bit rows are read and converted to f32 a block of at most this many elements at a time,
+// through one buffer per thread: a fresh buffer of a whole part's K (megabytes) per read was
+// faulted in page by page every time (eval reads a part's K and V, a builder its K), and the
+// thread holds 256 KiB between reads, not a part's worth.
+constexpr int64_t kConvertElements = int64_t{1} << 17;
+
+template <typename ReadRaw>
+void read_converted(const DumpInfo& info, int64_t r0, int64_t r1, float* out, ReadRaw&& read_raw) {
+  const int64_t d = info.geo.head_dim, rows = std::max<int64_t>(1, kConvertElements / std::max<int64_t>(d, 1));
+  thread_local std::vector<uint16_t> buf;
+  buf.resize(static_cast<size_t>(std::min(r1 - r0, rows) * d));
+  for (int64_t a = r0; a < r1; a += rows) {
+    const int64_t b = std::min(r1, a + rows);
+    read_raw(a, b, buf.data());
+    convert_to_f32(info.geo.dtype, buf.data(), out + (a - r0) * d, static_cast<size_t>((b - a) * d));
+  }
+}
 }  // namespace
 
 void DumpReader::read_k(int64_t l, int64_t h, int64_t r0, int64_t r1, float* out) const {
-  size_t n = static_cast<size_t>((r1 - r0) * info_.geo.head_dim);
   if (info_.geo.dtype == DType::f32) return read_k_raw(l, h, r0, r1, out);
-  const auto tmp = conversion_buffer(n);
-  read_k_raw(l, h, r0, r1, tmp.get());
-  convert_to_f32(info_.geo.dtype, tmp.get(), out, n);
+  read_converted(info_, r0, r1, out, [&](int64_t a, int64_t b, void* dst) { read_k_raw(l, h, a, b, dst); });
 }
 void DumpReader::read_v(int64_t l, int64_t h, int64_t r0, int64_t r1, float* out) const {
-  size_t n = static_cast<size_t>((r1 - r0) * info_.geo.head_dim);
   if (info_.geo.dtype == DType::f32) return read_v_raw(l, h, r0, r1, out);
-  const auto tmp = conversion_buffer(n);
-  read_v_raw(l, h, r0, r1, tmp.get());
-  convert_to_f32(info_.geo.dtype, tmp.get(), out, n);
+  read_converted(info_, r0, r1, out, [&](int64_t a, int64_t b, void* dst) { read_v_raw(l, h, a, b, dst); });
 }
 
 void DumpReader::read_q(int64_t l, int64_t qh, float* out) const {
