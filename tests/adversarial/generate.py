@@ -384,25 +384,22 @@ def zstd_cases(corpus, zarts):
         # Every codec the kind's builder writes (lsh: zstd for projections, zstd-delta for ids).
         codecs = {e["codec"] for e, r in sections} - {"none"}
         assert codecs and (kind != "lsh" or "zstd-delta" in codecs), "%s-zstd.kvi has codecs %s" % (kind, codecs)
-        for codec, tag in (("zstd", "zstd"), ("zstd-delta", "zstd-delta")):
+        for codec in ("zstd", "zstd-delta"):
             entry = next((e for e, r in sections if e["codec"] == codec), None)
             if entry is None:
                 continue
             frame = data[entry["offset"] : entry["offset"] + entry["stored_size"]]
             label = "section '%s' (layer %d, kv head %d)" % (entry["name"], entry["layer"], entry["kv_head"])
             flips = classify_flips(frame, kvi.zstd_decompress(frame, entry["raw_size"]))  # the frame's content
-            pos, b = flips["digest"]
-            copy_with(art, corpus.add(kind + "-" + tag + "-payload-flip-digest", "artifact", "i18",
-                                      "byte %d of %s's %s frame changed; libzstd decodes other bytes"
-                                      % (pos, label, codec),
-                                      reason="SECTION_DIGEST", message=label + " does not match its recorded SHA-256"),
-                      {entry["offset"] + pos: bytes([b])})
-            pos, b = flips["decode"]
-            copy_with(art, corpus.add(kind + "-" + tag + "-payload-flip-decode", "artifact", "i18",
-                                      "byte %d of %s's %s frame changed; libzstd refuses the frame"
-                                      % (pos, label, codec),
-                                      reason="DECOMPRESS_FAILED", message=label + " does not decompress"),
-                      {entry["offset"] + pos: bytes([b])})
+            for flip, effect, reason, message in (
+                    ("digest", "libzstd decodes other bytes", "SECTION_DIGEST",
+                     " does not match its recorded SHA-256"),
+                    ("decode", "libzstd refuses the frame", "DECOMPRESS_FAILED", " does not decompress")):
+                pos, b = flips[flip]
+                copy_with(art, corpus.add("%s-%s-payload-flip-%s" % (kind, codec, flip), "artifact", "i18",
+                                          "byte %d of %s's %s frame changed; %s" % (pos, label, codec, effect),
+                                          reason=reason, message=label + message),
+                          {entry["offset"] + pos: bytes([b])})
         if kind == "pq":  # the frame header's content size one byte short of raw_size
             entry = next(e for e, r in sections if e["codec"] == "zstd")
             frame = data[entry["offset"] : entry["offset"] + entry["stored_size"]]
