@@ -198,18 +198,85 @@ double z_of(const float* q, const float* x, int64_t d) {  // §6.6 z(x), f64
   return s * (1.0 / std::sqrt(static_cast<double>(d)));
 }
 
+// §6.6 rule "bound" of the hierarchical pass, in the formats' order of arithmetic: group bounds
+// from the stored centroids, groups visited by up_g descending until one cannot reach tau against
+// the denominator's lower bound, visited children scored against the final lower bound.
+void squeeze_bound(const Art& a, const std::vector<float>& fine, const std::vector<float>& coarse,
+                   const std::vector<uint32_t>& sizes, const std::vector<uint32_t>& parent, const float* q, double tau,
+                   std::vector<double>& score) {
+  const int64_t C = static_cast<int64_t>(sizes.size()), G = static_cast<int64_t>(coarse.size()) / a.d;
+  const double inv = 1.0 / std::sqrt(static_cast<double>(a.d)), slack = 1e-9;
+  std::vector<double> up(static_cast<size_t>(G)), lo(static_cast<size_t>(G)), zf(static_cast<size_t>(C));
+  std::vector<uint64_t> S(static_cast<size_t>(G), 0);
+  for (int64_t c = 0; c < C; ++c) S[parent[c]] += sizes[c];
+  double qn = 0, m = -INFINITY;
+  for (int64_t t = 0; t < a.d; ++t) qn += static_cast<double>(q[t]) * q[t];
+  qn = std::sqrt(qn);
+  std::vector<int64_t> order;
+  for (int64_t g = 0; g < G; ++g) {
+    if (S[g] == 0) continue;
+    const float* cg = &coarse[g * a.d];
+    double r = 0, norm = 0, off = 0;
+    std::vector<double> mean(static_cast<size_t>(a.d), 0.0);
+    for (int64_t c = 0; c < C; ++c) {  // children in ascending order, as the selector lists them
+      if (parent[c] != g) continue;
+      double dist = 0;
+      for (int64_t t = 0; t < a.d; ++t) {
+        const double e = static_cast<double>(fine[c * a.d + t]) - cg[t];
+        dist += e * e;
+        mean[t] += static_cast<double>(sizes[c]) * fine[c * a.d + t];
+      }
+      r = std::max(r, std::sqrt(dist));
+    }
+    for (int64_t t = 0; t < a.d; ++t) {
+      norm += static_cast<double>(cg[t]) * cg[t];
+      off += (mean[t] / static_cast<double>(S[g]) - cg[t]) * (mean[t] / static_cast<double>(S[g]) - cg[t]);
+    }
+    const double zg = z_of(q, cg, a.d);
+    up[g] = zg + inv * qn * (r + slack * (std::sqrt(norm) + r));
+    lo[g] = zg - inv * qn * (std::sqrt(off) + slack * (std::sqrt(norm) + std::sqrt(off)));
+    m = std::max(m, up[g]);
+    order.push_back(g);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return up[x] > up[y]; });
+  const size_t K = order.size();
+  std::vector<double> rest(K + 1, 0.0);
+  for (size_t k = K; k-- > 0;) rest[k] = rest[k + 1] + static_cast<double>(S[order[k]]) * std::exp(lo[order[k]] - m);
+  std::vector<char> visited(static_cast<size_t>(G), 0);
+  double known = 0;
+  for (size_t k = 0; k < K; ++k) {
+    const int64_t g = order[k];
+    if (std::exp(up[g] - m) < tau * (known + rest[k]) * (1 - slack)) break;
+    for (int64_t c = 0; c < C; ++c)
+      if (parent[c] == g) known += sizes[c] * std::exp((zf[c] = z_of(q, &fine[c * a.d], a.d)) - m);
+    visited[g] = 1;
+  }
+  double m2 = -INFINITY, D = 0;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t c = 0; c < C; ++c)
+      if (parent[c] == g) m2 = std::max(m2, visited[g] ? zf[c] : lo[g]);
+  for (int64_t g = 0; g < G; ++g) {  // every term added in order (g, then its children)
+    if (!visited[g] && S[g] > 0) D += static_cast<double>(S[g]) * std::exp(lo[g] - m2);
+    for (int64_t c = 0; c < C; ++c)
+      if (visited[g] && parent[c] == g) D += sizes[c] * std::exp(zf[c] - m2);
+  }
+  D *= 1 - slack;
+  for (int64_t c = 0; c < C; ++c)
+    if (visited[parent[c]]) score[c] = std::exp(zf[c] - m2) / D;
+}
+
 // §6.6 squeeze, flat or hierarchical; members of clusters with score >= tau, ascending ids.
 void brute_squeeze(const Art& a, int64_t layer, int64_t head, const float* q, const std::string& quantile, bool flat,
                    Answer& out) {
   if (a.n() == 0) return;
-  const double tau = a.kd["thresholds"].at(quantile).get<double>(), cf = a.params["coarse_factor"].get<double>();
+  const double tau = a.kd["thresholds"].at(quantile).get<double>();
   const auto fine = a.sec<float>("sq_fine_centroids", layer, head);
   const auto coarse = a.sec<float>("sq_coarse_centroids", layer, head);
   const auto sizes = a.sec<uint32_t>("sq_fine_sizes", layer, head);
   const auto prefix = a.sec<uint32_t>("sq_fine_prefix_sums", layer, head);
   const auto members = a.sec<uint32_t>("sq_fine_members", layer, head);
   const auto parent = a.sec<uint32_t>("sq_parent", layer, head);
-  const int64_t C = static_cast<int64_t>(sizes.size()), G = static_cast<int64_t>(coarse.size()) / a.d;
+  const int64_t C = static_cast<int64_t>(sizes.size());
   std::vector<double> score(static_cast<size_t>(C), -1.0), zf(static_cast<size_t>(C));
   if (flat) {
     double m = -INFINITY, D = 0;
@@ -217,23 +284,7 @@ void brute_squeeze(const Art& a, int64_t layer, int64_t head, const float* q, co
     for (int64_t c = 0; c < C; ++c) D += sizes[c] * std::exp(zf[c] - m);
     for (int64_t c = 0; c < C; ++c) score[c] = std::exp(zf[c] - m) / D;
   } else {
-    std::vector<double> zg(static_cast<size_t>(G));
-    std::vector<uint64_t> S(static_cast<size_t>(G), 0);
-    std::vector<char> keep(static_cast<size_t>(G));
-    for (int64_t c = 0; c < C; ++c) S[parent[c]] += sizes[c];
-    double m = -INFINITY, Dc = 0, D = 0;
-    for (int64_t g = 0; g < G; ++g) m = std::max(m, zg[g] = z_of(q, &coarse[g * a.d], a.d));
-    for (int64_t g = 0; g < G; ++g) Dc += static_cast<double>(S[g]) * std::exp(zg[g] - m);
-    for (int64_t g = 0; g < G; ++g) keep[g] = std::exp(zg[g] - m) / Dc >= cf * tau;
-    for (int64_t c = 0; c < C; ++c)
-      if (keep[parent[c]]) m = std::max(m, zf[c] = z_of(q, &fine[c * a.d], a.d));
-    for (int64_t g = 0; g < G; ++g) {  // every term added to D in order (g, then its children)
-      if (!keep[g]) D += static_cast<double>(S[g]) * std::exp(zg[g] - m);
-      for (int64_t c = 0; c < C; ++c)
-        if (keep[g] && parent[c] == g) D += sizes[c] * std::exp(zf[c] - m);
-    }
-    for (int64_t c = 0; c < C; ++c)
-      if (keep[parent[c]]) score[c] = std::exp(zf[c] - m) / D;
+    squeeze_bound(a, fine, coarse, sizes, parent, q, tau, score);
   }
   std::vector<std::pair<int64_t, float>> rows;
   for (int64_t c = 0; c < C; ++c)

@@ -81,19 +81,37 @@ def ref_lsh(q, p, begin, end, meta, sec, c):
 def ref_squeeze(q, p, begin, end, meta, sec, manifest):
     n, d = end - begin, len(q)
     qkey = [k for k in manifest["kind_data"]["thresholds"] if float(k) == p["quantiles"][0]][0]
-    tau, cf = manifest["kind_data"]["thresholds"][qkey], p["coarse_factor"]
+    tau = manifest["kind_data"]["thresholds"][qkey]
     fine, coarse = sec("sq_fine_centroids").astype(np.float64), sec("sq_coarse_centroids").astype(np.float64)
     sizes, members = sec("sq_fine_sizes").astype(np.float64), sec("sq_fine_members").astype(np.int64)
     parent = sec("sq_parent").astype(np.int64)
-    zg = coarse @ q / np.sqrt(d)
-    S = np.array([sizes[parent == g].sum() for g in range(len(zg))])
-    m = zg.max()
-    keep = np.exp(zg - m) / (S * np.exp(zg - m)).sum() >= cf * tau
-    kept_c = keep[parent]
-    zf = fine @ q / np.sqrt(d)
-    m = max(m, zf[kept_c].max()) if kept_c.any() else m
-    den = (sizes[kept_c] * np.exp(zf[kept_c] - m)).sum() + (S[~keep] * np.exp(zg[~keep] - m)).sum()
-    score = np.where(kept_c, np.exp(zf - m) / den, -1.0)
+    # Rule "bound" (formats/kinds-v1.md §6.6): per group the largest child distance r, the offset s of
+    # the size-weighted child mean from the coarse centroid; visit groups by upper bound descending.
+    G, slack, qn = len(coarse), 1e-9, np.linalg.norm(q)
+    zg, zf = coarse @ q / np.sqrt(d), fine @ q / np.sqrt(d)
+    S = np.array([sizes[parent == g].sum() for g in range(G)])
+    up, lo = np.full(G, -np.inf), np.full(G, -np.inf)
+    for g in np.nonzero(S > 0)[0]:
+        ch, cn = fine[parent == g], np.linalg.norm(coarse[g])
+        r = np.linalg.norm(ch - coarse[g], axis=1).max()
+        s = np.linalg.norm((sizes[parent == g, None] * ch).sum(axis=0) / S[g] - coarse[g])
+        up[g] = zg[g] + qn * (r + slack * (cn + r)) / np.sqrt(d)
+        lo[g] = zg[g] - qn * (s + slack * (cn + s)) / np.sqrt(d)
+    m = up.max()
+    order = [g for g in sorted(range(G), key=lambda g: (-up[g], g)) if S[g] > 0]
+    visited, known = np.zeros(G, bool), 0.0
+    for k, g in enumerate(order):
+        rest = sum(S[h] * np.exp(lo[h] - m) for h in order[k:])
+        lhs, rhs = np.exp(up[g] - m), tau * (known + rest) * (1 - slack)
+        check(abs(lhs - rhs) > 1e-9 * rhs, "a coarse group sits on its stopping test; pick another query")
+        if lhs < rhs:
+            break
+        visited[g] = True
+        known += (sizes[parent == g] * np.exp(zf[parent == g] - m)).sum()
+    kept_c, out = visited[parent], (S > 0) & ~visited
+    m2 = max(zf[kept_c].max(), lo[out].max() if out.any() else -np.inf)
+    den = ((sizes[kept_c] * np.exp(zf[kept_c] - m2)).sum() + (S[out] * np.exp(lo[out] - m2)).sum()) * (1 - slack)
+    score = np.where(kept_c, np.exp(zf - m2) / den, -1.0)
     starts = np.concatenate([[0], np.cumsum(sizes).astype(np.int64)])
     row_score = np.full(n, -1.0)
     for c in range(len(sizes)):

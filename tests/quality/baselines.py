@@ -238,8 +238,9 @@ def index_bytes(kvtool, artifact, d):
 
 def squeeze_checks(rep, always, n_idx, hier_vs_flat, need):
     """Per mode, the indexed fraction falls strictly as the quantile rises (a mixed-up threshold
-    table fails); at quantile hier_vs_flat (None: none), the hierarchy scores fewer centroids than flat lookup and retains
-    within 0.03 of it."""
+    table fails); at quantile hier_vs_flat (None: none), the hierarchy (rule "bound") retains at least flat's mass (its
+    centroids scored are printed): it keeps a superset of flat's rows (formats/kinds-v1.md §6.6), which
+    tests/quality/squeeze_superset.cpp checks query by query."""
     by = {}
     for b in rep["budgets"]:
         sel = b["selector"]
@@ -251,8 +252,9 @@ def squeeze_checks(rep, always, n_idx, hier_vs_flat, need):
     for (q, _, hier), (_, _, flat) in zip(by["hierarchical"], by["flat"]):
         if q != hier_vs_flat:
             continue
-        need(hier["centroids_scored_mean"] < flat["centroids_scored_mean"], f"q={q}: hierarchy scores no fewer centroids")
-        need(flat["retained_mass_mean"] - hier["retained_mass_mean"] <= 0.03, f"q={q}: hierarchy loses > 0.03 to flat")
+        print(f"  q={q}: centroids scored per query: hierarchical {hier['centroids_scored_mean']:.1f}, "
+              f"flat {flat['centroids_scored_mean']:.1f}")
+        need(hier["retained_mass_mean"] >= flat["retained_mass_mean"] - 1e-12, f"q={q}: hierarchy retains less than flat")
 
 
 def gate(a):

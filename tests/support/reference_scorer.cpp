@@ -309,6 +309,79 @@ void squeeze_hierarchical(const Z& z, const std::vector<double>& fine, const std
   }
 }
 
+// §6.6 hierarchical rule "bound": the group bounds from the stored centroids, groups visited by
+// up_g descending until one cannot reach tau against the denominator's lower bound, then the
+// visited children scored against the final lower bound (max-shifted, times 1 - 1e-9). A stop
+// test within 1e-9 of its threshold makes the whole part ambiguous.
+void squeeze_bound(const std::vector<double>& zf_all, const std::vector<double>& fine,
+                   const std::vector<double>& coarse, const std::vector<int64_t>& sizes,
+                   const std::vector<int64_t>& parent, const float* q, int64_t d, double tau,
+                   std::vector<double>& score, RefAnswer& a) {
+  const size_t C = sizes.size(), G = coarse.size() / static_cast<size_t>(d);
+  const double inv = 1 / std::sqrt(static_cast<double>(d)), slack = 1e-9;
+  double qn = 0;
+  for (int64_t t = 0; t < d; ++t) qn += static_cast<double>(q[t]) * q[t];
+  qn = std::sqrt(qn);
+  std::vector<double> S(G, 0.0), r(G, 0.0), up(G), lo(G);
+  std::vector<std::vector<double>> wsum(G, std::vector<double>(static_cast<size_t>(d), 0.0));
+  for (size_t c = 0; c < C; ++c) {
+    const size_t g = static_cast<size_t>(parent[c]);
+    double dist = 0;
+    for (int64_t t = 0; t < d; ++t) {
+      const double e = fine[c * d + t] - coarse[g * d + t];
+      dist += e * e;
+      wsum[g][t] += static_cast<double>(sizes[c]) * fine[c * d + t];
+    }
+    r[g] = std::max(r[g], std::sqrt(dist));
+    S[g] += static_cast<double>(sizes[c]);
+  }
+  double m = -INFINITY;
+  std::vector<size_t> order;
+  for (size_t g = 0; g < G; ++g) {
+    if (S[g] == 0) continue;
+    double zg = 0, norm = 0, off = 0;
+    for (int64_t t = 0; t < d; ++t) {
+      zg += q[t] * coarse[g * d + t];
+      norm += coarse[g * d + t] * coarse[g * d + t];
+      off += (wsum[g][t] / S[g] - coarse[g * d + t]) * (wsum[g][t] / S[g] - coarse[g * d + t]);
+    }
+    zg *= inv;
+    up[g] = zg + inv * qn * (r[g] + slack * (std::sqrt(norm) + r[g]));
+    lo[g] = zg - inv * qn * (std::sqrt(off) + slack * (std::sqrt(norm) + std::sqrt(off)));
+    m = std::max(m, up[g]);
+    order.push_back(g);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return up[x] > up[y]; });
+  std::vector<char> visited(G, 0);
+  a.centroids_scored = static_cast<int64_t>(G);
+  double known = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    double rest = 0;
+    for (size_t i = k; i < order.size(); ++i) rest += S[order[i]] * std::exp(lo[order[i]] - m);
+    const double lhs = std::exp(up[order[k]] - m), rhs = tau * (known + rest) * (1 - slack);
+    if (std::fabs(lhs - rhs) <= 1e-9 * rhs) a.all_ambiguous = true;
+    if (lhs < rhs) break;
+    visited[order[k]] = 1;
+    for (size_t c = 0; c < C; ++c)
+      if (static_cast<size_t>(parent[c]) == order[k]) {
+        known += static_cast<double>(sizes[c]) * std::exp(zf_all[c] - m);
+        ++a.centroids_scored;
+      }
+  }
+  double m2 = -INFINITY, den = 0;
+  for (size_t c = 0; c < C; ++c)
+    if (visited[static_cast<size_t>(parent[c])]) m2 = std::max(m2, zf_all[c]);
+  for (size_t g = 0; g < G; ++g)
+    if (S[g] > 0 && !visited[g]) m2 = std::max(m2, lo[g]);
+  for (size_t c = 0; c < C; ++c)
+    if (visited[static_cast<size_t>(parent[c])]) den += static_cast<double>(sizes[c]) * std::exp(zf_all[c] - m2);
+  for (size_t g = 0; g < G; ++g)
+    if (S[g] > 0 && !visited[g]) den += S[g] * std::exp(lo[g] - m2);
+  den *= 1 - slack;
+  for (size_t c = 0; c < C; ++c)
+    if (visited[static_cast<size_t>(parent[c])]) score[c] = std::exp(zf_all[c] - m2) / den;
+}
+
 // §6.6 in double. Scores are exp-normalized (relative tolerance); a cluster whose score is within
 // 1e-9 of tau is ambiguous, and a coarse group on its pruning threshold makes the whole part so.
 void squeeze_answer(const Part& p, const float* q, const RefQuery& rq, RefAnswer& a) {
@@ -337,11 +410,15 @@ void squeeze_answer(const Part& p, const float* q, const RefQuery& rq, RefAnswer
     for (size_t c = 0; c < C; ++c) mx = std::max(mx, zf[c] = z(fine, c));
     for (size_t c = 0; c < C; ++c) den += static_cast<double>(sizes[c]) * std::exp(zf[c] - mx);
     a.centroids_scored = static_cast<int64_t>(C);
-  } else {
+  } else if (rq.factor_rule) {
     squeeze_hierarchical(z, fine, coarse, sizes, parent, cf * tau, zf, kept, mx, den, a);
+  } else {
+    for (size_t c = 0; c < C; ++c) zf[c] = z(fine, c);
+    squeeze_bound(zf, fine, coarse, sizes, parent, q, p.d, tau, score, a);
   }
-  for (size_t c = 0; c < C; ++c)
-    if (rq.flat || kept[static_cast<size_t>(parent[c])]) score[c] = std::exp(zf[c] - mx) / den;
+  if (rq.flat || rq.factor_rule)
+    for (size_t c = 0; c < C; ++c)
+      if (rq.flat || kept[static_cast<size_t>(parent[c])]) score[c] = std::exp(zf[c] - mx) / den;
   int64_t at = 0;
   for (size_t c = 0; c < C; ++c)
     for (int64_t i = 0; i < sizes[c]; ++i, ++at) {

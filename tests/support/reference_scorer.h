@@ -23,6 +23,7 @@ struct RefQuery {
   int64_t min_collisions = 2;    // lsh
   std::string quantile;          // squeeze: key of kind_data.thresholds; empty: params.quantiles[0]
   bool flat = false;             // squeeze
+  bool factor_rule = false;      // squeeze hierarchical: coarse_rule "factor" instead of "bound"
 };
 
 struct RefAnswer {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -133,6 +134,76 @@ TEST_CASE("squeeze queries: hierarchical scores fewer centroids, flat scores all
   INFO(e["budgets"].dump());
   CHECK(e["budgets"][0]["centroids_scored_mean"].get<double>() == Approx(scored / count).epsilon(1e-12));
   CHECK(e["budgets"][1]["centroids_scored_mean"].get<double>() == 36);
+}
+
+namespace {
+
+// Every query of positions [419, 500), every query head and calibrated quantile: rule "bound"
+// keeps every row flat keeps (formats/kinds-v1.md §6.6), and every 16th query equals the
+// independent reference scorer, rule "factor" and flat too. Returns the queries checked.
+int64_t check_bound_superset(const std::string& art, const std::string& dump) {
+  ArtifactReader r(art);
+  DumpReader d(dump);
+  SelectorSet sel(r);
+  std::vector<float> Q(200 * 16);
+  int64_t n = 0;
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t h = 0; h < 4; ++h) {
+      d.read_q(l, h, Q.data());
+      for (int64_t j = 119; j < 200; ++j)
+        for (const char* quant : {"0.5", "0.7", "0.8", "0.9"}) {
+          const float* q = Q.data() + j * 16;
+          INFO("layer " << l << " head " << h << " position " << 300 + j << " quantile " << quant);
+          CandidateReceipt flat = sel.query(l, h, q, 300 + j, *sel.params({{"quantile", quant}, {"flat", "true"}}));
+          CandidateReceipt bound = sel.query(l, h, q, 300 + j, *sel.params({{"quantile", quant}}));
+          REQUIRE(std::includes(bound.candidates.begin(), bound.candidates.end(), flat.candidates.begin(),
+                                flat.candidates.end()));
+          CHECK(bound.selector["coarse_rule"] == "bound");
+          if (n++ % 16) continue;
+          RefQuery rq;
+          rq.quantile = quant;
+          CHECK(compare_with_reference(bound, reference_query(r, l, h, q, 300 + j, rq)) == "");
+          rq.factor_rule = true;
+          CandidateReceipt factor =
+              sel.query(l, h, q, 300 + j, *sel.params({{"quantile", quant}, {"coarse_rule", "factor"}}));
+          CHECK(compare_with_reference(factor, reference_query(r, l, h, q, 300 + j, rq)) == "");
+          rq.flat = true;
+          CHECK(compare_with_reference(flat, reference_query(r, l, h, q, 300 + j, rq)) == "");
+        }
+    }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("squeeze rule bound keeps every row flat keeps, on plain and adversarial keys") {
+  TempDir tmp;
+  sq_dump(tmp.file("d.h5"));
+  using Poke = std::function<void(int64_t, int64_t, std::vector<float>&, std::vector<float>&)>;
+  const std::vector<std::pair<std::string, Poke>> variants = {
+      {"plain", {}},
+      // Outlier keys far from every centroid: large group radii.
+      {"outliers",
+       [](int64_t, int64_t, auto& k, auto&) {
+         for (size_t i = 0; i < k.size(); i += 37 * 16)
+           for (size_t t = 0; t < 16 && i + t < k.size(); ++t) k[i + t] *= 40.f;
+       }},
+      // Logits in the thousands: every exp of the bounds underflows or saturates.
+      {"x100",
+       [](int64_t, int64_t, auto& k, auto&) {
+         for (auto& x : k) x *= 100.f;
+       }},
+      // Runs of identical keys (zero radii, tied scores) and near-duplicate keys.
+      {"ties", [](int64_t, int64_t, auto& k, auto&) {
+         for (size_t i = 16; i < k.size(); ++i) k[i] = (i / 16) % 5 ? k[i - 16] : k[i] * 1e-3f + 0.5f;
+       }}};
+  for (const auto& [name, poke] : variants) {
+    INFO(name);
+    const std::string dump = tmp.file(name + ".h5"), art = tmp.file(name + ".kvi");
+    copy_dump(tmp.file("d.h5"), dump, {}, poke);
+    build_artifact(dump, opts(art), SqueezeBuilder(params()));
+    CHECK(check_bound_superset(art, dump) == 2 * 4 * 81 * 4);
+  }
 }
 
 TEST_CASE("squeeze binds the prefix tokens, verify rejects forged hierarchies and thresholds, queries are required") {

@@ -17,7 +17,7 @@ struct SqueezeParams {
   int64_t observation_window = 100;  // last rows of the prefix: not clustered, their queries calibrate
   std::vector<double> quantiles{0.5, 0.7, 0.8, 0.9};
   int64_t iters = 20;
-  double coarse_factor = 0.5;  // coarse pass keeps groups scoring >= coarse_factor x the fine threshold
+  double coarse_factor = 0.5;  // query rule "factor": keep groups scoring >= coarse_factor x the threshold
   // Optional calibration queries instead of the dump's observation window: raw little-endian
   // float32 [L, H_q, N, d] (N inferred from the size). Its SHA-256 goes in the params.
   std::string calibration_path;

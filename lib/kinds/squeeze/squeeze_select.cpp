@@ -26,15 +26,63 @@ using squeeze::quantile_key;
 // (rows == nullptr) or the listed ones: computed on the host or by the device tier.
 using LevelDots = std::function<void(bool coarse, const int64_t* rows, int64_t count, double scale, double* out)>;
 
-// squeeze's query options: which calibrated quantile's threshold to apply, and the flat lookup
-// (every fine centroid scored, as the reference does) instead of the two-level pass.
+// squeeze's query options: which calibrated quantile's threshold to apply, the flat lookup (every
+// fine centroid scored, as the reference does) instead of the two-level pass, and the two-level
+// pass's coarse pruning rule: "bound" (prunes only groups the bound proves empty of passing
+// children) or "factor" (params.coarse_factor x tau on the coarse score).
 struct SqueezeParams : QueryParams {
   double quantile = 0.5;
   bool flat = false;
-  json receipt(int64_t) const override { return {{"quantile", quantile}, {"mode", flat ? "flat" : "hierarchical"}}; }
-  std::string label() const override { return "q=" + json(quantile).dump() + (flat ? "/flat" : "/hier"); }
-  json setting() const override { return {{"quantile", quantile}, {"mode", flat ? "flat" : "hierarchical"}}; }
+  bool factor_rule = false;
+  json setting() const override {
+    json j = {{"quantile", quantile}, {"mode", flat ? "flat" : "hierarchical"}};
+    if (!flat) j["coarse_rule"] = factor_rule ? "factor" : "bound";
+    return j;
+  }
+  json receipt(int64_t) const override { return setting(); }
+  std::string label() const override {
+    return "q=" + json(quantile).dump() + (flat ? "/flat" : factor_rule ? "/hier-factor" : "/hier");
+  }
 };
+
+// What bounds the children of each coarse group g (formats/kinds-v1.md §6.6, rule "bound"), from
+// the stored centroids in f64: radius = max over children of |fine_c - coarse_g|, mean_offset =
+// |sum_c N_c fine_c / S_g - coarse_g| and norm = |coarse_g|. Empty groups hold zeros.
+struct GroupBounds {
+  std::vector<double> radius, mean_offset, norm;
+};
+
+GroupBounds group_bounds(const std::vector<float>& fine, const std::vector<uint32_t>& sizes,
+                         const std::vector<float>& coarse, const std::vector<std::vector<int64_t>>& children,
+                         int64_t d) {
+  const size_t G = children.size();
+  GroupBounds b{std::vector<double>(G, 0.0), std::vector<double>(G, 0.0), std::vector<double>(G, 0.0)};
+  std::vector<double> mean(static_cast<size_t>(d));
+  for (size_t g = 0; g < G; ++g) {
+    const float* cg = coarse.data() + g * d;
+    double total = 0, norm = 0;
+    std::fill(mean.begin(), mean.end(), 0.0);
+    for (int64_t j : children[g]) {
+      const float* cj = fine.data() + j * d;
+      double dist = 0;
+      for (int64_t t = 0; t < d; ++t) {
+        const double e = static_cast<double>(cj[t]) - cg[t];
+        dist += e * e;
+        mean[t] += static_cast<double>(sizes[j]) * cj[t];
+      }
+      b.radius[g] = std::max(b.radius[g], std::sqrt(dist));
+      total += sizes[j];
+    }
+    double off = 0;
+    for (int64_t t = 0; t < d; ++t) {
+      norm += static_cast<double>(cg[t]) * cg[t];
+      if (total > 0) off += (mean[t] / total - cg[t]) * (mean[t] / total - cg[t]);
+    }
+    b.mean_offset[g] = std::sqrt(off);
+    b.norm[g] = std::sqrt(norm);
+  }
+  return b;
+}
 
 class SqueezeSelector : public PartSelector {
  public:
@@ -62,6 +110,7 @@ class SqueezeSelector : public PartSelector {
       children_[parent_[j]].push_back(static_cast<int64_t>(j));
       group_size_[parent_[j]] += fine_.sizes[j];
     }
+    bounds_ = group_bounds(fine_.centroids, fine_.sizes, coarse_, children_, d_);
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
@@ -88,50 +137,151 @@ class SqueezeSelector : public PartSelector {
       out.centroids_scored = 0;
       return;
     }
-    const int64_t C = fine_.clusters(), G = static_cast<int64_t>(children_.size());
+    const int64_t C = fine_.clusters();
     std::vector<double> score(static_cast<size_t>(C), -1.0);
     if (p.flat) {
       dots(false, nullptr, C, 1.0 / std::sqrt(static_cast<double>(d_)), score.data());
       normalize_scores(fine_.sizes, score);
       out.centroids_scored = C;
+    } else if (p.factor_rule) {
+      out.centroids_scored = factor_pass(tau, dots, score);
     } else {
-      // Coarse pass: groups scored like clusters of their total size; a group survives when its
-      // per-key score reaches coarse_factor x tau. The fine pass scores only surviving children;
-      // pruned groups enter the denominator through their coarse centroid.
-      const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
-      std::vector<double> zg(static_cast<size_t>(G));
-      double mx = -INFINITY;
-      dots(true, nullptr, G, inv, zg.data());
-      for (int64_t g = 0; g < G; ++g) mx = std::max(mx, zg[g]);
-      double den_c = 0;
-      for (int64_t g = 0; g < G; ++g) den_c += group_size_[g] * std::exp(zg[g] - mx);
-      std::vector<char> keep(static_cast<size_t>(G), 0);
-      for (int64_t g = 0; g < G; ++g) keep[g] = std::exp(zg[g] - mx) / den_c >= coarse_factor_ * tau;
-      std::vector<double> zf(static_cast<size_t>(C), 0.0);
-      int64_t scored = G;
-      for (int64_t g = 0; g < G; ++g) {
-        if (!keep[g]) continue;
-        const auto& ch = children_[g];
-        std::vector<double> z(ch.size());
-        dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
-        for (size_t i = 0; i < ch.size(); ++i) {
-          zf[ch[i]] = z[i];
-          mx = std::max(mx, z[i]);
-        }
-        scored += static_cast<int64_t>(ch.size());
-      }
-      double den = 0;
-      for (int64_t g = 0; g < G; ++g) {
-        if (keep[g])
-          for (int64_t j : children_[g]) den += fine_.sizes[j] * std::exp(zf[j] - mx);
-        else
-          den += group_size_[g] * std::exp(zg[g] - mx);
-      }
-      for (int64_t g = 0; g < G; ++g)
-        if (keep[g])
-          for (int64_t j : children_[g]) score[j] = std::exp(zf[j] - mx) / den;
-      out.centroids_scored = scored;
+      out.centroids_scored = bound_pass(req.q, tau, dots, score);
     }
+    pick(score, tau, out);
+  }
+
+  json describe() const override { return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", children_.size()}}; }
+  int64_t resident_bytes() const override {
+    int64_t b = fine_.resident_bytes() + vector_bytes(coarse_) + vector_bytes(parent_) + vector_bytes(group_size_) +
+                vector_bytes(children_) + vector_bytes(bounds_.radius) + vector_bytes(bounds_.mean_offset) +
+                vector_bytes(bounds_.norm);
+    for (const auto& c : children_) b += vector_bytes(c);
+    return b;
+  }
+
+ private:
+  // Relative slack of rule "bound" against f64 rounding (§6.6): the dot products, norms and sums it
+  // compares err by far less (d·2^-53 relative for any head dim below 2^20).
+  static constexpr double kBoundSlack = 1e-9;
+
+  // Rule "factor" (§6.6): groups scored like clusters of their total size; a group survives when
+  // its per-key score reaches coarse_factor x tau. Pruned groups enter the denominator through their
+  // coarse centroid. Returns the centroids scored.
+  int64_t factor_pass(double tau, const LevelDots& dots, std::vector<double>& score) const {
+    const int64_t C = fine_.clusters(), G = static_cast<int64_t>(children_.size());
+    const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
+    std::vector<double> zg(static_cast<size_t>(G));
+    double mx = -INFINITY;
+    dots(true, nullptr, G, inv, zg.data());
+    for (int64_t g = 0; g < G; ++g) mx = std::max(mx, zg[g]);
+    double den_c = 0;
+    for (int64_t g = 0; g < G; ++g) den_c += group_size_[g] * std::exp(zg[g] - mx);
+    std::vector<char> keep(static_cast<size_t>(G), 0);
+    for (int64_t g = 0; g < G; ++g) keep[g] = std::exp(zg[g] - mx) / den_c >= coarse_factor_ * tau;
+    std::vector<double> zf(static_cast<size_t>(C), 0.0);
+    int64_t scored = G;
+    for (int64_t g = 0; g < G; ++g) {
+      if (!keep[g]) continue;
+      const auto& ch = children_[g];
+      std::vector<double> z(ch.size());
+      dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
+      for (size_t i = 0; i < ch.size(); ++i) {
+        zf[ch[i]] = z[i];
+        mx = std::max(mx, z[i]);
+      }
+      scored += static_cast<int64_t>(ch.size());
+    }
+    double den = 0;
+    for (int64_t g = 0; g < G; ++g) {
+      if (keep[g])
+        for (int64_t j : children_[g]) den += fine_.sizes[j] * std::exp(zf[j] - mx);
+      else
+        den += group_size_[g] * std::exp(zg[g] - mx);
+    }
+    for (int64_t g = 0; g < G; ++g)
+      if (keep[g])
+        for (int64_t j : children_[g]) score[j] = std::exp(zf[j] - mx) / den;
+    return scored;
+  }
+
+  // Rule "bound" (§6.6): every child of g scores z <= up_g = zg_g + |q| r_g / sqrt(d), and by
+  // Jensen the children's sum of N_c exp(z_c) is at least S_g exp(lo_g), lo_g = zg_g - |q| s_g /
+  // sqrt(d). Groups are visited by up_g descending; the denominator's lower bound counts visited
+  // children exactly and the others by lo_g. Visiting stops at the first group whose up_g cannot
+  // reach tau against that lower bound: no later child can pass flat's threshold either. The final
+  // scores divide by a lower bound of flat's denominator, so every row flat keeps is kept.
+  int64_t bound_pass(const float* q, double tau, const LevelDots& dots, std::vector<double>& score) const {
+    const int64_t G = static_cast<int64_t>(children_.size());
+    const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
+    std::vector<double> zg(static_cast<size_t>(G)), up(static_cast<size_t>(G)), lo(static_cast<size_t>(G));
+    dots(true, nullptr, G, inv, zg.data());
+    double qn = 0, m = -INFINITY;
+    for (int64_t t = 0; t < d_; ++t) qn += static_cast<double>(q[t]) * q[t];
+    qn = std::sqrt(qn);
+    std::vector<int64_t> order;
+    for (int64_t g = 0; g < G; ++g) {
+      if (group_size_[g] == 0) continue;
+      const double r = bounds_.radius[g], s = bounds_.mean_offset[g], c = bounds_.norm[g];
+      up[g] = zg[g] + inv * qn * (r + kBoundSlack * (c + r));
+      lo[g] = zg[g] - inv * qn * (s + kBoundSlack * (c + s));
+      m = std::max(m, up[g]);
+      order.push_back(g);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return up[a] > up[b]; });
+    const size_t K = order.size();
+    std::vector<double> rest(K + 1, 0.0);  // rest[k]: lower bounds of the groups order[k..]
+    for (size_t k = K; k-- > 0;) rest[k] = rest[k + 1] + group_size_[order[k]] * std::exp(lo[order[k]] - m);
+    std::vector<double> zf(static_cast<size_t>(fine_.clusters()), 0.0);
+    std::vector<char> visited(static_cast<size_t>(G), 0);
+    double known = 0;
+    int64_t scored = G;
+    for (size_t k = 0; k < K; ++k) {
+      const int64_t g = order[k];
+      if (std::exp(up[g] - m) < tau * (known + rest[k]) * (1 - kBoundSlack)) break;
+      const auto& ch = children_[g];
+      std::vector<double> z(ch.size());
+      dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
+      for (size_t i = 0; i < ch.size(); ++i) {
+        zf[ch[i]] = z[i];
+        known += fine_.sizes[ch[i]] * std::exp(z[i] - m);
+      }
+      visited[g] = 1;
+      scored += static_cast<int64_t>(ch.size());
+    }
+    bound_scores(zf, lo, visited, score);
+    return scored;
+  }
+
+  // The final scores of the visited children: exp(zf_c - m) over the denominator's lower bound
+  // (visited children exact, other non-empty groups S_g exp(lo_g)), with m their largest exponent,
+  // so that no term overflows and the denominator is at least 1. Shrunk by kBoundSlack against
+  // rounding.
+  void bound_scores(const std::vector<double>& zf, const std::vector<double>& lo, const std::vector<char>& visited,
+                    std::vector<double>& score) const {
+    const int64_t G = static_cast<int64_t>(children_.size());
+    double m = -INFINITY, den = 0;
+    for (int64_t g = 0; g < G; ++g) {
+      if (visited[g])
+        for (int64_t j : children_[g]) m = std::max(m, zf[j]);
+      else if (group_size_[g] > 0)
+        m = std::max(m, lo[g]);
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      if (visited[g])
+        for (int64_t j : children_[g]) den += fine_.sizes[j] * std::exp(zf[j] - m);
+      else if (group_size_[g] > 0)
+        den += group_size_[g] * std::exp(lo[g] - m);
+    }
+    den *= 1 - kBoundSlack;
+    for (int64_t g = 0; g < G; ++g)
+      if (visited[g])
+        for (int64_t j : children_[g]) score[j] = std::exp(zf[j] - m) / den;
+  }
+
+  // Members of every cluster with score >= tau, ascending ids, each with its cluster's score.
+  void pick(const std::vector<double>& score, double tau, Selection& out) const {
+    const int64_t C = fine_.clusters();
     std::vector<std::pair<int64_t, float>> picked;
     for (int64_t c = 0; c < C; ++c)
       if (score[c] >= tau) {
@@ -144,15 +294,7 @@ class SqueezeSelector : public PartSelector {
       out.scores.push_back(s);
     }
   }
-  json describe() const override { return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", children_.size()}}; }
-  int64_t resident_bytes() const override {
-    int64_t b = fine_.resident_bytes() + vector_bytes(coarse_) + vector_bytes(parent_) + vector_bytes(group_size_) +
-                vector_bytes(children_);
-    for (const auto& c : children_) b += vector_bytes(c);
-    return b;
-  }
 
- private:
   IndexedRows rows_;
   int64_t n_ = 0, d_ = 0;
   json thresholds_;
@@ -162,6 +304,7 @@ class SqueezeSelector : public PartSelector {
   std::vector<uint32_t> parent_;
   std::vector<std::vector<int64_t>> children_;
   std::vector<uint64_t> group_size_;
+  GroupBounds bounds_;
 };
 
 // params.quantiles (numbers in (0, 1]) and params.coarse_factor (a finite number >= 0), which
@@ -314,7 +457,11 @@ KindSpec kinds::squeeze_kind() {
       SelectionMode::quantile_threshold, validate_squeeze);
   k.query_options = {
       {"quantile", "calibrated quantile whose threshold to apply (default: the first calibrated)", ""},
-      {"flat", "score every fine centroid (the reference's lookup) instead of the two-level pass", "false"}};
+      {"flat", "score every fine centroid (the reference's lookup) instead of the two-level pass", "false"},
+      {"coarse_rule",
+       "two-level pass: bound (prune a coarse group only when a bound proves no child reaches the threshold; "
+       "keeps every row flat keeps) or factor (keep groups scoring >= params.coarse_factor x the threshold)",
+       "bound"}};
   k.parse_query = [](const ArtifactReader& r, const QuerySettings& s) -> std::unique_ptr<QueryParams> {
     const KindSpec& self = *find_kind("squeeze");
     check_query_settings(self, s);
@@ -322,14 +469,18 @@ KindSpec kinds::squeeze_kind() {
     const std::string q = setting_or_default(self, s, "quantile");
     p->quantile = q.empty() ? r.manifest()["params"]["quantiles"][0].get<double>() : parse_double_option("quantile", q);
     p->flat = parse_bool_option("flat", setting_or_default(self, s, "flat"));
+    const std::string rule = setting_or_default(self, s, "coarse_rule");
+    KVT_CHECK(rule == "bound" || rule == "factor", USAGE, "coarse_rule must be bound or factor (got '" << rule << "')");
+    p->factor_rule = rule == "factor";
     return p;
   };
-  // Eval: every calibrated quantile, each hierarchical and flat.
+  // Eval: every calibrated quantile, each hierarchical (rule bound) and flat.
   k.default_sweep = [](const ArtifactReader& r, const std::string& option) {
     std::vector<std::string> v;
     if (option == "flat") return std::vector<std::string>{"false", "true"};
-    for (const auto& q : r.manifest()["params"]["quantiles"]) v.push_back(q.dump());
-    return v;
+    if (option == "quantile")
+      for (const auto& q : r.manifest()["params"]["quantiles"]) v.push_back(q.dump());
+    return v;  // coarse_rule: its default, "bound"
   };
   k.finalize = finalize_squeeze;
   return k;

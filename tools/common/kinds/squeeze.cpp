@@ -24,7 +24,9 @@ void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_js
     c->add_option("--iters", p.iters, "k-means iterations (fixed count)")->capture_default_str();
     c->add_option("--calibration-queries", p.calibration_path,
                   "raw float32 [L, H_q, N, d] queries to calibrate with instead of the observation window's");
-    c->add_option("--coarse-factor", p.coarse_factor, "coarse pass keeps groups scoring >= factor x the fine threshold")
+    c->add_option("--coarse-factor", p.coarse_factor,
+                  "query rule coarse_rule=factor: keep coarse groups scoring >= factor x the fine threshold (the "
+                  "default rule, bound, needs no factor)")
         ->capture_default_str();
     add_kmeans_options(c, a->kmeans, a->p.kmeans);
   };
