@@ -343,7 +343,7 @@ std::vector<float> rows_as_codebooks(const pq::AnisoProblem& p) {
 
 }  // namespace
 
-TEST_CASE("pq anisotropic encoding: eta 1 is the L2 code; otherwise no single subspace change lowers the loss") {
+TEST_CASE("pq anisotropic encoding: eta 1 is the L2 code, otherwise no single subspace change lowers the loss") {
   const std::vector<float> x = skewed_rows(40, 8, 3);
   pq::AnisoProblem p{x.data(), 40, 8, 2, 4, 1.0};
   const std::vector<float> cb = rows_as_codebooks(p);
@@ -425,4 +425,37 @@ TEST_CASE("pq --loss anisotropic: params recorded, same bytes at 1 and 3 threads
   bad = an;
   bad.loss = "cosine";
   CHECK_THROWS_AS(PqBuilder(bad).check(16), Error);
+}
+
+TEST_CASE("pq --loss anisotropic with derived eta: recorded per part, append encodes new rows with it") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));  // queries at positions 260..299
+  PqParams an = small_pq();
+  an.loss = "anisotropic";
+  BuildOptions o = opts(tmp.file("a.kvi"));
+  o.prefix = 250;  // no query before E - 1: nothing to derive eta from
+  CHECK_THROWS_AS(build_artifact(tmp.file("d.h5"), o, PqBuilder(an)), Error);
+  o.prefix = 290;
+  build_artifact(tmp.file("d.h5"), o, PqBuilder(an));
+  pq_append(tmp.file("a.kvi"), tmp.file("d.h5"), tmp.file("b.kvi"), 300, "", true);
+  ArtifactReader r(tmp.file("b.kvi"));
+  const json& parts = r.manifest()["kind_data"]["parts"];
+  const json& pm = parts[3];
+  const double eta = pm["anisotropic_eta"].get<double>();
+  CHECK(eta > 0);
+  CHECK(parts[0]["anisotropic_eta"].get<double>() != eta);  // per part
+  const int64_t layer = pm["layer"], head = pm["kv_head"];
+  auto cb = r.read_section(*r.find("pq_centroids", layer, head));
+  auto stored = r.read_section(*r.find("pq_codes", layer, head));
+  DumpReader d(tmp.file("d.h5"));
+  std::vector<float> k(10 * 16);
+  d.read_k(layer, head, 290, 300, k.data());
+  const pq::AnisoProblem p{k.data(), 10, 16, 4, 16, eta};
+  std::vector<float> c(cb.size() / 4);
+  std::memcpy(c.data(), cb.data(), cb.size());
+  const std::vector<int32_t> l2 = l2_codes(p, c);
+  std::vector<int32_t> want = l2;
+  pq::aniso_encode(p, c.data(), pq::kEncodePasses, want);
+  CHECK(want != l2);  // so that the comparison below tells the two encodings apart
+  for (int64_t i = 0; i < 10 * 4; ++i) CHECK(stored[(290 - 32) * 4 + i] == want[i]);
 }
