@@ -41,6 +41,36 @@ expect_exit 0 "$KVTOOL" verify a2.kvi --source d.h5
 expect_reason 1 MODEL_MISMATCH "$PQ" append a.kvi other.h5 -o a3.kvi
 absent a3.kvi
 
+# Score-aware codebooks (--loss anisotropic): the same at 1 and 2 threads and sharded + merged,
+# recorded in the params, appended with the same loss; bad values are usage errors.
+expect_exit 0 "$PQ" build --help
+contains "$WORK/out" "--anisotropic-eta"
+AN=(--prefix 360 --bits 5 --loss anisotropic --anisotropic-eta 6 -q)
+expect_exit 0 "$PQ" build d.h5 -o an1.kvi "${AN[@]}" --threads 1
+expect_exit 0 "$PQ" build d.h5 -o an2.kvi "${AN[@]}" --threads 2
+cmp an1.kvi an2.kvi || fail "anisotropic build differs between 1 and 2 threads"
+cmp -s an1.kvi a.kvi && fail "anisotropic build equals the l2 build"
+parallel --will-cite -j 2 "$PQ" build d.h5 -o ans{}.kvi "${AN[@]}" --shard {}/3 ::: 0 1 2 || fail "anisotropic shards"
+expect_exit 0 "$KVTOOL" merge ans2.kvi ans0.kvi ans1.kvi -o anm.kvi -q
+cmp anm.kvi an1.kvi || fail "merged anisotropic shards differ from the unsharded artifact"
+expect_exit 0 "$KVTOOL" verify an1.kvi --source d.h5
+expect_exit 0 "$KVTOOL" inspect an1.kvi --json
+contains "$WORK/out" '"loss": "anisotropic"'
+contains "$WORK/out" '"anisotropic_eta": 6'
+expect_exit 0 "$PQ" append an1.kvi d.h5 -o an3.kvi --prefix 380 -q
+expect_exit 0 "$KVTOOL" verify an3.kvi --source d.h5
+expect_reason 2 USAGE "$PQ" build d.h5 -o x.kvi --loss cosine
+expect_reason 2 USAGE "$PQ" build d.h5 -o x.kvi --loss anisotropic --anisotropic-eta -1
+# Derived eta (the default): needs queries before the coverage end (d.h5 has positions 370..399).
+expect_reason 1 NO_QUERIES "$PQ" build d.h5 -o x.kvi --prefix 360 --loss anisotropic
+absent x.kvi
+expect_exit 0 "$PQ" build d.h5 -o an4.kvi --loss anisotropic -q
+expect_exit 0 "$KVTOOL" inspect an4.kvi --json
+contains "$WORK/out" '"anisotropic_eta": 0.0'
+n=$(json_get "$WORK/out" '["manifest"]["kind_data"]["parts"][5]["anisotropic_eta"] > 0')
+[ "$n" = True ] || fail "part 5 lacks a derived anisotropic_eta"
+expect_exit 0 "$KVTOOL" verify an4.kvi --source d.h5
+
 # Query receipts.
 expect_exit 0 "$KVTOOL" query a.kvi --source d.h5 --layer 2 --q-head 3 --position 390 --budget 0.1 --json
 contains "$WORK/out" '"kv_head": 1'

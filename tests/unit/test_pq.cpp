@@ -2,11 +2,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "kvtool/artifact.h"
 #include "kvtool/builder.h"
 #include "kvtool/error.h"
 #include "pq/pq.h"
+#include "pq/pq_aniso.h"
 #include "kvtool/eval.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
@@ -297,4 +299,163 @@ TEST_CASE("queries return budgeted candidates plus sink, local and the uncovered
   for (const char* k : {"retained_mass_mean", "retained_mass_p10", "oracle_retained_mass_mean", "recall_support_mean",
                         "output_error_mean", "selected_fraction_mean", "index_bytes", "selected_row_bytes_mean"})
     CHECK(small.contains(k));
+}
+
+namespace {
+
+// Keys with a shared offset and unequal channel scales (as attention keys have), [n, d].
+std::vector<float> skewed_rows(int64_t n, int64_t d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(n * d));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t t = 0; t < d; ++t) x[i * d + t] = (t % 3 == 0 ? 2.f : 0.5f) * g(rng) + (t < 2 ? 3.f : 0.f);
+  return x;
+}
+
+// Nearest-centroid (L2) codes per subspace.
+std::vector<int32_t> l2_codes(const pq::AnisoProblem& p, const std::vector<float>& cb) {
+  std::vector<int32_t> codes(static_cast<size_t>(p.n * p.m));
+  const int64_t ds = p.dsub();
+  for (int64_t i = 0; i < p.n; ++i)
+    for (int64_t j = 0; j < p.m; ++j) {
+      double best = 1e300;
+      for (int64_t c = 0; c < p.k; ++c) {
+        double s = 0;
+        for (int64_t t = 0; t < ds; ++t) {
+          const double e = p.x[i * p.d + j * ds + t] - cb[(j * p.k + c) * ds + t];
+          s += e * e;
+        }
+        if (s < best) best = s, codes[i * p.m + j] = static_cast<int32_t>(c);
+      }
+    }
+  return codes;
+}
+
+// Codebooks [m, k, dsub] from k distinct rows (a fixed L2 start).
+std::vector<float> rows_as_codebooks(const pq::AnisoProblem& p) {
+  std::vector<float> cb(static_cast<size_t>(p.m * p.k * p.dsub()));
+  for (int64_t j = 0; j < p.m; ++j)
+    for (int64_t c = 0; c < p.k; ++c)
+      for (int64_t t = 0; t < p.dsub(); ++t) cb[(j * p.k + c) * p.dsub() + t] = p.x[(3 * c) * p.d + j * p.dsub() + t];
+  return cb;
+}
+
+}  // namespace
+
+TEST_CASE("pq anisotropic encoding: eta 1 is the L2 code, otherwise no single subspace change lowers the loss") {
+  const std::vector<float> x = skewed_rows(40, 8, 3);
+  pq::AnisoProblem p{x.data(), 40, 8, 2, 4, 1.0};
+  const std::vector<float> cb = rows_as_codebooks(p);
+  std::vector<int32_t> codes = l2_codes(p, cb);
+  const std::vector<int32_t> start = codes;
+  pq::aniso_encode(p, cb.data(), pq::kEncodePasses, codes);
+  CHECK(codes == start);  // eta 1: the loss is |r|^2, separable, minimized by the L2 codes
+  p.eta = 9.0;
+  const double before = pq::aniso_loss(p, cb.data(), codes);
+  pq::aniso_encode(p, cb.data(), 50, codes);
+  const double after = pq::aniso_loss(p, cb.data(), codes);
+  CHECK(after < before);
+  CHECK(codes != start);
+  // Brute force over every single-subspace change of every row, on the summed loss.
+  int64_t improvable = 0;
+  for (int64_t i = 0; i < p.n; ++i)
+    for (int64_t j = 0; j < p.m; ++j)
+      for (int32_t c = 0; c < p.k; ++c) {
+        std::vector<int32_t> alt = codes;
+        alt[i * p.m + j] = c;
+        if (pq::aniso_loss(p, cb.data(), alt) < after - 1e-9 * after) ++improvable;
+      }
+  CHECK(improvable == 0);
+}
+
+TEST_CASE("pq anisotropic training lowers the anisotropic loss below the L2 codebooks' and never raises it") {
+  const std::vector<float> x = skewed_rows(300, 16, 7);
+  pq::AnisoProblem p{x.data(), 300, 16, 4, 8, 6.0};
+  std::vector<float> cb = rows_as_codebooks(p);
+  std::vector<int32_t> codes = l2_codes(p, cb);
+  // Lloyd (L2) to convergence first: the L2 codebooks the build starts from.
+  pq::AnisoProblem l2 = p;
+  l2.eta = 1.0;
+  for (int it = 0; it < 30; ++it) {
+    pq::aniso_update(l2, codes, cb.data());  // eta 1: the update is the mean of the rows
+    codes = l2_codes(p, cb);
+  }
+  double last = pq::aniso_loss(p, cb.data(), codes);
+  const double l2_loss = last;
+  for (int it = 0; it < 8; ++it) {
+    pq::aniso_update(p, codes, cb.data());
+    const double u = pq::aniso_loss(p, cb.data(), codes);
+    CHECK(u <= last * (1 + 1e-9));
+    pq::aniso_encode(p, cb.data(), pq::kEncodePasses, codes);
+    const double e = pq::aniso_loss(p, cb.data(), codes);
+    CHECK(e <= u * (1 + 1e-9));
+    last = e;
+  }
+  CHECK(last < 0.9 * l2_loss);
+  // The update is the exact minimizer per codeword: moving one coordinate either way costs.
+  for (int64_t c : {0, 5, 17, 30}) {
+    for (float step : {1e-2f, -1e-2f}) {
+      std::vector<float> moved = cb;
+      moved[static_cast<size_t>(c)] += step;
+      CHECK(pq::aniso_loss(p, moved.data(), codes) >= pq::aniso_loss(p, cb.data(), codes));
+    }
+  }
+}
+
+TEST_CASE("pq --loss anisotropic: params recorded, same bytes at 1 and 3 threads, codes differ from l2") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  PqParams an = small_pq();
+  an.loss = "anisotropic";
+  an.anisotropic_eta = 5.5;
+  BuildOptions a = opts(tmp.file("a1.kvi"), 1), b = opts(tmp.file("a3.kvi"), 3), l = opts(tmp.file("l2.kvi"), 1);
+  build_artifact(tmp.file("d.h5"), a, PqBuilder(an));
+  build_artifact(tmp.file("d.h5"), b, PqBuilder(an));
+  build_artifact(tmp.file("d.h5"), l, PqBuilder(small_pq()));
+  CHECK(read_bytes(tmp.file("a1.kvi")) == read_bytes(tmp.file("a3.kvi")));
+  ArtifactReader r(tmp.file("a1.kvi")), rl(tmp.file("l2.kvi"));
+  CHECK(r.manifest()["params"]["loss"] == "anisotropic");
+  CHECK(r.manifest()["params"]["anisotropic_eta"] == 5.5);
+  CHECK(!rl.manifest()["params"].contains("loss"));  // l2 artifacts are as before
+  CHECK(r.read_section(*r.find("pq_codes", 1, 0)) != rl.read_section(*rl.find("pq_codes", 1, 0)));
+  PqParams bad = an;
+  bad.anisotropic_eta = -1;
+  CHECK_THROWS_AS(PqBuilder(bad).check(16), Error);
+  bad = an;
+  bad.loss = "cosine";
+  CHECK_THROWS_AS(PqBuilder(bad).check(16), Error);
+}
+
+TEST_CASE("pq --loss anisotropic with derived eta: recorded per part, append encodes new rows with it") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));  // queries at positions 260..299
+  PqParams an = small_pq();
+  an.loss = "anisotropic";
+  BuildOptions o = opts(tmp.file("a.kvi"));
+  o.prefix = 250;  // no query before E - 1: nothing to derive eta from
+  CHECK_THROWS_AS(build_artifact(tmp.file("d.h5"), o, PqBuilder(an)), Error);
+  o.prefix = 290;
+  build_artifact(tmp.file("d.h5"), o, PqBuilder(an));
+  pq_append(tmp.file("a.kvi"), tmp.file("d.h5"), tmp.file("b.kvi"), 300, "", true);
+  ArtifactReader r(tmp.file("b.kvi"));
+  const json& parts = r.manifest()["kind_data"]["parts"];
+  const json& pm = parts[3];
+  const double eta = pm["anisotropic_eta"].get<double>();
+  CHECK(eta > 0);
+  CHECK(parts[0]["anisotropic_eta"].get<double>() != eta);  // per part
+  const int64_t layer = pm["layer"], head = pm["kv_head"];
+  auto cb = r.read_section(*r.find("pq_centroids", layer, head));
+  auto stored = r.read_section(*r.find("pq_codes", layer, head));
+  DumpReader d(tmp.file("d.h5"));
+  std::vector<float> k(10 * 16);
+  d.read_k(layer, head, 290, 300, k.data());
+  const pq::AnisoProblem p{k.data(), 10, 16, 4, 16, eta};
+  std::vector<float> c(cb.size() / 4);
+  std::memcpy(c.data(), cb.data(), cb.size());
+  const std::vector<int32_t> l2 = l2_codes(p, c);
+  std::vector<int32_t> want = l2;
+  pq::aniso_encode(p, c.data(), pq::kEncodePasses, want);
+  CHECK(want != l2);  // so that the comparison below tells the two encodings apart
+  for (int64_t i = 0; i < 10 * 4; ++i) CHECK(stored[(290 - 32) * 4 + i] == want[i]);
 }

@@ -13,6 +13,8 @@ struct PqParams {
   int64_t bits = 6;                       // b; 1..16 (codes uint8 up to 8, uint16 above)
   int64_t iters = 25;                     // Lloyd iterations per subspace (fixed count, the stopping rule)
   int64_t max_points_per_centroid = 256;  // training sample cap per centroid (FAISS's rule)
+  std::string loss = "l2";                // "l2" | "anisotropic" (score-aware, lib/kinds/pq/pq_aniso.h)
+  double anisotropic_eta = 0;  // h_par / h_perp of loss "anisotropic"; 0: derived per part from the dump's queries
 };
 
 class PqBuilder : public KindBuilder {

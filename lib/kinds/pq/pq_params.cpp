@@ -12,6 +12,8 @@ std::unique_ptr<KindBuilder> make_pq_builder(const json& params) {
   in.get("bits", p.bits);
   in.get("iters", p.iters);
   in.get("max_points_per_centroid", p.max_points_per_centroid);
+  in.get("loss", p.loss);
+  in.get("anisotropic_eta", p.anisotropic_eta);
   in.finish();
   return std::make_unique<PqBuilder>(p);
 }

@@ -20,6 +20,15 @@ void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
          c->add_option("--max-points-per-centroid", p->max_points_per_centroid,
                        "k-means training sample cap per centroid")
              ->capture_default_str();
+         c->add_option("--loss", p->loss,
+                       "codebook loss: l2 (k-means) or anisotropic (score-aware: error along the key costs "
+                       "--anisotropic-eta times the orthogonal error; --iters more rounds after k-means)")
+             ->capture_default_str();
+         c->add_option(
+              "--anisotropic-eta", p->anisotropic_eta,
+              "h_par / h_perp of --loss anisotropic (> 0; 1 = L2); 0: derived per (layer, kv head) from the dump's "
+              "queries before the coverage end")
+             ->capture_default_str();
        },
        [p] { return std::make_unique<PqBuilder>(*p); }},
       as_json));
