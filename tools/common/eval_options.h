@@ -1,0 +1,34 @@
+// The options `kvtool eval` and `kvtool compare` share: the swept query options (--budget,
+// --min-collisions, --quantile, -o NAME=VALUE), the position sample and --threads.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kvtool/eval.h"
+
+namespace kvtool::cli {
+
+struct SweepFlags {
+  std::vector<std::string> budgets;
+  std::vector<int64_t> min_collisions;
+  std::vector<double> quantiles;
+  std::vector<std::string> options;  // --option NAME=VALUE: one more swept value of that option
+  std::string positions = "all";
+  uint64_t positions_seed = 0;
+  int threads = 0;
+
+  // Declares the options on `sub`; `defaults` says what an unnamed knob sweeps (per command).
+  struct Defaults {
+    std::string budget, min_collisions, quantile;
+  };
+  void add(CLI::App* sub, const Defaults& defaults);
+  // The values of the per-kind flags by option name (USAGE for a malformed --budget, whatever the
+  // kind); the --option values are apart, in named_options().
+  std::map<std::string, std::vector<std::string>> flag_values() const;
+  std::map<std::string, std::vector<std::string>> named_options() const;
+  PositionSample sample() const { return PositionSample::parse(positions, positions_seed); }
+};
+
+}  // namespace kvtool::cli
