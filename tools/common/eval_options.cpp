@@ -38,6 +38,19 @@ std::map<std::string, std::vector<std::string>> SweepFlags::flag_values() const 
   return all;
 }
 
+void SweepFlags::fill(EvalOptions& eo, bool quiet) const {
+  eo.positions = PositionSample::parse(positions, positions_seed);
+  eo.quiet = quiet;
+  eo.threads = threads;
+}
+
+SweepFlags::Outputs SweepFlags::open_outputs() const {
+  Outputs o;
+  if (!csv.empty()) o.csv = std::make_unique<AtomicOutput>(csv, true);
+  if (!plot.empty()) o.plot = std::make_unique<AtomicOutput>(plot, true);
+  return o;
+}
+
 std::map<std::string, std::vector<std::string>> SweepFlags::named_options() const {
   std::map<std::string, std::vector<std::string>> out;
   for (const auto& text : options)

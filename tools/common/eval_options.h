@@ -6,11 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "kvtool/atomic_file.h"
 #include "kvtool/eval.h"
 
 namespace kvtool::cli {
 
 struct SweepFlags {
+  std::string csv, plot;  // --csv, --plot: what each command writes there is its own
   std::vector<std::string> budgets;
   std::vector<int64_t> min_collisions;
   std::vector<double> quantiles;
@@ -28,7 +30,13 @@ struct SweepFlags {
   // kind); the --option values are apart, in named_options().
   std::map<std::string, std::vector<std::string>> flag_values() const;
   std::map<std::string, std::vector<std::string>> named_options() const;
-  PositionSample sample() const { return PositionSample::parse(positions, positions_seed); }
+  // The position sample, progress (quiet) and threads of `eo`.
+  void fill(EvalOptions& eo, bool quiet) const;
+  // --csv and --plot opened before the work, so that a path that cannot be written fails first.
+  struct Outputs {
+    std::unique_ptr<AtomicOutput> csv, plot;
+  };
+  Outputs open_outputs() const;
 };
 
 }  // namespace kvtool::cli

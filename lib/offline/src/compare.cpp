@@ -72,11 +72,8 @@ CompareReport compare(const std::vector<const ArtifactReader*>& arts, const Dump
   CompareReport rep;
   rep.source = dump.path();
   for (const ArtifactReader* a : arts) {
-    EvalOptions eo;
+    EvalOptions eo = opt;
     eo.sweep = compare_sweep(*a, opt);
-    eo.positions = opt.positions;
-    eo.quiet = opt.quiet;
-    eo.threads = opt.threads;
     try {
       rep.artifacts.push_back({identity(*a), evaluate(*a, dump, eo)});
     } catch (const Error& e) {

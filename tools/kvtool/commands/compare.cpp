@@ -11,7 +11,7 @@ namespace kvtool::cmd {
 namespace {
 
 struct Args {
-  std::string source, csv, plot;
+  std::string source;
   std::vector<std::string> arts;
   cli::SweepFlags sweep;
 };
@@ -40,16 +40,11 @@ int run(const Args& a, const Flags& flags) {
   co.sweep = a.sweep.flag_values();
   for (const auto& [name, values] : a.sweep.named_options())
     for (const auto& v : values) co.sweep[name].push_back(v);
-  co.positions = a.sweep.sample();
-  co.quiet = flags.quiet || flags.json;
-  co.threads = a.sweep.threads;
-  // The output files are opened first: a path that cannot be written fails before the work.
-  std::unique_ptr<AtomicOutput> csv, plot;
-  if (!a.csv.empty()) csv = std::make_unique<AtomicOutput>(a.csv, true);
-  if (!a.plot.empty()) plot = std::make_unique<AtomicOutput>(a.plot, true);
+  a.sweep.fill(co, flags.quiet || flags.json);
+  const auto out = a.sweep.open_outputs();
   const CompareReport rep = compare(arts, d, co);
-  if (csv) cli::write_compare_csv(*csv, rep);
-  if (plot) cli::write_compare_plot(*plot, rep);
+  if (out.csv) cli::write_compare_csv(*out.csv, rep);
+  if (out.plot) cli::write_compare_plot(*out.plot, rep);
   return emit({flags.json, false}, rep.to_json(), [&] { cli::print_compare(rep); });  // -q only silences progress
 }
 
@@ -71,8 +66,8 @@ cli::Command register_compare(CLI::App& app, Flags& flags) {
   sub->add_option("ART", a->arts, "artifacts (.kvi), one or more, all built from DUMP")->required();
   sub->add_option("--source", a->source, "dump with /kv/q queries at positions >= the coverage ends")->required();
   a->sweep.add(sub, {"0.02,0.05,0.1,0.2,0.3", "1,2,3,4,8,16 up to the tables", "all calibrated"});
-  sub->add_option("--csv", a->csv, "write the table: one row per (artifact, setting)");
-  sub->add_option("--plot", a->plot,
+  sub->add_option("--csv", a->sweep.csv, "write the table: one row per (artifact, setting)");
+  sub->add_option("--plot", a->sweep.plot,
                   "write an SVG of retained mass (with the oracle) and relative output error vs selected fraction");
   sub->add_flag("--json", flags.json, "machine-readable output");
   sub->add_flag("-q,--quiet", flags.quiet, "no progress");

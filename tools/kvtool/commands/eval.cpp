@@ -12,7 +12,7 @@ namespace kvtool::cmd {
 namespace {
 
 struct Args {
-  std::string art, source, csv, plot;
+  std::string art, source;
   cli::SweepFlags sweep;
 };
 
@@ -36,17 +36,12 @@ int run(const Args& a, const Flags& flags) {
   DumpReader d(a.source);
   EvalOptions eo;
   eo.sweep = sweep(a.sweep, find_kind(r.kind()));
-  eo.positions = a.sweep.sample();
-  eo.quiet = flags.quiet || flags.json;
-  eo.threads = a.sweep.threads;
-  // The output files are opened first: a path that cannot be written fails before the work.
-  std::unique_ptr<AtomicOutput> csv, plot;
-  if (!a.csv.empty()) csv = std::make_unique<AtomicOutput>(a.csv, true);
-  if (!a.plot.empty()) plot = std::make_unique<AtomicOutput>(a.plot, true);
+  a.sweep.fill(eo, flags.quiet || flags.json);
+  const auto out = a.sweep.open_outputs();
   std::vector<EvalRecord> records;
-  const EvalReport rep = evaluate(r, d, eo, csv ? &records : nullptr);
-  if (csv) cli::write_eval_csv(*csv, records);
-  if (plot) cli::write_eval_plot(*plot, rep);
+  const EvalReport rep = evaluate(r, d, eo, out.csv ? &records : nullptr);
+  if (out.csv) cli::write_eval_csv(*out.csv, records);
+  if (out.plot) cli::write_eval_plot(*out.plot, rep);
   return emit({flags.json, false}, rep.to_json(), [&] { cli::print_eval(rep); });  // -q only silences progress
 }
 
@@ -59,8 +54,8 @@ cli::Command register_eval(CLI::App& app, Flags& flags) {
   sub->add_option("ART", a->art, "artifact (.kvi)")->required();
   sub->add_option("--source", a->source, "dump with /kv/q queries at positions >= the coverage end")->required();
   a->sweep.add(sub, {"0.1", "2", "all calibrated"});
-  sub->add_option("--csv", a->csv, "write one row per (budget, layer, query head, position)");
-  sub->add_option("--plot", a->plot, "write an SVG of retained mass vs selected fraction");
+  sub->add_option("--csv", a->sweep.csv, "write one row per (budget, layer, query head, position)");
+  sub->add_option("--plot", a->sweep.plot, "write an SVG of retained mass vs selected fraction");
   sub->add_flag("--json", flags.json, "machine-readable output");
   sub->add_flag("-q,--quiet", flags.quiet, "no progress");
   return {sub, [a, &flags] { return run(*a, flags); }};

@@ -10,15 +10,10 @@
 
 namespace kvtool {
 
-struct CompareOptions {
-  // Values per query option (e.g. "budget" -> 0.05, 0.2), applied to every artifact whose kind
-  // takes the option; an option no artifact's kind takes is USAGE. An option not named takes the
-  // kind's curve_sweep (else default_sweep, else its default value).
-  std::map<std::string, std::vector<std::string>> sweep;
-  PositionSample positions;
-  bool quiet = true;
-  int threads = 0;  // as EvalOptions::threads
-};
+// Eval's options, but for `sweep`: its values per query option (e.g. "budget" -> 0.05, 0.2) apply
+// to every artifact whose kind takes the option, and an option no artifact's kind takes is USAGE.
+// An option not named takes the kind's curve_sweep (else default_sweep, else its default value).
+struct CompareOptions : EvalOptions {};
 
 // One compared artifact: who it is and its evaluation.
 struct CompareArtifact {
