@@ -65,7 +65,9 @@ cli::Command register_compare(CLI::App& app, Flags& flags) {
       "The oracle is dense top-k with each setting's row counts (one point per setting).");
   sub->add_option("ART", a->arts, "artifacts (.kvi), one or more, all built from DUMP")->required();
   sub->add_option("--source", a->source, "dump with /kv/q queries at positions >= the coverage ends")->required();
-  a->sweep.add(sub, {"0.02,0.05,0.1,0.2,0.3", "1,2,3,4,8,16 up to the tables", "all calibrated"});
+  std::string budgets;
+  for (const auto& b : budget_curve()) budgets += (budgets.empty() ? "" : ",") + b;
+  a->sweep.add(sub, {budgets, "1,2,3,4,8,16 up to the tables", "all calibrated"});
   sub->add_option("--csv", a->sweep.csv, "write the table: one row per (artifact, setting)");
   sub->add_option("--plot", a->sweep.plot,
                   "write an SVG of retained mass (with the oracle) and relative output error vs selected fraction");
