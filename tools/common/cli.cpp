@@ -319,6 +319,32 @@ void print_eval(const EvalReport& r) {
   std::cout << "  (retained/oracle)\n";
 }
 
+void print_compare(const CompareReport& r) {
+  std::cout << "kvtool compare: " << r.artifacts.size() << " artifact" << (r.artifacts.size() == 1 ? "" : "s") << " on "
+            << r.source << "\n";
+  size_t w = 8;
+  for (const auto& a : r.artifacts) w = std::max(w, a.report.artifact.size());
+  for (const auto& a : r.artifacts) {
+    const EvalReport& e = a.report;
+    std::printf("  %-*s %s, covered rows [0, %lld) (%lld indexed), %llu query positions, index %s = %.4f of K+V\n",
+                static_cast<int>(w), e.artifact.c_str(), e.kind.c_str(), static_cast<long long>(e.coverage_end),
+                static_cast<long long>(e.indexed_rows), static_cast<unsigned long long>(e.query_positions),
+                human_bytes(e.index.stored).c_str(), e.index.stored_fraction());
+  }
+  std::printf("\n  %-*s %-9s %-12s %9s %9s %9s %8s %9s %9s %12s\n", static_cast<int>(w), "artifact", "kind", "setting",
+              "sel.frac", "retained", "oracle", "ratio", "out.err", "rel.err", "index bytes");
+  for (const auto& a : r.artifacts)
+    for (const auto& s : a.report.settings) {
+      const EvalStats& b = s.overall;
+      std::printf("  %-*s %-9s %-12s %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %12llu\n", static_cast<int>(w),
+                  a.report.artifact.c_str(), a.report.kind.c_str(), s.label.c_str(), b.selected_fraction_mean,
+                  b.retained_mass_mean, b.oracle_retained_mass_mean, b.quality_ratio, b.output_error_mean,
+                  b.relative_output_error_mean, static_cast<unsigned long long>(s.index_bytes));
+    }
+  std::cout << "  oracle: dense top-k with each query's selected row count; ratio = retained / oracle; out.err = "
+               "|o_R - o|, rel.err = out.err / |o| (mean over queries)\n";
+}
+
 void print_load(const LoadReport& j) {
   std::ios saved(nullptr);
   saved.copyfmt(std::cout);

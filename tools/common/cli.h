@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvtool/error.h"
+#include "kvtool/compare.h"
 #include "kvtool/eval.h"
 #include "kvtool/json.h"
 #include "kvtool/loader.h"
@@ -49,6 +50,8 @@ void finish_builder_options(BuilderCli& b);
 std::string human_bytes(uint64_t b);
 void print_build_summary(const BuildSummary& s);
 void print_eval(const EvalReport& r);
+// kvtool compare's table: one row per (artifact, setting), eval's numbers side by side.
+void print_compare(const CompareReport& r);
 void print_dump_inspection(const DumpInspection& d);
 void print_artifact_inspection(const ArtifactInspection& a);
 // The index-bytes line of inspect and eval (kvtool/report.h, IndexBytes): fractions of K+V.

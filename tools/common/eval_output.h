@@ -1,10 +1,14 @@
-// Files `kvtool eval` writes besides its report: the per-query CSV and the SVG curve of retained
-// mass against selected fraction. Both are written atomically (nothing at the path on failure).
+// Files `kvtool eval` and `kvtool compare` write besides their reports: eval's per-query CSV,
+// compare's per-setting CSV, and SVG curves of retained mass (compare: and output error) against
+// selected fraction. All are written atomically (nothing at the path on failure). The SVGs are
+// byte-deterministic: coordinates rounded to 0.1 px, no timestamps, file names without their
+// directories.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "kvtool/atomic_file.h"
+#include "kvtool/compare.h"
 #include "kvtool/eval.h"
 #include "kvtool/json.h"
 
@@ -15,5 +19,10 @@ namespace kvtool::cli {
 void write_eval_csv(AtomicOutput& out, const std::vector<EvalRecord>& records);
 // `report` is evaluate()'s result (its settings' summaries and kind/coverage for the title).
 void write_eval_plot(AtomicOutput& out, const EvalReport& report);
+// One row per (artifact, setting): the table `kvtool compare` prints.
+void write_compare_csv(AtomicOutput& out, const CompareReport& report);
+// Two panels sharing the x axis (selected fraction): retained mass with the dense oracle, and
+// relative output error; one curve per artifact and setting variant (QueryParams::label).
+void write_compare_plot(AtomicOutput& out, const CompareReport& report);
 
 }  // namespace kvtool::cli

@@ -289,6 +289,16 @@ KindSpec kinds::lsh_kind() {
     p->tables = lay.tables;
     return p;
   };
+  // Compare: thresholds from 1 (every row colliding once: the largest sample) up, doubling past 4,
+  // within 1..tables (what the selector accepts).
+  k.curve_sweep = [](const ArtifactReader& r, const std::string& option) {
+    std::vector<std::string> v;
+    if (option != "min_collisions") return v;
+    const int64_t tables = LshLayout::of(r).tables;
+    for (int64_t c : {1, 2, 3, 4, 8, 16})
+      if (c <= tables) v.push_back(std::to_string(c));
+    return v;
+  };
   k.needs_keys = true;
   k.summarize = summarize_lsh;
   return k;

@@ -99,6 +99,10 @@ std::vector<QueryOption> budget_query_options() {
   return {{"budget", "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)", "0.1"}};
 }
 
+// From near the sink/local floor to well past eval's default 0.1: where the budget kinds' curves
+// bend (README "PQCache quality" and "ClusterKV quality" quote 0.05 to 0.2).
+std::vector<std::string> budget_curve() { return {"0.02", "0.05", "0.1", "0.2", "0.3"}; }
+
 std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const QuerySettings& s) {
   check_query_settings(kind, s);
   auto p = std::make_unique<BudgetParams>();

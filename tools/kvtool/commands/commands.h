@@ -28,6 +28,7 @@ cli::Command register_import(CLI::App& app, Flags& flags);
 cli::Command register_demo(CLI::App& app, Flags& flags);
 cli::Command register_query(CLI::App& app, Flags& flags);
 cli::Command register_eval(CLI::App& app, Flags& flags);
+cli::Command register_compare(CLI::App& app, Flags& flags);
 cli::Command register_merge(CLI::App& app, Flags& flags);
 cli::Command register_build(CLI::App& app, Flags& flags);
 cli::Command register_store(CLI::App& app, Flags& flags);

@@ -70,6 +70,7 @@ struct QueryParams {
   // The receipt's "selector" object for a part with `indexed` rows.
   virtual json receipt(int64_t indexed) const = 0;
   // Eval: this setting's short label ("0.1", "c=2", "q=0.8/hier") and its keys in the summary.
+  // Text after a '/' names a variant: compare's plot draws each variant of a kind as its own curve.
   virtual std::string label() const = 0;
   virtual json setting() const = 0;
 };
@@ -156,6 +157,10 @@ struct KindSpec {
   // Eval: the values of one option evaluated when the user gives none (e.g. every calibrated
   // quantile). Unset: the option's default only.
   std::function<std::vector<std::string>(const ArtifactReader&, const std::string& option)> default_sweep = nullptr;
+  // Compare (kvtool compare): the values of one option that trace the kind's curve of retained
+  // mass against selected fraction when the user names none (a budget sweep, the collision
+  // thresholds valid for the artifact). Unset: default_sweep's values.
+  std::function<std::vector<std::string>(const ArtifactReader&, const std::string& option)> curve_sweep = nullptr;
   // Receipts need the full key rows (inclusion probabilities): callers pass KeyRows.
   bool needs_keys = false;
   // Optional kind-specific summary shown by inspect (e.g. table bytes, bucket occupancy).
@@ -204,6 +209,8 @@ struct BudgetParams : QueryParams {
   json setting() const override { return {{"budget", budget.str()}, {"budget_is_fraction", budget.fraction}}; }
 };
 std::vector<QueryOption> budget_query_options();
+// The budgets (fractions of the indexed rows) a budget kind's compare curve sweeps.
+std::vector<std::string> budget_curve();
 std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const QuerySettings& s);
 
 // A budget kind (budget_top_k, the one option "budget"): pq and clusterkv register with this.
@@ -215,6 +222,7 @@ KindSpec make_budget_kind_spec(const std::string& name, std::string summary,
   k.parse_query = [name](const ArtifactReader&, const QuerySettings& s) {
     return parse_budget_params(*find_kind(name), s);
   };
+  k.curve_sweep = [](const ArtifactReader&, const std::string&) { return budget_curve(); };
   return k;
 }
 

@@ -1,0 +1,61 @@
+#include "eval_options.h"
+
+#include "env.h"
+#include "kvtool/kinds.h"
+
+namespace kvtool::cli {
+
+void SweepFlags::add(CLI::App* sub, const Defaults& d) {
+  threads = default_threads();
+  sub->add_option("--budget", budgets, "pq, clusterkv: budget(s); several give a curve (default " + d.budget + ")");
+  sub->add_option("--min-collisions", min_collisions,
+                  "lsh: collision threshold(s) c (default " + d.min_collisions + ")");
+  sub->add_option("--quantile", quantiles,
+                  "squeeze: quantile(s) to evaluate, hierarchical and flat (default " + d.quantile + ")");
+  sub->add_option("-o,--option", options,
+                  "a query option of a kind as NAME=VALUE (any kind's own option; see its man page); repeat to "
+                  "sweep");
+  sub->add_option("--positions", positions,
+                  "query positions to evaluate: all, every:K (every K-th) or random:N (N drawn with "
+                  "--positions-seed); the JSON's position_sample lists them")
+      ->capture_default_str();
+  sub->add_option("--positions-seed", positions_seed, "seed of --positions random:N")->capture_default_str();
+  sub->add_option("--threads", threads,
+                  "worker threads over (layer, kv head) parts (default: the CPUs this process may use); the "
+                  "report is the same for any count")
+      ->check(CLI::NonNegativeNumber)
+      ->envname("KVTOOL_THREADS");
+}
+
+std::map<std::string, std::vector<std::string>> SweepFlags::flag_values() const {
+  std::map<std::string, std::vector<std::string>> all;
+  for (const auto& b : budgets) {
+    Budget::parse(b);  // USAGE for a bad --budget whatever the kind
+    all["budget"].push_back(b);
+  }
+  for (int64_t c : min_collisions) all["min_collisions"].push_back(std::to_string(c));
+  for (double q : quantiles) all["quantile"].push_back(json(q).dump());
+  return all;
+}
+
+void SweepFlags::fill(EvalOptions& eo, bool quiet) const {
+  eo.positions = PositionSample::parse(positions, positions_seed);
+  eo.quiet = quiet;
+  eo.threads = threads;
+}
+
+SweepFlags::Outputs SweepFlags::open_outputs() const {
+  Outputs o;
+  if (!csv.empty()) o.csv = std::make_unique<AtomicOutput>(csv, true);
+  if (!plot.empty()) o.plot = std::make_unique<AtomicOutput>(plot, true);
+  return o;
+}
+
+std::map<std::string, std::vector<std::string>> SweepFlags::named_options() const {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& text : options)
+    for (const auto& [name, value] : parse_query_settings(text)) out[name].push_back(value);
+  return out;
+}
+
+}  // namespace kvtool::cli
