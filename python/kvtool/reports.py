@@ -183,9 +183,10 @@ def build(kind, dump, out, *, prefix=None, sink=None, local=None, layers=None, s
     a (first, last) pair), ``seed``, ``threads`` (0: every CPU; the artifact does not depend on
     it), ``sign_key`` (Ed25519 PEM), ``shard`` ("I/N" or (I, N)) and ``zstd_level`` (0..19,
     default 3). ``params`` are the kind's options with ``_`` for ``-``: pq ``subspaces``, ``bits``,
-    ``iters``, ``max_points_per_centroid``, ``loss`` ("l2" | "anisotropic"), ``anisotropic_eta``;
-    clusterkv ``tokens_per_cluster`` | ``clusters``,
-    ``iters``, ``centroid`` ("raw-mean" | "spherical"), ``dense_layers`` (list); lsh ``bits``,
+    ``iters``, ``max_points_per_centroid``, ``loss`` ("l2" | "anisotropic"), ``anisotropic_eta``,
+    ``codebook_dtype`` ("f32" | "f16"); clusterkv ``tokens_per_cluster`` | ``clusters``,
+    ``iters``, ``centroid`` ("raw-mean" | "spherical"), ``centroid_dtype`` ("f32" | "f16"),
+    ``dense_layers`` (list); lsh ``bits``,
     ``tables``; squeeze ``percent_clusters``, ``coarse_percent``, ``observation_window``,
     ``quantiles`` (list), ``iters``, ``calibration_queries`` (path), ``coarse_factor``. A name the
     kind does not take raises UsageError. The same options and seed give the artifact the command

@@ -117,6 +117,23 @@ contains "$WORK/err" "missing.kvi"
 absent x.svg
 expect_reason 3 IO_ERROR "$KVTOOL" compare --source missing.h5 st.pq.kvi --plot x.svg
 absent x.svg
+# An output naming an input (or both outputs one file) is refused before any work; inputs intact.
+cp st.pq.kvi keep.kvi
+expect_reason 2 USAGE "$KVTOOL" compare --source st.h5 st.pq.kvi --plot st.pq.kvi
+cmp st.pq.kvi keep.kvi || fail "compare --plot overwrote its input artifact"
+expect_reason 2 USAGE "$KVTOOL" compare --source st.h5 st.pq.kvi --csv ./st.h5
+expect_reason 2 USAGE "$KVTOOL" compare --source st.h5 st.pq.kvi --csv x.out --plot x.out
+absent x.out
+expect_reason 2 USAGE "$KVTOOL" eval st.pq.kvi --source st.h5 --csv st.pq.kvi
+cmp st.pq.kvi keep.kvi || fail "eval --csv overwrote its input artifact"
+# The same artifact twice; a bad option value for the last artifact fails before the first is evaluated.
+expect_reason 2 USAGE "$KVTOOL" compare --source st.h5 st.pq.kvi ./st.pq.kvi
+contains "$WORK/err" "given twice"
+expect_reason 2 USAGE "$KVTOOL" compare --source st.h5 st.pq.kvi st.sq.kvi -o coarse_rule=bogus --plot x.svg
+contains "$WORK/err" "st.sq.kvi"
+expect_reason 2 USAGE "$KVTOOL" compare --source st.h5 st.pq.kvi st.sq.kvi --quantile 0.33
+contains "$WORK/err" "not calibrated"
+absent x.svg
 no_temps .
 
 expect_exit 0 "$KVTOOL" compare --help

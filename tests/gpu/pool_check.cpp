@@ -4,6 +4,7 @@
 #include "pool_check.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "kvtool/artifact.h"
+#include "kvtool/half.h"
 #include "kvtool/pool.h"
 
 namespace kvtool::gpucheck {
@@ -43,7 +45,12 @@ struct Art {
     if (it == cache.end()) {
       const SectionEntry* e = r->find(name, layer, head);
       if (!e) throw std::runtime_error(path + ": no section " + name);
-      it = cache.emplace(std::make_tuple(name, layer, head), r->read_section(*e)).first;
+      std::vector<uint8_t> raw = r->read_section(*e);
+      if (e->dtype == "f16") {  // f16 centroids or codebooks: held as f32, exactly (as the pool stages them)
+        const std::vector<float> f = widen_f16_bytes(raw);
+        raw.assign(reinterpret_cast<const uint8_t*>(f.data()), reinterpret_cast<const uint8_t*>(f.data() + f.size()));
+      }
+      it = cache.emplace(std::make_tuple(name, layer, head), std::move(raw)).first;
     }
     const std::vector<uint8_t>& b = it->second;
     std::vector<T> v(b.size() / sizeof(T));
@@ -226,7 +233,7 @@ void squeeze_bound(const Art& a, const std::vector<float>& fine, const std::vect
         dist += e * e;
         mean[t] += static_cast<double>(sizes[c]) * fine[c * a.d + t];
       }
-      r = std::max(r, std::sqrt(dist));
+      if (sizes[c] > 0) r = std::max(r, std::sqrt(dist));
     }
     for (int64_t t = 0; t < a.d; ++t) {
       norm += static_cast<double>(cg[t]) * cg[t];
@@ -246,7 +253,8 @@ void squeeze_bound(const Art& a, const std::vector<float>& fine, const std::vect
   double known = 0;
   for (size_t k = 0; k < K; ++k) {
     const int64_t g = order[k];
-    if (std::exp(up[g] - m) < tau * (known + rest[k]) * (1 - slack)) break;
+    const double bar = tau * (known + rest[k]) * (1 - slack);
+    if (bar >= DBL_MIN && std::exp(up[g] - m) < bar) break;
     for (int64_t c = 0; c < C; ++c)
       if (parent[c] == g) known += sizes[c] * std::exp((zf[c] = z_of(q, &fine[c * a.d], a.d)) - m);
     visited[g] = 1;
@@ -254,7 +262,7 @@ void squeeze_bound(const Art& a, const std::vector<float>& fine, const std::vect
   double m2 = -INFINITY, D = 0;
   for (int64_t g = 0; g < G; ++g)
     for (int64_t c = 0; c < C; ++c)
-      if (parent[c] == g) m2 = std::max(m2, visited[g] ? zf[c] : lo[g]);
+      if (parent[c] == g && (visited[g] || S[g] > 0)) m2 = std::max(m2, visited[g] ? zf[c] : lo[g]);
   for (int64_t g = 0; g < G; ++g) {  // every term added in order (g, then its children)
     if (!visited[g] && S[g] > 0) D += static_cast<double>(S[g]) * std::exp(lo[g] - m2);
     for (int64_t c = 0; c < C; ++c)

@@ -12,11 +12,13 @@ import numpy as np
 from common import BIN, KVTOOL, MODELS, check, run, run_json, workdir
 
 E, T = 256, 320
-BUILDS = {
-    "pq": ["--subspaces", 2, "--bits", 6],
-    "clusterkv": ["--tokens-per-cluster", 16],
-    "lsh": ["-K", 4, "-L", 40],
-    "squeeze": [],
+BUILDS = {  # name: (kind, build options); f16 centroids and codebooks are read by h5py as float16
+    "pq": ("pq", ["--subspaces", 2, "--bits", 6]),
+    "pq-f16": ("pq", ["--subspaces", 2, "--bits", 7, "--codebook-dtype", "f16"]),
+    "clusterkv": ("clusterkv", ["--tokens-per-cluster", 16]),
+    "clusterkv-f16": ("clusterkv", ["--tokens-per-cluster", 5, "--centroid-dtype", "f16"]),
+    "lsh": ("lsh", ["-K", 4, "-L", 40]),
+    "squeeze": ("squeeze", []),
 }
 
 
@@ -87,13 +89,13 @@ def ref_squeeze(q, p, begin, end, meta, sec, manifest):
     parent = sec("sq_parent").astype(np.int64)
     # Rule "bound" (formats/kinds-v1.md §6.6): per group the largest child distance r, the offset s of
     # the size-weighted child mean from the coarse centroid; visit groups by upper bound descending.
-    G, slack, qn = len(coarse), 1e-9, np.linalg.norm(q)
+    G, slack, qn = len(coarse), 1e-9, np.linalg.norm(np.asarray(q, dtype=np.float64))
     zg, zf = coarse @ q / np.sqrt(d), fine @ q / np.sqrt(d)
     S = np.array([sizes[parent == g].sum() for g in range(G)])
     up, lo = np.full(G, -np.inf), np.full(G, -np.inf)
     for g in np.nonzero(S > 0)[0]:
         ch, cn = fine[parent == g], np.linalg.norm(coarse[g])
-        r = np.linalg.norm(ch - coarse[g], axis=1).max()
+        r = np.linalg.norm(ch - coarse[g], axis=1)[sizes[parent == g] > 0].max()
         s = np.linalg.norm((sizes[parent == g, None] * ch).sum(axis=0) / S[g] - coarse[g])
         up[g] = zg[g] + qn * (r + slack * (cn + r)) / np.sqrt(d)
         lo[g] = zg[g] - qn * (s + slack * (cn + s)) / np.sqrt(d)
@@ -104,12 +106,12 @@ def ref_squeeze(q, p, begin, end, meta, sec, manifest):
         rest = sum(S[h] * np.exp(lo[h] - m) for h in order[k:])
         lhs, rhs = np.exp(up[g] - m), tau * (known + rest) * (1 - slack)
         check(abs(lhs - rhs) > 1e-9 * rhs, "a coarse group sits on its stopping test; pick another query")
-        if lhs < rhs:
+        if rhs >= np.finfo(np.float64).tiny and lhs < rhs:
             break
         visited[g] = True
         known += (sizes[parent == g] * np.exp(zf[parent == g] - m)).sum()
     kept_c, out = visited[parent], (S > 0) & ~visited
-    m2 = max(zf[kept_c].max(), lo[out].max() if out.any() else -np.inf)
+    m2 = max(zf[kept_c].max() if kept_c.any() else -np.inf, lo[out].max() if out.any() else -np.inf)
     den = ((sizes[kept_c] * np.exp(zf[kept_c] - m2)).sum() + (S[out] * np.exp(lo[out] - m2)).sum()) * (1 - slack)
     score = np.where(kept_c, np.exp(zf - m2) / den, -1.0)
     starts = np.concatenate([[0], np.cumsum(sizes).astype(np.int64)])
@@ -150,8 +152,8 @@ with workdir() as w:
     with h5py.File(d, "r") as f:
         Q, qpos = f["kv/q"][:], list(f["kv/q_positions"][:])
     total = {"queries": 0, "rows": 0, "boundary": 0}
-    for kind, extra in BUILDS.items():
-        a, x = os.path.join(w, kind + ".kvi"), os.path.join(w, kind + ".h5")
+    for name, (kind, extra) in BUILDS.items():
+        a, x = os.path.join(w, name + ".kvi"), os.path.join(w, name + ".h5")
         run(KVTOOL, "build", kind, d, "-o", a, "--prefix", E, *extra, "-q")
         run(KVTOOL, "export", a, "-o", x)
         with h5py.File(x, "r") as f:
@@ -181,6 +183,6 @@ with workdir() as w:
                         total["rows"] += len(rc["candidates"])
         check(total["rows"] > 0, f"{kind}: no rows compared")
     print(f"compared {total['queries']} queries, {total['rows']} rows; {total['boundary']} boundary ties")
-    check(total["queries"] == 4 * 2 * 2 * 2, "query count")
+    check(total["queries"] == len(BUILDS) * 2 * 2 * 2, "query count")
     check(total["boundary"] * 100 <= total["rows"], "too many boundary ties")
 print("ok")

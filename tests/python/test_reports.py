@@ -21,7 +21,7 @@ KVTOOL = os.environ["KVTOOL"]
 PREFIX = 260
 # The same options for both paths: (command-line words, kvtool.build keywords).
 BUILDS = {
-    "pq": (["--bits", "5", "--subspaces", "4"], {"bits": 5, "subspaces": 4}),
+    "pq": (["--bits", "5", "--subspaces", "4", "--codebook-dtype", "f16"], {"bits": 5, "subspaces": 4, "codebook_dtype": "f16"}),
     "clusterkv": (["--tokens-per-cluster", "20", "--dense-layers", "1"], {"tokens_per_cluster": 20, "dense_layers": [1]}),
     "lsh": (["-K", "6", "-L", "20"], {"bits": 6, "tables": 20}),
     "squeeze": (["--observation-window", "60", "--percent-clusters", "10", "--quantiles", "0.6,0.8"],
@@ -204,6 +204,8 @@ def test_errors():
     expect_error(lambda: kvtool.build("clusterkv", "d.h5", "x.kvi", clusters=4, tokens_per_cluster=9), "USAGE", 2,
                  what="clusters and tokens_per_cluster")
     expect_error(lambda: kvtool.build("clusterkv", "d.h5", "x.kvi", centroid="median"), "USAGE", 2, what="centroid")
+    expect_error(lambda: kvtool.build("clusterkv", "d.h5", "x.kvi", centroid_dtype="f64"), "USAGE", 2, what="centroid_dtype")
+    expect_error(lambda: kvtool.build("pq", "d.h5", "x.kvi", codebook_dtype=16), "USAGE", 2, what="codebook_dtype")
     expect_error(lambda: kvtool.build("pq", "d.h5", "x.kvi", shard="2/2"), "USAGE", 2, what="shard 2/2")
     expect_error(lambda: kvtool.build("pq", "d.h5", "x.kvi", layers="b-a"), "USAGE", 2, what="layers b-a")
     expect_error(lambda: kvtool.build("pq", "d.h5", "x.kvi", prefix=-3), "USAGE", 2, what="negative prefix")

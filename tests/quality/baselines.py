@@ -205,10 +205,12 @@ def raw_index_bytes(kind, p, n, d):
     """Raw section bytes of one part with n indexed rows, from formats/kinds-v1.md §3.3-§6.4."""
     if kind == "pq":
         m, k = int(p["subspaces"]), 2 ** int(p["bits"])
-        return m * k * (d // m) * 4 + n * m * (1 if int(p["bits"]) <= 8 else 2)
+        cw = 2 if p.get("codebook_dtype") == "f16" else 4
+        return m * k * (d // m) * cw + n * m * (1 if int(p["bits"]) <= 8 else 2)
     if kind == "clusterkv":
         C = min(int(p["clusters"]), max(n, 1)) if p.get("clusters") else max(1, llround(n / p["tokens_per_cluster"]))
-        return C * d * 4 + 2 * C * 4 + n * 4
+        cw = 2 if p.get("centroid_dtype") == "f16" else 4
+        return C * d * cw + 2 * C * 4 + n * 4
     if kind == "squeeze":
         C = max(1, min(n, math.floor(p["percent_clusters"] / 100 * n)))
         G = max(1, min(C, llround(p["coarse_percent"] / 100 * C)))
@@ -255,6 +257,27 @@ def squeeze_checks(rep, always, n_idx, hier_vs_flat, need):
         print(f"  q={q}: centroids scored per query: hierarchical {hier['centroids_scored_mean']:.1f}, "
               f"flat {flat['centroids_scored_mean']:.1f}")
         need(hier["retained_mass_mean"] >= flat["retained_mass_mean"] - 1e-12, f"q={q}: hierarchy retains less than flat")
+
+
+def gain_over(a, labels, rep, stored, raw, d, need):
+    """The artifact against another build of the same dump (--gain-over OTHER GAIN): at every gated
+    setting the same selected fraction (within 0.005) and a quality ratio at least OTHER's + GAIN,
+    with raw section bytes (the format's, formats/kinds-v1.md) at most OTHER's. Stored bytes are
+    printed, not gated: zstd packs 6-bit pq codes in u8 tighter than 7-bit ones."""
+    other, gain = a.gain_over[0], float(a.gain_over[1])
+    rep2 = json.loads(run(a.kvtool, "eval", other, "--source", a.dump, "--json", *a.eval_args.split()))
+    stored2, raw2 = index_bytes(a.kvtool, other, d)[:2]
+    print(f"{a.kind} {a.model}: index bytes raw {raw} stored {stored}; {os.path.basename(other)} raw {raw2} stored {stored2}")
+    need(raw <= raw2, f"raw index bytes {raw} above {other}'s {raw2}")
+    for label, b, b2 in zip(labels, rep["budgets"], rep2["budgets"]):
+        if label not in a.settings:
+            continue
+        r1, r2 = b["quality_ratio"], b2["quality_ratio"]
+        f1, f2 = b["selected_fraction_mean"], b2["selected_fraction_mean"]
+        print(f"{a.kind} {a.model} [{label}]: eval ratio {r1:.4f} at fraction {f1:.4f}; {os.path.basename(other)} "
+              f"{r2:.4f} at {f2:.4f} (gain {r1 - r2:+.4f}, at least {gain:+.2f})")
+        need(abs(f1 - f2) <= 0.005, f"{label}: selected fraction {f1:.4f} vs {other}'s {f2:.4f}")
+        need(r1 >= r2 + gain, f"{label}: ratio {r1:.4f} does not gain {gain} over {other}'s {r2:.4f}")
 
 
 def gate(a):
@@ -333,6 +356,8 @@ def gate(a):
                 print(f"{a.kind} {a.model} [{label}]: eval ratio {r1:.4f}, {os.path.basename(other)} {r2:.4f} "
                       f"(difference {r2 - r1:+.4f}, at least -{tol})")
                 need(r2 >= r1 - tol, f"{label}: {other} ratio {r2:.4f} more than {tol} below {r1:.4f}")
+    if a.gain_over:  # a build at no more index bytes must retain GAIN more at the same selected fraction
+        gain_over(a, labels, rep, stored, raw, d, need)
     if a.squeeze_checks:
         squeeze_checks(rep, a.always, n_idx, a.hier_vs_flat, need)
     for f_ in fails:
@@ -360,6 +385,8 @@ def main():
     ap.add_argument("--squeeze-checks", action="store_true")
     ap.add_argument("--versus", nargs=2, metavar=("ARTIFACT", "TOL"),
                     help="eval's quality_ratio of ARTIFACT (same eval args) at least the artifact's - TOL, per gated setting")
+    ap.add_argument("--gain-over", nargs=2, metavar=("ARTIFACT", "GAIN"),
+                    help="eval's quality_ratio at least ARTIFACT's + GAIN at the same selected fraction and no more index bytes")
     ap.add_argument("--hier-vs-flat", type=float, help="squeeze: quantile of the hierarchy-vs-flat check")
     sys.exit(gate(ap.parse_args()))
 

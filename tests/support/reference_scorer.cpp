@@ -1,6 +1,7 @@
 #include "reference_scorer.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "kvtool/error.h"
+#include "kvtool/half.h"
 
 namespace kvtool::test {
 
@@ -16,8 +18,12 @@ namespace {
 // Section elements widened to double / int64 (the decoded arrays of formats/kinds-v1.md).
 std::vector<double> f32_section(const ArtifactReader& r, const char* name, int64_t layer, int64_t kvh) {
   const SectionEntry* s = r.find(name, layer, kvh);
-  KVT_CHECK(s && s->dtype == "f32", INTERNAL, "reference scorer: no f32 section " << name);
+  KVT_CHECK(s && (s->dtype == "f32" || s->dtype == "f16"), INTERNAL, "reference scorer: no f32/f16 section " << name);
   std::vector<uint8_t> b = r.read_section(*s);
+  if (s->dtype == "f16") {  // f16 centroids or codebooks: their exact f32 values
+    const std::vector<float> f = widen_f16_bytes(b);
+    return std::vector<double>(f.begin(), f.end());
+  }
   std::vector<double> out(b.size() / 4);
   for (size_t i = 0; i < out.size(); ++i) {
     float x;
@@ -332,7 +338,7 @@ void squeeze_bound(const std::vector<double>& zf_all, const std::vector<double>&
       dist += e * e;
       wsum[g][t] += static_cast<double>(sizes[c]) * fine[c * d + t];
     }
-    r[g] = std::max(r[g], std::sqrt(dist));
+    if (sizes[c] > 0) r[g] = std::max(r[g], std::sqrt(dist));
     S[g] += static_cast<double>(sizes[c]);
   }
   double m = -INFINITY;
@@ -360,7 +366,7 @@ void squeeze_bound(const std::vector<double>& zf_all, const std::vector<double>&
     for (size_t i = k; i < order.size(); ++i) rest += S[order[i]] * std::exp(lo[order[i]] - m);
     const double lhs = std::exp(up[order[k]] - m), rhs = tau * (known + rest) * (1 - slack);
     if (std::fabs(lhs - rhs) <= 1e-9 * rhs) a.all_ambiguous = true;
-    if (lhs < rhs) break;
+    if (rhs >= DBL_MIN && lhs < rhs) break;
     visited[order[k]] = 1;
     for (size_t c = 0; c < C; ++c)
       if (static_cast<size_t>(parent[c]) == order[k]) {

@@ -6,6 +6,7 @@
 #include "kvtool/artifact.h"
 #include "clusterkv/clusterkv.h"
 #include "kvtool/error.h"
+#include "kvtool/half.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
 #include "reference_scorer.h"
@@ -185,4 +186,55 @@ TEST_CASE("clusterkv verify: forged partitions, prefix sums and generations are 
   CHECK(reason_of([&] { verify_artifact(tmp.file("pre.kvi"), {}); }) == "PREFIX_SUM_MISMATCH");
   CHECK(reason_of([&] { verify_artifact(tmp.file("gen.kvi"), {}); }) == "GENERATIONS_NOT_CONTIGUOUS");
   CHECK(reason_of([&] { verify_artifact(tmp.file("nan.kvi"), {}); }) == "NON_FINITE");
+}
+
+TEST_CASE("clusterkv --centroid-dtype f16: the f32 build's clusters with rounded centroids, append keeps them") {
+  TempDir tmp;
+  ckv_dump(tmp.file("d.h5"));
+  ClusterKvParams p;
+  p.tokens_per_cluster = 8;
+  BuildOptions a = opts(tmp.file("f32.kvi")), b = opts(tmp.file("f16.kvi")), c = opts(tmp.file("f16c.kvi"), 3);
+  a.prefix = b.prefix = c.prefix = 300;
+  build_artifact(tmp.file("d.h5"), a, ClusterKvBuilder(p));
+  p.centroid_dtype = "f16";
+  build_artifact(tmp.file("d.h5"), b, ClusterKvBuilder(p));
+  build_artifact(tmp.file("d.h5"), c, ClusterKvBuilder(p));
+  CHECK(read_bytes(tmp.file("f16.kvi")) == read_bytes(tmp.file("f16c.kvi")));
+  ArtifactReader r32(tmp.file("f32.kvi")), r16(tmp.file("f16.kvi"));
+  CHECK(r16.manifest()["params"]["centroid_dtype"] == "f16");
+  CHECK_FALSE(r32.manifest()["params"].contains("centroid_dtype"));
+  REQUIRE(r16.find("ckv_centroids", 1, 1)->dtype == "f16");
+  auto c32 = section_as<float>(r32, "ckv_centroids", 1, 1);
+  auto c16 = section_as<uint16_t>(r16, "ckv_centroids", 1, 1);
+  REQUIRE(c32.size() == c16.size());
+  for (size_t i = 0; i < c32.size(); ++i) REQUIRE(c16[i] == f32_to_f16(c32[i]));
+  CHECK(section_as<uint32_t>(r32, "ckv_members", 1, 1) == section_as<uint32_t>(r16, "ckv_members", 1, 1));
+  // Queries rank the f16-rounded centroids: the independent reference scorer agrees.
+  std::vector<float> q(16);
+  for (size_t t = 0; t < q.size(); ++t) q[t] = 0.3f - 0.05f * static_cast<float>(t);
+  SelectorSet sel(r16);
+  RefQuery rq;
+  rq.budget_fraction = 0.2;
+  CandidateReceipt rc = sel.query(1, 2, q.data(), 299, *sel.params({{"budget", "0.2"}}));
+  CHECK(compare_with_reference(rc, reference_query(r16, 1, 2, q.data(), 299, rq)) == "");
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file("f16.kvi"), vo));
+  clusterkv_append(tmp.file("f16.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
+  ArtifactReader g2(tmp.file("g2.kvi"));
+  auto n16 = section_as<uint16_t>(g2, "ckv_centroids", 1, 1);
+  REQUIRE(g2.find("ckv_centroids", 1, 1)->dtype == "f16");
+  CHECK(std::equal(c16.begin(), c16.end(), n16.begin()));  // old centroids round-trip exactly
+  CHECK_NOTHROW(verify_artifact(tmp.file("g2.kvi"), vo));
+  p.centroid_dtype = "f64";
+  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), ClusterKvBuilder(p)); }) == "USAGE");
+  CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
+  // Keys beyond the f16 range cannot have f16 centroids: refused, no output.
+  copy_dump(tmp.file("d.h5"), tmp.file("big.h5"), {}, [](int64_t, int64_t, auto& k, auto&) {
+    for (auto& x : k) x *= 1e5f;
+  });
+  p.centroid_dtype = "f16";
+  CHECK(reason_of([&] { build_artifact(tmp.file("big.h5"), opts(tmp.file("y.kvi")), ClusterKvBuilder(p)); }) ==
+        "USAGE");
+  CHECK_FALSE(fs::exists(tmp.file("y.kvi")));
 }

@@ -424,7 +424,8 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
   // per (layer, q head) at or after the coverage end, and 40 in squeeze's observation window.
   TempDir tmp;
   const std::string dump = tmp.file("d.h5"), pq = tmp.file("pq.kvi"), ck = tmp.file("ck.kvi"),
-                    lsh = tmp.file("lsh.kvi"), sq = tmp.file("sq.kvi");
+                    lsh = tmp.file("lsh.kvi"), sq = tmp.file("sq.kvi"), pq16 = tmp.file("pq16.kvi"),
+                    ck16 = tmp.file("ck16.kvi");
   kind_dump(dump, 300, 11, 100);
   auto opts = [](const std::string& out) {
     BuildOptions b = quiet_build(out, 1, 1);
@@ -439,6 +440,13 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
   ClusterKvParams cp;
   cp.clusters = 8;
   build_artifact(dump, opts(ck), ClusterKvBuilder(cp));
+  // f16 codebooks and centroids: the device image widens them (KindSpec::device_f32_sections).
+  pp.codebook_dtype = "f16";
+  pp.bits = 5;
+  build_artifact(dump, opts(pq16), PqBuilder(pp));
+  cp.centroid_dtype = "f16";
+  cp.clusters = 20;
+  build_artifact(dump, opts(ck16), ClusterKvBuilder(cp));
   LshParams lp;
   lp.bits = 4;
   lp.tables = 24;
@@ -465,6 +473,8 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
       {pq, {{"budget", "0.5"}}, rq(0.5, -1, 2, "", false)},
       {ck, {{"budget", "45"}}, rq(0, 45, 2, "", false)},
       {ck, {{"budget", "0.03"}}, rq(0.03, -1, 2, "", false)},
+      {pq16, {{"budget", "0.2"}}, rq(0.2, -1, 2, "", false)},
+      {ck16, {{"budget", "30"}}, rq(0, 30, 2, "", false)},
       {lsh, {{"min_collisions", "1"}}, rq(0.1, -1, 1, "", false)},
       {lsh, {{"min_collisions", "5"}}, rq(0.1, -1, 5, "", false)},
       {sq, {{"quantile", "0.9"}, {"flat", "true"}}, rq(0.1, -1, 2, "0.9", true)},
@@ -488,6 +498,6 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
   }
   UNSCOPED_INFO("reference comparisons: " << tally.queries << " queries, " << tally.rows << " rows, " << tally.boundary
                                           << " boundary ties");
-  CHECK(tally.queries == 8 * 2 * 2 * 4 * 61);  // cases x tiers x layers x q heads x queries
+  CHECK(tally.queries == 10 * 2 * 2 * 4 * 61);  // cases x tiers x layers x q heads x queries
   CHECK(tally.rows > 10000);
 }

@@ -7,6 +7,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/builder.h"
 #include "kvtool/error.h"
+#include "kvtool/half.h"
 #include "pq/pq.h"
 #include "pq/pq_aniso.h"
 #include "kvtool/eval.h"
@@ -458,4 +459,87 @@ TEST_CASE("pq --loss anisotropic with derived eta: recorded per part, append enc
   pq::aniso_encode(p, c.data(), pq::kEncodePasses, want);
   CHECK(want != l2);  // so that the comparison below tells the two encodings apart
   for (int64_t i = 0; i < 10 * 4; ++i) CHECK(stored[(290 - 32) * 4 + i] == want[i]);
+}
+
+// Rewrites an artifact with `params` replaced (sections as they are): a forged manifest.
+static void reparam(const std::string& in, const std::string& out, const json& params) {
+  ArtifactReader r(in);
+  ArtifactWriter w(out, 0);
+  for (const auto& s : r.sections()) {
+    auto bytes = r.read_section(s);
+    w.add_section(s.name, s.dtype, s.shape, bytes.data(), bytes.size(), s.layer, s.kv_head);
+  }
+  ManifestCore core;
+  core.kind = r.kind();
+  core.params = params;
+  core.source = r.source();
+  core.kind_data = r.manifest()["kind_data"];
+  w.finish(core);
+}
+
+TEST_CASE("pq --codebook-dtype f16: the f32 codebooks rounded, codes nearest on them, half the bytes, append") {
+  TempDir tmp;
+  pq_dump(tmp.file("d.h5"));
+  BuildOptions o32 = opts(tmp.file("f32.kvi")), o16 = opts(tmp.file("f16.kvi")), o16b = opts(tmp.file("f16b.kvi"), 3);
+  o32.prefix = o16.prefix = o16b.prefix = 200;
+  PqParams p = small_pq();
+  build_artifact(tmp.file("d.h5"), o32, PqBuilder(p));
+  p.codebook_dtype = "f16";
+  build_artifact(tmp.file("d.h5"), o16, PqBuilder(p));
+  build_artifact(tmp.file("d.h5"), o16b, PqBuilder(p));
+  CHECK(read_bytes(tmp.file("f16.kvi")) == read_bytes(tmp.file("f16b.kvi")));  // any thread count
+  ArtifactReader a(tmp.file("f32.kvi")), b(tmp.file("f16.kvi"));
+  CHECK(b.manifest()["params"]["codebook_dtype"] == "f16");
+  CHECK_FALSE(a.manifest()["params"].contains("codebook_dtype"));  // f32 artifacts as before
+  const SectionEntry* e = b.find("pq_centroids", 1, 0);
+  REQUIRE(e);
+  CHECK(e->dtype == "f16");
+  CHECK(e->raw_size * 2 == a.find("pq_centroids", 1, 0)->raw_size);
+  // The same k-means: every stored f16 value is the f32 codebook's, rounded to nearest.
+  auto c32 = section_as<float>(a, "pq_centroids", 1, 0);
+  auto c16 = section_as<uint16_t>(b, "pq_centroids", 1, 0);
+  REQUIRE(c32.size() == c16.size());
+  for (size_t i = 0; i < c32.size(); ++i) REQUIRE(c16[i] == f32_to_f16(c32[i]));
+  // Codes: the nearest of the stored (rounded) centroids, per subspace.
+  auto codes = section_as<uint8_t>(b, "pq_codes", 1, 0);
+  DumpReader d(tmp.file("d.h5"));
+  std::vector<float> k(300 * 16);
+  d.read_k(1, 0, 0, 300, k.data());
+  const int64_t rb = 32, m = 4, ks = 16, ds = 4;
+  int64_t worse = 0;
+  for (int64_t i = rb; i < 200; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      auto dist = [&](int64_t c) {
+        double s = 0;
+        for (int64_t t = 0; t < ds; ++t) {
+          const double x = k[i * 16 + j * ds + t] - f16_to_f32(c16[(j * ks + c) * ds + t]);
+          s += x * x;
+        }
+        return s;
+      };
+      double best = 1e300;
+      for (int64_t c = 0; c < ks; ++c) best = std::min(best, dist(c));
+      worse += dist(codes[(i - rb) * m + j]) > best + 1e-6;
+    }
+  CHECK(worse == 0);
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file("f16.kvi"), vo));
+  // Append keeps the f16 codebooks byte for byte and encodes on them.
+  pq_append(tmp.file("f16.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 260, "", true);
+  ArtifactReader g2(tmp.file("g2.kvi"));
+  CHECK(g2.find("pq_centroids", 1, 0)->dtype == "f16");
+  CHECK(g2.read_section(*g2.find("pq_centroids", 1, 0)) == b.read_section(*e));
+  CHECK_NOTHROW(verify_artifact(tmp.file("g2.kvi"), vo));
+  // A manifest that names another dtype than the sections hold, or no known dtype, is refused.
+  json params = b.manifest()["params"];
+  params.erase("codebook_dtype");
+  reparam(tmp.file("f16.kvi"), tmp.file("says32.kvi"), params);
+  CHECK(reason_of([&] { verify_artifact(tmp.file("says32.kvi"), {}); }) == "SHAPE_MISMATCH");
+  params["codebook_dtype"] = "f64";
+  reparam(tmp.file("f16.kvi"), tmp.file("f64.kvi"), params);
+  CHECK(reason_of([&] { verify_artifact(tmp.file("f64.kvi"), {}); }) == "BAD_MANIFEST");
+  p.codebook_dtype = "bf16";
+  CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), PqBuilder(p)); }) == "USAGE");
+  CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
 }

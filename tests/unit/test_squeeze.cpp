@@ -188,10 +188,15 @@ TEST_CASE("squeeze rule bound keeps every row flat keeps, on plain and adversari
          for (size_t i = 0; i < k.size(); i += 37 * 16)
            for (size_t t = 0; t < 16 && i + t < k.size(); ++t) k[i + t] *= 40.f;
        }},
-      // Logits in the thousands: every exp of the bounds underflows or saturates.
+      // Logits in the thousands (x100) and far beyond (x1e4): the bounds' exponents sit hundreds
+      // below their maximum, where exp underflows into subnormals (formats §6.6's 2^-1022 rule).
       {"x100",
        [](int64_t, int64_t, auto& k, auto&) {
          for (auto& x : k) x *= 100.f;
+       }},
+      {"x1e4",
+       [](int64_t, int64_t, auto& k, auto&) {
+         for (auto& x : k) x *= 1e4f;
        }},
       // Runs of identical keys (zero radii, tied scores) and near-duplicate keys.
       {"ties", [](int64_t, int64_t, auto& k, auto&) {

@@ -1,6 +1,9 @@
 #include "eval_options.h"
 
+#include <filesystem>
+
 #include "env.h"
+#include "kvtool/error.h"
 #include "kvtool/kinds.h"
 
 namespace kvtool::cli {
@@ -44,7 +47,25 @@ void SweepFlags::fill(EvalOptions& eo, bool quiet) const {
   eo.threads = threads;
 }
 
-SweepFlags::Outputs SweepFlags::open_outputs() const {
+namespace {
+
+// Whether two paths name one file: the same text, or (both existing) the same inode.
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return a == b || std::filesystem::equivalent(a, b, ec);
+}
+
+}  // namespace
+
+SweepFlags::Outputs SweepFlags::open_outputs(const std::vector<std::string>& inputs) const {
+  for (const std::string* out : {&csv, &plot}) {
+    if (out->empty()) continue;
+    for (const auto& in : inputs)
+      KVT_CHECK(!same_file(*out, in), USAGE,
+                "output '" << *out << "' is an input of this command; choose another path");
+  }
+  KVT_CHECK(csv.empty() || plot.empty() || !same_file(csv, plot), USAGE,
+            "--csv and --plot name the same file '" << csv << "'");
   Outputs o;
   if (!csv.empty()) o.csv = std::make_unique<AtomicOutput>(csv, true);
   if (!plot.empty()) o.plot = std::make_unique<AtomicOutput>(plot, true);

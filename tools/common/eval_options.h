@@ -36,7 +36,9 @@ struct SweepFlags {
   struct Outputs {
     std::unique_ptr<AtomicOutput> csv, plot;
   };
-  Outputs open_outputs() const;
+  // `inputs`: the files the command reads; an output naming one of them (or --csv and --plot naming
+  // one file) is USAGE, before anything is written.
+  Outputs open_outputs(const std::vector<std::string>& inputs) const;
 };
 
 }  // namespace kvtool::cli

@@ -197,6 +197,12 @@ void compare_series(const CompareReport& report, std::vector<Series>& mass, std:
   for (const auto& o : report.oracle) oracle.pts.emplace_back(o.selected_fraction, o.retained_mass);
   mass.push_back(oracle);
   size_t color = 0;
+  // Artifacts are named by file name, or by the path as given where two share a file name.
+  auto name_of = [&](const std::string& path) {
+    size_t same = 0;
+    for (const auto& b : report.artifacts) same += basename(b.report.artifact) == basename(path);
+    return same > 1 ? path : basename(path);
+  };
   for (const auto& a : report.artifacts) {
     const size_t base = err.size();  // this artifact's first series in err (mass: one later, the oracle first)
     std::vector<std::string> variants;
@@ -206,7 +212,7 @@ void compare_series(const CompareReport& report, std::vector<Series>& mass, std:
       auto it = std::find(variants.begin(), variants.end(), v);
       if (it == variants.end()) {
         variants.push_back(v);
-        const std::string label = basename(a.report.artifact) + " (" + a.report.kind + (v.empty() ? "" : " " + v) + ")";
+        const std::string label = name_of(a.report.artifact) + " (" + a.report.kind + (v.empty() ? "" : " " + v) + ")";
         const char* c = colors[color++ % (sizeof colors / sizeof colors[0])];
         mass.push_back({label, c, {}});
         err.push_back({label, c, {}});

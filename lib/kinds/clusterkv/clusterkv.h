@@ -18,8 +18,9 @@ struct ClusterKvParams {
   int64_t clusters = 0;             // > 0: a fixed cluster count instead
   int64_t iters = 20;               // Lloyd iterations (fixed count, as the reference)
   CentroidRule centroid = CentroidRule::raw_mean;
-  std::vector<int64_t> dense_layers;  // layers left unindexed (queries return all their rows)
-  KmeansOptions kmeans;               // flat, tree or automatic (common/kmeans.h)
+  std::string centroid_dtype = "f32";  // stored centroids: "f32" or "f16" (half the bytes, f16-rounded)
+  std::vector<int64_t> dense_layers;   // layers left unindexed (queries return all their rows)
+  KmeansOptions kmeans;                // flat, tree or automatic (common/kmeans.h)
 };
 
 CentroidRule parse_centroid_rule(const std::string& s);       // "raw-mean" | "spherical"; USAGE otherwise

@@ -67,6 +67,7 @@ json ClusterKvBuilder::params() const {
             {"centroid", rule_name(p_.centroid)},
             {"dense_layers", p_.dense_layers},
             {"assignment", "cosine"}};
+  if (p_.centroid_dtype != "f32") j["centroid_dtype"] = p_.centroid_dtype;  // absent: f32, as before it existed
   add_kmeans_params(j, p_.kmeans);
   return j;
 }
@@ -75,6 +76,8 @@ void ClusterKvBuilder::check(int64_t) const {
   KVT_CHECK(p_.clusters > 0 || p_.tokens_per_cluster >= 1, USAGE, "--tokens-per-cluster must be >= 1");
   KVT_CHECK(p_.clusters >= 0 && p_.clusters < (int64_t{1} << 31), USAGE, "--clusters must be positive");
   KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "--iters must be in 1..10000");
+  KVT_CHECK(p_.centroid_dtype == "f32" || p_.centroid_dtype == "f16", USAGE,
+            "--centroid-dtype must be f32 or f16, got '" << p_.centroid_dtype << "'");
   check_kmeans_options(p_.kmeans);
 }
 
@@ -94,7 +97,7 @@ PartOutput ClusterKvBuilder::build_part(const PartInput& in) const {
   out.meta["kmeans"] = kmeans_method_name(used);
   out.meta["generations"] =
       json::array({{{"index_generation", 1}, {"rows", {rb, rb + n}}, {"clusters", {0, s.clusters()}}}});
-  cluster_sections(s, out.sections);
+  cluster_sections(s, out.sections, "ckv", p_.centroid_dtype);
   return out;
 }
 
@@ -119,13 +122,14 @@ class ClusterKvAppender : public KindAppender {
     E_ = new_end_ + before_.local;  // the local window stays outside the index
     const json& params = old.manifest()["params"];
     rule_ = parse_centroid_rule(params["centroid"]);
+    dtype_ = stored_float_dtype(params, "centroid_dtype");
     iters_ = params["iters"];
     seed_ = params["seed"];
     return {E_, before_.end(), new_end_, new_end_ - before_.begin()};
   }
 
   void append_part(const AppendPartInput& in, PartOutput& out) override {
-    ClusterSet s = ClusterSet::load(in.old, in.layer, in.kv_head, in.head_dim);
+    ClusterSet s = ClusterSet::load(in.old, in.layer, in.kv_head, in.head_dim, "ckv", dtype_);
     const int64_t c0 = s.clusters();
     const auto layer = static_cast<uint64_t>(in.layer), head = static_cast<uint64_t>(in.kv_head);
     for (int64_t wi = 0; wi < windows_; ++wi) {
@@ -139,7 +143,7 @@ class ClusterKvAppender : public KindAppender {
     out.meta["generations"].push_back({{"index_generation", in.index_generation},
                                        {"rows", {before_.end(), new_end_}},
                                        {"clusters", {c0, s.clusters()}}});
-    cluster_sections(s, out.sections);
+    cluster_sections(s, out.sections, "ckv", dtype_);  // old f16 centroids round-trip exactly
   }
 
   json first_generation() const override {
@@ -164,6 +168,7 @@ class ClusterKvAppender : public KindAppender {
   int64_t P_ = 0, E_ = 0, windows_ = 0, new_end_ = 0, iters_ = 0;
   uint64_t seed_ = 0;
   CentroidRule rule_ = CentroidRule::raw_mean;
+  std::string dtype_ = "f32";
   IndexedRows before_;
 };
 

@@ -23,7 +23,9 @@ class ClusterKvSelector : public PartSelector {
     const json& pm = part_meta(r, layer, head);
     dense_ = pm.value("dense", false);
     n_ = int_member(pm, "indexed_rows", "clusterkv part");
-    if (!dense_) set_ = ClusterSet::load(r, layer, head, r.source().geo.head_dim);
+    if (!dense_)
+      set_ = ClusterSet::load(r, layer, head, r.source().geo.head_dim, "ckv",
+                              stored_float_dtype(r.manifest()["params"], "centroid_dtype"));
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
@@ -112,6 +114,7 @@ void validate_clusterkv(const ArtifactReader& r) {
   validate_part_list(r);
   IndexedRows rows = IndexedRows::of(r);
   const int64_t d = r.source().geo.head_dim;
+  const std::string dtype = stored_float_dtype(r.manifest()["params"], "centroid_dtype");
   size_t sections = 0;
   for (const auto& pm : member(r.manifest()["kind_data"], "parts", "kind_data")) {
     const int64_t layer = int_member(pm, "layer", "part"), head = int_member(pm, "kv_head", "part");
@@ -127,7 +130,7 @@ void validate_clusterkv(const ArtifactReader& r) {
       continue;
     }
     sections += 4;
-    ClusterSet s = ClusterSet::load(r, layer, head, d);
+    ClusterSet s = ClusterSet::load(r, layer, head, d, "ckv", dtype);
     uint64_t run = 0;
     for (int64_t c = 0; c < s.clusters(); ++c) {
       run += s.sizes[c];
@@ -149,7 +152,10 @@ void validate_clusterkv(const ArtifactReader& r) {
 }  // namespace
 
 KindSpec kinds::clusterkv_kind() {
-  return make_budget_kind_spec<ClusterKvSelector>("clusterkv", "ClusterKV cosine clusters of keys", validate_clusterkv);
+  KindSpec k =
+      make_budget_kind_spec<ClusterKvSelector>("clusterkv", "ClusterKV cosine clusters of keys", validate_clusterkv);
+  k.device_f32_sections = {"ckv_centroids"};
+  return k;
 }
 
 }  // namespace kvtool

@@ -70,7 +70,8 @@ inline KmeansMethod add_clusters(ClusterSet& s, const float* raw, int64_t row0, 
   return method;
 }
 
-inline void cluster_sections(const ClusterSet& s, std::vector<PartSection>& out, const std::string& pre = "ckv") {
+inline void cluster_sections(const ClusterSet& s, std::vector<PartSection>& out, const std::string& pre = "ckv",
+                             const std::string& centroid_dtype = "f32") {
   const int64_t d = s.d;
   const auto& members = s.members;
   const auto& sizes = s.sizes;
@@ -82,7 +83,8 @@ inline void cluster_sections(const ClusterSet& s, std::vector<PartSection>& out,
     return b;
   };
   int64_t C = s.clusters(), n = static_cast<int64_t>(members.size());
-  out.push_back({pre + "_centroids", "f32", {C, d}, bytes(centroids.data(), centroids.size() * 4)});
+  out.push_back(
+      {pre + "_centroids", centroid_dtype, {C, d}, stored_float_bytes(centroids, centroid_dtype, "a centroid")});
   out.push_back({pre + "_sizes", "u32", {C}, bytes(sizes.data(), sizes.size() * 4)});
   out.push_back({pre + "_prefix_sums", "u32", {C}, bytes(prefix.data(), prefix.size() * 4)});
   out.push_back({pre + "_members", "u32", {n}, bytes(members.data(), members.size() * 4)});

@@ -10,6 +10,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
+#include "common/stored_floats.h"
 
 namespace kvtool {
 
@@ -31,8 +32,9 @@ struct ClusterSet {
     if (!from.empty()) std::memcpy(to.data(), from.data(), from.size());
   }
 
+  // Centroids stored as `centroid_dtype` ("f32" or "f16") are held widened to f32.
   static ClusterSet load(const ArtifactReader& r, int64_t layer, int64_t head, int64_t d,
-                         const std::string& pre = "ckv") {
+                         const std::string& pre = "ckv", const std::string& centroid_dtype = "f32") {
     ClusterSet s;
     s.d = d;
     auto get = [&](const char* suffix, const char* dtype) {
@@ -42,7 +44,7 @@ struct ClusterSet {
                 "part (" << layer << ", " << head << ") lacks section " << name << " (" << dtype << ")");
       return std::make_pair(e, r.read_section(*e));
     };
-    auto [ce, cb] = get("_centroids", "f32");
+    auto [ce, cb] = get("_centroids", centroid_dtype.c_str());
     auto [se, sb] = get("_sizes", "u32");
     auto [pe, pb] = get("_prefix_sums", "u32");
     auto [me, mb] = get("_members", "u32");
@@ -54,11 +56,10 @@ struct ClusterSet {
     const int64_t C = se->shape[0];
     KVT_CHECK(ce->shape == std::vector<int64_t>({C, d}) && pe->shape == std::vector<int64_t>({C}), SHAPE_MISMATCH,
               "cluster sections of part (" << layer << ", " << head << ") have inconsistent shapes");
-    s.centroids.resize(static_cast<size_t>(C * d));
     s.sizes.resize(static_cast<size_t>(C));
     s.prefix.resize(static_cast<size_t>(C));
     s.members.resize(static_cast<size_t>(me->shape[0]));
-    copy_bytes(s.centroids, cb);
+    s.centroids = widen_float_section(cb, centroid_dtype);
     copy_bytes(s.sizes, sb);
     copy_bytes(s.prefix, pb);
     copy_bytes(s.members, mb);

@@ -14,6 +14,7 @@ struct PqParams {
   int64_t iters = 25;                     // Lloyd iterations per subspace (fixed count, the stopping rule)
   int64_t max_points_per_centroid = 256;  // training sample cap per centroid (FAISS's rule)
   std::string loss = "l2";                // "l2" | "anisotropic" (score-aware, lib/kinds/pq/pq_aniso.h)
+  std::string codebook_dtype = "f32";     // stored codebooks: "f32" or "f16" (half the bytes, f16-rounded)
   double anisotropic_eta = 0;  // h_par / h_perp of loss "anisotropic"; 0: derived per part from the dump's queries
 };
 

@@ -126,6 +126,7 @@ json PqBuilder::params() const {
     j["loss"] = p_.loss;
     j["anisotropic_eta"] = p_.anisotropic_eta;
   }
+  if (p_.codebook_dtype != "f32") j["codebook_dtype"] = p_.codebook_dtype;  // absent: f32
   return j;
 }
 
@@ -139,6 +140,8 @@ void PqBuilder::check(int64_t d) const {
   KVT_CHECK(p_.max_points_per_centroid >= 1, USAGE, "max points per centroid must be positive");
   KVT_CHECK(p_.loss == "l2" || p_.loss == "anisotropic", USAGE,
             "--loss must be l2 or anisotropic (got " << p_.loss << ")");
+  KVT_CHECK(p_.codebook_dtype == "f32" || p_.codebook_dtype == "f16", USAGE,
+            "--codebook-dtype must be f32 or f16 (got " << p_.codebook_dtype << ")");
   KVT_CHECK(std::isfinite(p_.anisotropic_eta) && p_.anisotropic_eta >= 0, USAGE,
             "--anisotropic-eta must be 0 (derived from the dump's queries) or a finite number > 0 (got "
                 << p_.anisotropic_eta << ")");
@@ -170,16 +173,22 @@ PartOutput PqBuilder::build_part(const PartInput& in) const {
     encode_subspace(x.data(), n, dsub, clus.centroids.data(), k, labels);  // codes of the actual rows
     for (int64_t i = 0; i < n; ++i) codes[i * m + j] = static_cast<int32_t>(labels[i]);
   }
+  double eta = 1;
   if (p_.loss == "anisotropic") {  // from the L2 codebooks and codes: every round lowers the loss
-    const double eta = p_.anisotropic_eta > 0 ? p_.anisotropic_eta : calibrated_eta(in);
+    eta = p_.anisotropic_eta > 0 ? p_.anisotropic_eta : calibrated_eta(in);
     if (p_.anisotropic_eta == 0) out.meta["anisotropic_eta"] = eta;
     const pq::AnisoProblem ap{in.keys + rb * d, n, d, m, k, eta};
     pq::aniso_train(ap, p_.iters, centroids.data(), codes);
   }
-  PartSection cs{"pq_centroids", "f32", {m, k, dsub}, {}};
-  cs.bytes.resize(centroids.size() * 4);
-  std::memcpy(cs.bytes.data(), centroids.data(), cs.bytes.size());
-  out.sections.push_back(std::move(cs));
+  out.sections.push_back({"pq_centroids",
+                          p_.codebook_dtype,
+                          {m, k, dsub},
+                          stored_float_bytes(centroids, p_.codebook_dtype, "a pq centroid")});
+  if (p_.codebook_dtype != "f32") {  // the codes of the codebooks as stored (f16-rounded), as append encodes
+    const PqLayout lay{m, p_.bits, k, d, dsub, p_.codebook_dtype};
+    codes = encode_rows(in.keys + rb * d, n, d, stored_float_values(centroids, p_.codebook_dtype).data(), lay, p_.loss,
+                        eta);
+  }
   out.sections.push_back({"pq_codes", code_dtype(p_.bits), {n, m}, store_codes(codes, m, p_.bits)});
   return out;
 }
@@ -207,18 +216,19 @@ class PqAppender : public KindAppender {
   void append_part(const AppendPartInput& in, PartOutput& out) override {
     const SectionEntry* ce = in.old.find("pq_centroids", in.layer, in.kv_head);
     auto cb = in.old.read_section(*ce);
+    const std::vector<float> codebook = widen_float_section(cb, lay_.codebook_dtype);
     auto codes = in.old.read_section(*in.old.find("pq_codes", in.layer, in.kv_head));
     const size_t cw = lay_.bits <= 8 ? 1 : 2;
     codes.resize(static_cast<size_t>(after_.count() * lay_.m) * cw);
     const int64_t n_new = in.rows_end - in.rows_begin;
     if (n_new > 0) {
-      const std::vector<int32_t> c = encode_rows(in.rows, n_new, in.head_dim, reinterpret_cast<const float*>(cb.data()),
-                                                 lay_, loss_, part_eta(in.old, in.layer, in.kv_head));
+      const std::vector<int32_t> c = encode_rows(in.rows, n_new, in.head_dim, codebook.data(), lay_, loss_,
+                                                 part_eta(in.old, in.layer, in.kv_head));
       const std::vector<uint8_t> fresh = store_codes(c, lay_.m, lay_.bits);
       std::memcpy(codes.data() + before_.count() * lay_.m * cw, fresh.data(), fresh.size());
       encoded_ += n_new;
     }
-    out.sections.push_back({"pq_centroids", "f32", ce->shape, std::move(cb)});
+    out.sections.push_back({"pq_centroids", lay_.codebook_dtype, ce->shape, std::move(cb)});
     out.sections.push_back({"pq_codes", code_dtype(lay_.bits), {after_.count(), lay_.m}, std::move(codes)});
   }
 

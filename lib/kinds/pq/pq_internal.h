@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/stored_floats.h"
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 
@@ -13,6 +14,7 @@ inline std::string code_dtype(int64_t bits) { return bits <= 8 ? "u8" : "u16"; }
 
 struct PqLayout {
   int64_t m, bits, k, d, dsub;
+  std::string codebook_dtype;  // "f32" or "f16" (params.codebook_dtype, absent: f32)
   static PqLayout of(const ArtifactReader& r) {
     const json& p = r.manifest()["params"];
     KVT_CHECK(p.contains("subspaces") && p["subspaces"].is_number_unsigned() && p.contains("bits") &&
@@ -26,6 +28,7 @@ struct PqLayout {
               "pq params subspaces=" << l.m << ", bits=" << l.bits << " do not fit head dim " << l.d);
     l.k = int64_t{1} << l.bits;
     l.dsub = l.d / l.m;
+    l.codebook_dtype = stored_float_dtype(p, "codebook_dtype");
     return l;
   }
 };

@@ -14,6 +14,7 @@ std::unique_ptr<KindBuilder> make_pq_builder(const json& params) {
   in.get("max_points_per_centroid", p.max_points_per_centroid);
   in.get("loss", p.loss);
   in.get("anisotropic_eta", p.anisotropic_eta);
+  in.get("codebook_dtype", p.codebook_dtype);
   in.finish();
   return std::make_unique<PqBuilder>(p);
 }

@@ -24,9 +24,8 @@ class PqSelector : public PartSelector {
     dense_ = pm.value("dense", false);
     n_ = int_member(pm, "indexed_rows", "pq part");
     if (dense_) return;
-    auto c = r.read_section(require_section(r, "pq_centroids", layer, head));
-    centroids_.resize(c.size() / 4);
-    std::memcpy(centroids_.data(), c.data(), c.size());
+    centroids_ =
+        widen_float_section(r.read_section(require_section(r, "pq_centroids", layer, head)), lay_.codebook_dtype);
     auto codes = r.read_section(require_section(r, "pq_codes", layer, head));
     codes_.resize(static_cast<size_t>(n_ * lay_.m));
     if (lay_.bits <= 8)
@@ -107,18 +106,15 @@ void validate_pq(const ArtifactReader& r) {
     }
     KVT_CHECK(c && k, PART_INVALID, "pq part (" << layer << ", " << head << ") lacks its centroids or codes");
     sections_seen += 2;
-    KVT_CHECK(c->dtype == "f32" && c->shape == std::vector<int64_t>({lay.m, lay.k, lay.dsub}), SHAPE_MISMATCH,
-              "pq_centroids of (" << layer << ", " << head << ") must be f32 [" << lay.m << ", " << lay.k << ", "
-                                  << lay.dsub << "]");
+    KVT_CHECK(c->dtype == lay.codebook_dtype && c->shape == std::vector<int64_t>({lay.m, lay.k, lay.dsub}),
+              SHAPE_MISMATCH,
+              "pq_centroids of (" << layer << ", " << head << ") must be " << lay.codebook_dtype << " [" << lay.m
+                                  << ", " << lay.k << ", " << lay.dsub << "]");
     KVT_CHECK(k->dtype == code_dtype(lay.bits) && k->shape == std::vector<int64_t>({n, lay.m}), SHAPE_MISMATCH,
               "pq_codes of (" << layer << ", " << head << ") must be " << code_dtype(lay.bits) << " [" << n << ", "
                               << lay.m << "]");
-    auto cb = r.read_section(*c);
-    for (size_t i = 0; i < cb.size(); i += 4) {
-      float x;
-      std::memcpy(&x, cb.data() + i, 4);
+    for (float x : widen_float_section(r.read_section(*c), lay.codebook_dtype))
       KVT_CHECK(std::isfinite(x), NON_FINITE, "pq_centroids of (" << layer << ", " << head << ") hold NaN/Inf");
-    }
     auto kb = r.read_section(*k);
     for (int64_t i = 0; i < n * lay.m; ++i) {
       int64_t code = lay.bits <= 8 ? kb[i] : (kb[2 * i] | (kb[2 * i + 1] << 8));
@@ -133,7 +129,9 @@ void validate_pq(const ArtifactReader& r) {
 }  // namespace
 
 KindSpec kinds::pq_kind() {
-  return make_budget_kind_spec<PqSelector>("pq", "PQCache product quantization of keys", validate_pq);
+  KindSpec k = make_budget_kind_spec<PqSelector>("pq", "PQCache product quantization of keys", validate_pq);
+  k.device_f32_sections = {"pq_centroids"};
+  return k;
 }
 
 }  // namespace kvtool

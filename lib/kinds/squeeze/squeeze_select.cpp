@@ -2,6 +2,7 @@
 // two-level (or flat) threshold selector and its device path, the thresholds finalized from every
 // part, and the kind's registration (formats/kinds-v1.md, "squeeze").
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -46,7 +47,7 @@ struct SqueezeParams : QueryParams {
 };
 
 // What bounds the children of each coarse group g (formats/kinds-v1.md §6.6, rule "bound"), from
-// the stored centroids in f64: radius = max over children of |fine_c - coarse_g|, mean_offset =
+// the stored centroids in f64: radius = max over non-empty children of |fine_c - coarse_g|, mean_offset =
 // |sum_c N_c fine_c / S_g - coarse_g| and norm = |coarse_g|. Empty groups hold zeros.
 struct GroupBounds {
   std::vector<double> radius, mean_offset, norm;
@@ -70,7 +71,7 @@ GroupBounds group_bounds(const std::vector<float>& fine, const std::vector<uint3
         dist += e * e;
         mean[t] += static_cast<double>(sizes[j]) * cj[t];
       }
-      b.radius[g] = std::max(b.radius[g], std::sqrt(dist));
+      if (sizes[j] > 0) b.radius[g] = std::max(b.radius[g], std::sqrt(dist));  // empty clusters hold no rows
       total += sizes[j];
     }
     double off = 0;
@@ -238,7 +239,9 @@ class SqueezeSelector : public PartSelector {
     int64_t scored = G;
     for (size_t k = 0; k < K; ++k) {
       const int64_t g = order[k];
-      if (std::exp(up[g] - m) < tau * (known + rest[k]) * (1 - kBoundSlack)) break;
+      // Below the smallest normal double the sums' rounding is no longer relative: never stop there.
+      const double bar = tau * (known + rest[k]) * (1 - kBoundSlack);
+      if (bar >= DBL_MIN && std::exp(up[g] - m) < bar) break;
       const auto& ch = children_[g];
       std::vector<double> z(ch.size());
       dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
@@ -468,6 +471,12 @@ KindSpec kinds::squeeze_kind() {
     auto p = std::make_unique<SqueezeParams>();
     const std::string q = setting_or_default(self, s, "quantile");
     p->quantile = q.empty() ? r.manifest()["params"]["quantiles"][0].get<double>() : parse_double_option("quantile", q);
+    const json& kd = r.manifest()["kind_data"];  // an unmerged shard has none: its parts refuse queries
+    KVT_CHECK(!kd.contains("thresholds") || !kd["thresholds"].is_object() ||
+                  kd["thresholds"].contains(quantile_key(p->quantile)),
+              USAGE,
+              "quantile " << quantile_key(p->quantile) << " was not calibrated; the artifact has "
+                          << kd["thresholds"].dump());
     p->flat = parse_bool_option("flat", setting_or_default(self, s, "flat"));
     const std::string rule = setting_or_default(self, s, "coarse_rule");
     KVT_CHECK(rule == "bound" || rule == "factor", USAGE, "coarse_rule must be bound or factor (got '" << rule << "')");

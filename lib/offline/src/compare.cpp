@@ -69,11 +69,21 @@ CompareReport compare(const std::vector<const ArtifactReader*>& arts, const Dump
     }
   }
   check_named_options(kinds, opt);
+  std::vector<EvalOptions> per_artifact;
+  for (const ArtifactReader* a : arts) {  // every option value parsed before any evaluation
+    per_artifact.push_back(opt);
+    per_artifact.back().sweep = compare_sweep(*a, opt);
+    try {
+      check_eval_settings(*a, per_artifact.back());
+    } catch (const Error& e) {
+      throw Error(e.reason(), "artifact " + a->path() + ": " + e.what());
+    }
+  }
   CompareReport rep;
   rep.source = dump.path();
-  for (const ArtifactReader* a : arts) {
-    EvalOptions eo = opt;
-    eo.sweep = compare_sweep(*a, opt);
+  for (size_t i = 0; i < arts.size(); ++i) {
+    const ArtifactReader* a = arts[i];
+    const EvalOptions& eo = per_artifact[i];
     try {
       rep.artifacts.push_back({identity(*a), evaluate(*a, dump, eo)});
     } catch (const Error& e) {

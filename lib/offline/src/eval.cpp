@@ -376,6 +376,12 @@ EvalReport evaluate_bound(const ArtifactReader& art, const DumpReader& dump, con
 
 }  // namespace
 
+void check_eval_settings(const ArtifactReader& art, const EvalOptions& opt) {
+  const KindSpec* kind = find_kind(art.kind());
+  KVT_CHECK(kind, UNKNOWN_KIND, "artifact kind '" << art.kind() << "' is not known to this kvtool");
+  eval_settings(art, *kind, opt, IndexedRows::of(art).count());
+}
+
 EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
                     std::vector<EvalRecord>* records) {
   check_source_fields(art.source(), dump);

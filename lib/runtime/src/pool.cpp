@@ -16,6 +16,7 @@
 
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
+#include "kvtool/half.h"
 #include "kvtool/sha256.h"
 
 namespace kvtool {
@@ -430,13 +431,18 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     }
 
     if (rq.device) {
-      // Device image: every section raw, 256-byte aligned, staged in pinned memory.
+      // Device image: every section raw, 256-byte aligned, staged in pinned memory; the f16
+      // sections the kind's device path reads as f32 (KindSpec::device_f32_sections) widened.
+      auto widened = [&](const SectionEntry& s) {
+        return s.dtype == "f16" && std::find(kind->device_f32_sections.begin(), kind->device_f32_sections.end(),
+                                             s.name) != kind->device_f32_sections.end();
+      };
       std::vector<uint64_t> off;
       uint64_t cur = 0;
       for (const auto& s : r.sections()) {
         cur = (cur + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
         off.push_back(cur);
-        cur += s.raw_size;
+        cur += widened(s) ? 2 * s.raw_size : s.raw_size;
       }
       g->charges.push_back(reserve(st_, 0, static_cast<int64_t>(cur), rc.evicted));
       w->staging_charge = reserve(st_, static_cast<int64_t>(cur), 0, rc.evicted);
@@ -445,7 +451,10 @@ PublishTicket Pool::begin(const PublishRequest& req) {
       std::memset(w->staging.p, 0, cur);
       for (size_t i = 0; i < r.sections().size(); ++i) {
         const SectionEntry& s = r.sections()[i];
-        if (s.codec == "none") {
+        if (widened(s)) {
+          const std::vector<float> v = widen_f16_bytes(r.read_section(s));
+          if (!v.empty()) std::memcpy(w->staging.p + off[i], v.data(), v.size() * 4);
+        } else if (s.codec == "none") {
           if (s.raw_size) std::memcpy(w->staging.p + off[i], r.data() + s.offset, s.raw_size);
         } else {
           auto b = r.read_section(s);
@@ -460,7 +469,7 @@ PublishTicket Pool::begin(const PublishRequest& req) {
           if (s.layer < 0) continue;
           DevicePart& dp = g->dev_parts[{s.layer, s.kv_head}];
           dp.dev = st_->opt.device.get();
-          dp.sections.emplace_back(s.name, DeviceSection{g->dev.p + off[i], s.dtype, s.shape});
+          dp.sections.emplace_back(s.name, DeviceSection{g->dev.p + off[i], widened(s) ? "f32" : s.dtype, s.shape});
         }
       g->reader->release_sections();
       rc.decompress_s = secs(t2, Clock::now());

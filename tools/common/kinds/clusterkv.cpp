@@ -26,6 +26,9 @@ Command add_build(CLI::App& app, bool& as_json) {
          "--centroid", a->centroid,
          "stored centroid: raw-mean (mean of the raw keys, as the reference) or spherical (unit mean direction)")
         ->capture_default_str();
+    c->add_option("--centroid-dtype", a->p.centroid_dtype,
+                  "stored centroids: f32, or f16 (half the centroid bytes; ranking on the f16-rounded centroids)")
+        ->capture_default_str();
     c->add_option("--dense-layers", a->dense_layers,
                   "layers to leave unindexed, e.g. 0,1 or 0-1 (queries return all their rows)");
     add_kmeans_options(c, a->kmeans, a->p.kmeans);

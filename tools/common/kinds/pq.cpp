@@ -29,6 +29,10 @@ void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
               "h_par / h_perp of --loss anisotropic (> 0; 1 = L2); 0: derived per (layer, kv head) from the dump's "
               "queries before the coverage end")
              ->capture_default_str();
+         c->add_option("--codebook-dtype", p->codebook_dtype,
+                       "stored codebooks: f32, or f16 (half the codebook bytes; codes and LUT scores from the "
+                       "f16-rounded codebooks; with one more --bits, the bytes of f32)")
+             ->capture_default_str();
        },
        [p] { return std::make_unique<PqBuilder>(*p); }},
       as_json));

@@ -1,10 +1,13 @@
 // kvtool compare --source DUMP ART... [--budget B ...] [--min-collisions c ...] [--quantile q ...]
 // [-o NAME=VALUE ...] [--csv F] [--plot F.svg] [--json] [-q]
+#include <filesystem>
+
 #include "commands.h"
 #include "eval_options.h"
 #include "eval_output.h"
 #include "kvtool/admission.h"
 #include "kvtool/compare.h"
+#include "kvtool/error.h"
 
 namespace kvtool::cmd {
 
@@ -31,7 +34,13 @@ std::unique_ptr<ArtifactReader> open_admitted(const std::string& path) {
 int run(const Args& a, const Flags& flags) {
   std::vector<std::unique_ptr<ArtifactReader>> readers;
   std::vector<const ArtifactReader*> arts;
-  for (const auto& p : a.arts) {
+  for (size_t i = 0; i < a.arts.size(); ++i) {
+    const std::string& p = a.arts[i];
+    for (size_t j = 0; j < i; ++j) {
+      std::error_code ec;
+      KVT_CHECK(p != a.arts[j] && !std::filesystem::equivalent(p, a.arts[j], ec), USAGE,
+                "artifact '" << p << "' is given twice");
+    }
     readers.push_back(open_admitted(p));
     arts.push_back(readers.back().get());
   }
@@ -41,7 +50,9 @@ int run(const Args& a, const Flags& flags) {
   for (const auto& [name, values] : a.sweep.named_options())
     for (const auto& v : values) co.sweep[name].push_back(v);
   a.sweep.fill(co, flags.quiet || flags.json);
-  const auto out = a.sweep.open_outputs();
+  std::vector<std::string> inputs = a.arts;
+  inputs.push_back(a.source);
+  const auto out = a.sweep.open_outputs(inputs);
   const CompareReport rep = compare(arts, d, co);
   if (out.csv) cli::write_compare_csv(*out.csv, rep);
   if (out.plot) cli::write_compare_plot(*out.plot, rep);

@@ -37,7 +37,7 @@ int run(const Args& a, const Flags& flags) {
   EvalOptions eo;
   eo.sweep = sweep(a.sweep, find_kind(r.kind()));
   a.sweep.fill(eo, flags.quiet || flags.json);
-  const auto out = a.sweep.open_outputs();
+  const auto out = a.sweep.open_outputs({a.art, a.source});
   std::vector<EvalRecord> records;
   const EvalReport rep = evaluate(r, d, eo, out.csv ? &records : nullptr);
   if (out.csv) cli::write_eval_csv(*out.csv, records);

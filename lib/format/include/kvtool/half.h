@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define KVT_HOST_DEVICE __host__ __device__
@@ -51,5 +52,7 @@ float f16_to_f32(uint16_t h);
 // (checked at run time), else a 64 Ki-entry table.
 void f16_to_f32_array(const uint16_t* in, float* out, size_t n);
 uint16_t f32_to_f16(float f);
+// The f16 values of little-endian bytes (an f16 section's raw bytes) as f32, exactly.
+std::vector<float> widen_f16_bytes(const std::vector<uint8_t>& bytes);
 
 }  // namespace kvtool

@@ -90,4 +90,8 @@ struct EvalReport {
 EvalReport evaluate(const ArtifactReader& art, const DumpReader& dump, const EvalOptions& opt,
                     std::vector<EvalRecord>* records = nullptr);
 
+// The settings evaluate() would sweep, parsed by the artifact's kind: USAGE for a bad option value
+// (before any work, so that a caller evaluating several artifacts fails fast).
+void check_eval_settings(const ArtifactReader& art, const EvalOptions& opt);
+
 }  // namespace kvtool

@@ -161,6 +161,9 @@ struct KindSpec {
   // mass against selected fraction when the user names none (a budget sweep, the collision
   // thresholds valid for the artifact). Unset: default_sweep's values.
   std::function<std::vector<std::string>(const ArtifactReader&, const std::string& option)> curve_sweep = nullptr;
+  // Sections that the kind's device path reads as f32 where the artifact stores them as f16
+  // (centroids, codebooks): the pool's device image holds them widened (exactly).
+  std::vector<std::string> device_f32_sections;
   // Receipts need the full key rows (inclusion probabilities): callers pass KeyRows.
   bool needs_keys = false;
   // Optional kind-specific summary shown by inspect (e.g. table bytes, bucket occupancy).
