@@ -13,7 +13,7 @@
 #   and the default leaf of 64 would give the flat k-means itself) retains at most 0.01 less than
 #   the flat build at the gated budget (issue 17; measured differences +0.0004, -0.0059, +0.0052).
 # Equal index bytes (issue 15): f16 centroids with 5 tokens per cluster (raw bytes per indexed row
-# 4 + (2d+8)/5, below 8 f32 tokens' 4 + (4d+8)/8 for every d >= 6) retain at least 0.05 more of
+# 4 + (2d+8)/5, below 8 f32 tokens' 4 + (4d+8)/8 for every d > 6, equal at d = 6) retain at least 0.05 more of
 # the oracle on cheaders and no less on the other two, at the same selected fraction and no more
 # raw section bytes (baselines.py --gain-over; stored bytes printed).
 . "$(dirname "$0")/quality_lib.sh"

@@ -226,6 +226,11 @@ TEST_CASE("clusterkv --centroid-dtype f16: the f32 build's clusters with rounded
   REQUIRE(g2.find("ckv_centroids", 1, 1)->dtype == "f16");
   CHECK(std::equal(c16.begin(), c16.end(), n16.begin()));  // old centroids round-trip exactly
   CHECK_NOTHROW(verify_artifact(tmp.file("g2.kvi"), vo));
+  // A manifest whose dtype is not the sections', or no known dtype, is refused.
+  repack_artifact(tmp.file("f32.kvi"), tmp.file("says16.kvi"), {{}, {}, {{"/params/centroid_dtype", "f16"}}});
+  CHECK(reason_of([&] { verify_artifact(tmp.file("says16.kvi"), {}); }) == "PART_INVALID");  // §4.4 rule 4
+  repack_artifact(tmp.file("f16.kvi"), tmp.file("f64.kvi"), {{}, {}, {{"/params/centroid_dtype", "f64"}}});
+  CHECK(reason_of([&] { verify_artifact(tmp.file("f64.kvi"), {}); }) == "BAD_MANIFEST");
   p.centroid_dtype = "f64";
   CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), ClusterKvBuilder(p)); }) == "USAGE");
   CHECK_FALSE(fs::exists(tmp.file("x.kvi")));

@@ -184,10 +184,13 @@ PartOutput PqBuilder::build_part(const PartInput& in) const {
                           p_.codebook_dtype,
                           {m, k, dsub},
                           stored_float_bytes(centroids, p_.codebook_dtype, "a pq centroid")});
-  if (p_.codebook_dtype != "f32") {  // the codes of the codebooks as stored (f16-rounded), as append encodes
-    const PqLayout lay{m, p_.bits, k, d, dsub, p_.codebook_dtype};
-    codes = encode_rows(in.keys + rb * d, n, d, stored_float_values(centroids, p_.codebook_dtype).data(), lay, p_.loss,
-                        eta);
+  if (p_.codebook_dtype != "f32") {  // the codes of the codebooks as stored (f16-rounded)
+    const std::vector<float> stored = stored_float_values(centroids, p_.codebook_dtype);
+    if (p_.loss == "anisotropic")  // descent from the trained codes: never a higher loss than restarting
+      pq::aniso_encode({in.keys + rb * d, n, d, m, k, eta}, stored.data(), pq::kEncodePasses, codes);
+    else
+      codes = encode_rows(in.keys + rb * d, n, d, stored.data(), {m, p_.bits, k, d, dsub, p_.codebook_dtype}, p_.loss,
+                          eta);
   }
   out.sections.push_back({"pq_codes", code_dtype(p_.bits), {n, m}, store_codes(codes, m, p_.bits)});
   return out;
