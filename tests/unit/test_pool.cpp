@@ -93,6 +93,60 @@ void check_queries_equal(const Lease& lease, const std::string& art, const std::
   CHECK(t.boundary * 100 <= t.rows + 100);
 }
 
+// Every dumped query at or after the coverage end, one batch per layer (all query heads, all
+// positions), against the same queries one by one: equal candidates, scores and inclusion
+// probabilities, with `threads` threads; then a small capacity truncates but counts every one.
+void check_batch_equals_singles(const Lease& lease, const std::string& dump, const QuerySettings& settings,
+                                int threads) {
+  const ArtifactReader& r = lease.artifact();
+  DumpReader d(dump);
+  const auto& geo = d.info().geo;
+  const std::vector<int64_t> qpos = d.q_positions();
+  const auto params = lease.params(settings_for(*find_kind(r.kind()), settings));
+  std::vector<float> keys(static_cast<size_t>(geo.kv_heads * geo.tokens * geo.head_dim));
+  std::vector<KeyRows> kr;
+  for (int64_t h = 0; h < geo.kv_heads; ++h)
+    kr.push_back({keys.data() + h * geo.tokens * geo.head_dim, geo.tokens, geo.head_dim});
+  for (int64_t l = 0; l < geo.layers; ++l) {
+    for (int64_t h = 0; h < geo.kv_heads; ++h)
+      d.read_k(l, h, 0, geo.tokens, keys.data() + h * geo.tokens * geo.head_dim);
+    std::vector<int64_t> heads, positions;
+    std::vector<float> q, all(static_cast<size_t>(geo.q_tokens * geo.head_dim));
+    for (int64_t h = 0; h < geo.q_heads; ++h) {
+      d.read_q(l, h, all.data());
+      for (int64_t i = 0; i < geo.q_tokens; ++i) {
+        if (qpos[static_cast<size_t>(i)] < r.source().coverage_end - 1) continue;
+        heads.push_back(h);
+        positions.push_back(qpos[static_cast<size_t>(i)]);
+        q.insert(q.end(), all.begin() + i * geo.head_dim, all.begin() + (i + 1) * geo.head_dim);
+      }
+    }
+    const int64_t n = static_cast<int64_t>(heads.size()), cap = geo.tokens;
+    REQUIRE(n > 0);
+    std::vector<int64_t> ids(static_cast<size_t>(n * cap)), counts(static_cast<size_t>(n));
+    std::vector<float> scores(ids.size());
+    std::vector<double> incl(ids.size(), -1.0);
+    QueryBatch b{l, n, heads.data(), q.data(), positions.data(), kr.data()};
+    lease.query_batch(b, *params, {cap, ids.data(), counts.data(), scores.data(), incl.data()}, threads);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t h = heads[i];
+      const KeyRows* k = &kr[static_cast<size_t>(r.source().id.q_to_kv_head[static_cast<size_t>(h)])];
+      CandidateReceipt one = lease.query(l, h, q.data() + i * geo.head_dim, positions[i], *params, k);
+      INFO(r.kind() << " layer " << l << " q_head " << h << " position " << positions[i]);
+      REQUIRE(counts[i] == static_cast<int64_t>(one.candidates.size()));
+      REQUIRE(std::equal(one.candidates.begin(), one.candidates.end(), ids.begin() + i * cap));
+      REQUIRE(std::equal(one.scores.begin(), one.scores.end(), scores.begin() + i * cap));
+      REQUIRE(std::equal(one.inclusion.begin(), one.inclusion.end(), incl.begin() + i * cap));
+    }
+    const int64_t small = 3;
+    std::vector<int64_t> ids3(static_cast<size_t>(n * small), -1), counts3(static_cast<size_t>(n));
+    lease.query_batch(b, *params, {small, ids3.data(), counts3.data(), nullptr, nullptr}, threads);
+    CHECK(counts3 == counts);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < small; ++j) REQUIRE(ids3[i * small + j] == (j < counts[i] ? ids[i * cap + j] : -1));
+  }
+}
+
 // The last dumped query of (layer, q_head) and its position.
 int64_t first_query(const std::string& dump, int64_t layer, int64_t q_head, std::vector<float>& q) {
   DumpReader d(dump);
@@ -495,9 +549,47 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
     }
     check_queries_equal(host.acquire(c.art), c.art, dump, nullptr, "host", &tally, c.settings, c.rq);
     check_queries_equal(device.acquire(c.art), c.art, dump, nullptr, "device", &tally, c.settings, c.rq);
+    // Batches (issue 16): one layer's queries in one call equal the single queries, on both tiers,
+    // on the caller's thread and spread over three.
+    check_batch_equals_singles(host.acquire(c.art), dump, c.settings, 1);
+    check_batch_equals_singles(host.acquire(c.art), dump, c.settings, 3);
+    const int64_t calls = dev->scoring_calls();
+    check_batch_equals_singles(device.acquire(c.art), dump, c.settings, 3);
+    CHECK(dev->scoring_calls() > calls);  // the batch was scored on the device tier
   }
   UNSCOPED_INFO("reference comparisons: " << tally.queries << " queries, " << tally.rows << " rows, " << tally.boundary
                                           << " boundary ties");
   CHECK(tally.queries == 10 * 2 * 2 * 4 * 61);  // cases x tiers x layers x q heads x queries
   CHECK(tally.rows > 10000);
+}
+
+TEST_CASE("pool: batch refusals name the query at fault and write nothing else") {
+  Fixture f;
+  Pool pool(PoolOptions{});
+  pool.publish(publish_request("doc", f.pq));
+  Lease l = pool.acquire("doc");
+  const auto params = l.params({{"budget", "5"}});
+  const int64_t d = l.artifact().source().geo.head_dim, pos = l.artifact().source().coverage_end;
+  std::vector<float> q(static_cast<size_t>(2 * d), 0.5f);
+  std::vector<int64_t> heads = {0, 1}, positions = {pos, pos}, ids(10), counts(2);
+  QueryBatch b{0, 2, heads.data(), q.data(), positions.data(), nullptr};
+  const BatchAnswers out{5, ids.data(), counts.data(), nullptr, nullptr};
+  CHECK_NOTHROW(l.query_batch(b, *params, out, 2));
+  CHECK(counts == std::vector<int64_t>{5, 5});
+  heads[1] = 99;
+  CHECK(reason_of([&] { l.query_batch(b, *params, out, 2); }) == "USAGE");
+  heads[1] = 1;
+  positions[0] = 0;
+  CHECK(reason_of([&] { l.query_batch(b, *params, out, 2); }) == "USAGE");
+  positions[0] = pos;
+  b.layer = -1;
+  CHECK(reason_of([&] { l.query_batch(b, *params, out, 2); }) == "USAGE");
+  b.layer = 0;
+  CHECK(reason_of([&] { l.query_batch(b, *params, {5, ids.data(), nullptr, nullptr, nullptr}, 2); }) == "USAGE");
+  CHECK(reason_of([&] { l.query_batch(b, *params, {5, nullptr, counts.data(), nullptr, nullptr}, 2); }) == "USAGE");
+  b.count = -1;
+  CHECK(reason_of([&] { l.query_batch(b, *params, out, 2); }) == "USAGE");
+  b.count = 0;  // an empty batch answers nothing and needs no buffers
+  CHECK_NOTHROW(l.query_batch(b, *params, {0, nullptr, nullptr, nullptr, nullptr}, 2));
+  CHECK(reason_of([&] { Lease{}.query_batch(b, *params, out, 1); }) == "USAGE");
 }

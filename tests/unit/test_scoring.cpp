@@ -2,6 +2,7 @@
 // score descending, equal scores by lower index; -0 and +0 are equal scores.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -35,4 +36,61 @@ TEST_CASE("scoring: top_k equals the first k of a full stable sort, ties and sig
     }
     REQUIRE(kvtool::scoring::rank_all(s.data(), n) == want);
   }
+}
+
+TEST_CASE("scoring: top_k_into writes what top_k returns, also into a thread's warm scratch") {
+  std::mt19937 rng(11);
+  std::vector<float> s(40000);
+  for (auto& x : s) x = std::uniform_real_distribution<float>(-2, 2)(rng);
+  for (int64_t k : {int64_t{1}, int64_t{2048}, int64_t{4000}, int64_t{39999}}) {
+    std::vector<int64_t> out(static_cast<size_t>(k) + 3, -7);
+    REQUIRE(kvtool::scoring::top_k_into(s.data(), 40000, k, out.data()) == k);
+    const auto want = kvtool::scoring::top_k(s.data(), 40000, k);
+    REQUIRE(std::equal(want.begin(), want.end(), out.begin()));
+    REQUIRE(out[static_cast<size_t>(k)] == -7);  // nothing written past min(k, n)
+  }
+}
+
+// Column-major scoring at every SIMD level this CPU runs equals the row-major loop bit for bit
+// (memcmp: signed zeros and NaN payloads included), for u8 and u16 codes, table sizes on both sides
+// of the AVX-512 register path (64 entries) and row counts around the vector widths.
+TEST_CASE("scoring: pq_scores_cm at every SIMD level equals the row-major scores bit for bit") {
+  namespace sc = kvtool::scoring;
+  std::mt19937 rng(3);
+  const sc::Simd best = sc::simd_supported();
+  INFO("best level on this CPU: " << sc::simd_name(best));
+  for (int64_t k : {2, 16, 33, 64, 65, 256, 1024}) {
+    for (int64_t m : {1, 2, 3, 16}) {
+      for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 1000}) {
+        std::vector<float> lut(static_cast<size_t>(m * k));
+        for (size_t e = 0; e < lut.size(); ++e)
+          lut[e] = e % 11 == 0 ? -0.0f : std::uniform_real_distribution<float>(-3, 3)(rng);
+        std::vector<uint16_t> rm(static_cast<size_t>(n * m)), cm(rm.size());
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < m; ++j) rm[i * m + j] = cm[j * n + i] = static_cast<uint16_t>(rng() % k);
+        std::vector<uint8_t> rm8(rm.begin(), rm.end()), cm8(cm.begin(), cm.end());
+        std::vector<float> want(static_cast<size_t>(n)), got(want.size());
+        if (k <= 256)
+          sc::pq_scores_u8(lut.data(), rm8.data(), n, m, k, want.data());
+        else
+          sc::pq_scores_u16(lut.data(), rm.data(), n, m, k, want.data());
+        for (int level = 0; level <= static_cast<int>(best); ++level) {
+          REQUIRE(sc::set_simd_level(static_cast<sc::Simd>(level)) == static_cast<sc::Simd>(level));
+          std::fill(got.begin(), got.end(), 1234.f);
+          if (k <= 256)
+            sc::pq_scores_cm_u8(lut.data(), cm8.data(), n, m, k, got.data());
+          else
+            sc::pq_scores_cm_u16(lut.data(), cm.data(), n, m, k, got.data());
+          INFO("level " << sc::simd_name(static_cast<sc::Simd>(level)) << " k " << k << " m " << m << " n " << n);
+          REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        }
+        if (k <= 256 && k > 1) {  // u16 column-major codes with the same values agree too
+          sc::pq_scores_cm_u16(lut.data(), cm.data(), n, m, k, got.data());
+          REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+  sc::set_simd_level(sc::Simd::avx512);  // back to the best the CPU runs
+  CHECK(sc::simd_level() == best);
 }

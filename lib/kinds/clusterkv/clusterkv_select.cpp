@@ -37,14 +37,16 @@ class ClusterKvSelector : public PartSelector {
       }
       return;
     }
-    std::vector<float> score(static_cast<size_t>(set_.clusters()));
+    std::vector<float>& score = scratch().score;
+    score.resize(static_cast<size_t>(set_.clusters()));
     scoring::dot_scores(req.q, set_.centroids.data(), set_.clusters(), set_.d, score.data());
     take(score, out.budget_rows, out);
   }
   bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
     const DeviceSection* c = dp.find("ckv_centroids");
     if (dense_ || !c) return false;
-    std::vector<float> score(static_cast<size_t>(set_.clusters()));
+    std::vector<float>& score = scratch().score;
+    score.resize(static_cast<size_t>(set_.clusters()));
     out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
     dp.dev->dot_scores(static_cast<const float*>(c->ptr), set_.clusters(), set_.d, req.q, score.data());
     take(score, out.budget_rows, out);
@@ -53,7 +55,9 @@ class ClusterKvSelector : public PartSelector {
   // Whole clusters best first (the last one cut) until the budget is spent.
   void take(const std::vector<float>& score, int64_t budget, Selection& out) const {
     // Full ranking of every cluster (the reference's 256-slot kernel breaks beyond 256 clusters).
-    const std::vector<int64_t> order = scoring::rank_all(score.data(), set_.clusters());
+    std::vector<int64_t>& order = scratch().order;
+    order.resize(static_cast<size_t>(set_.clusters()));
+    scoring::top_k_into(score.data(), set_.clusters(), set_.clusters(), order.data());
     int64_t taken = 0;
     for (int64_t c : order) {
       if (taken >= budget) break;
@@ -65,6 +69,15 @@ class ClusterKvSelector : public PartSelector {
       }
       taken += take;
     }
+  }
+  // Per-thread buffers reused across queries (resize within capacity does not allocate).
+  struct Scratch {
+    std::vector<float> score;
+    std::vector<int64_t> order;
+  };
+  static Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
   }
   json describe() const override { return {{"dense", dense_}, {"clusters", set_.clusters()}}; }
   int64_t resident_bytes() const override { return set_.resident_bytes(); }

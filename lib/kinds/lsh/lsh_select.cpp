@@ -91,8 +91,7 @@ class LshSelector : public PartSelector {
   void select(const SelectRequest& req, Selection& out) const override {
     check(req);
     if (n_ == 0) return;
-    std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
-    std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
+    auto& [count, qcodes] = scratch(n_, lay_.tables);
     scoring::simhash_codes(req.q, lay_.d, t_.w.data(), lay_.bits, lay_.tables, qcodes.data());
     const int64_t rb = rows_.begin();
     for (size_t s = 0; s < t_.segs.size(); ++s) {
@@ -110,8 +109,7 @@ class LshSelector : public PartSelector {
     const DeviceSection* ids = dp.find("lsh_ids");
     if (n_ == 0 || !w || !off || !ids) return false;
     check(req);
-    std::vector<uint16_t> count(static_cast<size_t>(n_), 0);
-    std::vector<uint32_t> qcodes(static_cast<size_t>(lay_.tables));
+    auto& [count, qcodes] = scratch(n_, lay_.tables);
     const int id_bytes = ids->dtype == "u16" ? 2 : 4;
     const int64_t rb = rows_.begin();
     for (size_t s = 0; s < t_.segs.size(); ++s) {
@@ -124,6 +122,13 @@ class LshSelector : public PartSelector {
     }
     emit(req, count, out);
     return true;
+  }
+  // Per-thread buffers reused across queries: counts zeroed, codes written before they are read.
+  static std::pair<std::vector<uint16_t>, std::vector<uint32_t>>& scratch(int64_t n, int64_t tables) {
+    thread_local std::pair<std::vector<uint16_t>, std::vector<uint32_t>> s;
+    s.first.assign(static_cast<size_t>(n), 0);
+    s.second.resize(static_cast<size_t>(tables));
+    return s;
   }
   void check(const SelectRequest& req) const {
     const int64_t c = params_of<LshParams>(req).min_collisions;

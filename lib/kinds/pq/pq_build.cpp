@@ -189,8 +189,8 @@ PartOutput PqBuilder::build_part(const PartInput& in) const {
     if (p_.loss == "anisotropic")  // descent from the trained codes: never a higher loss than restarting
       pq::aniso_encode({in.keys + rb * d, n, d, m, k, eta}, stored.data(), pq::kEncodePasses, codes);
     else
-      codes = encode_rows(in.keys + rb * d, n, d, stored.data(), {m, p_.bits, k, d, dsub, p_.codebook_dtype}, p_.loss,
-                          eta);
+      codes =
+          encode_rows(in.keys + rb * d, n, d, stored.data(), {m, p_.bits, k, d, dsub, p_.codebook_dtype}, p_.loss, eta);
   }
   out.sections.push_back({"pq_codes", code_dtype(p_.bits), {n, m}, store_codes(codes, m, p_.bits)});
   return out;

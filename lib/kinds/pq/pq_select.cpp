@@ -26,12 +26,20 @@ class PqSelector : public PartSelector {
     if (dense_) return;
     centroids_ =
         widen_float_section(r.read_section(require_section(r, "pq_centroids", layer, head)), lay_.codebook_dtype);
+    // Column-major (each subspace's codes contiguous) for the SIMD scorers; one byte per code
+    // up to 8 bits.
     auto codes = r.read_section(require_section(r, "pq_codes", layer, head));
-    codes_.resize(static_cast<size_t>(n_ * lay_.m));
-    if (lay_.bits <= 8)
-      for (size_t i = 0; i < codes_.size(); ++i) codes_[i] = codes[i];
-    else
-      std::memcpy(codes_.data(), codes.data(), codes.size());
+    const size_t n = static_cast<size_t>(n_), m = static_cast<size_t>(lay_.m);
+    if (lay_.bits <= 8) {
+      codes8_.resize(n * m);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < m; ++j) codes8_[j * n + i] = codes[i * m + j];
+    } else {
+      codes16_.resize(n * m);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < m; ++j)
+          codes16_[j * n + i] = static_cast<uint16_t>(codes[2 * (i * m + j)] | (codes[2 * (i * m + j) + 1] << 8));
+    }
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
@@ -47,20 +55,28 @@ class PqSelector : public PartSelector {
       }
       return;
     }
-    // Lookup table [m, 2^b] of q_sub · centroid (inner product, as the reference scores).
-    std::vector<float> lut(static_cast<size_t>(lay_.m * lay_.k));
+    // Per-thread and reused (no allocation once a thread has answered a part this size): the
+    // lookup table [m, 2^b] of q_sub · centroid (inner product, as the reference scores), the
+    // n scores and the selection, each written before it is read.
+    thread_local std::vector<float> lut, score;
+    thread_local std::vector<int64_t> top;
+    grow(lut, lay_.m * lay_.k);
+    grow(score, n_);
+    grow(top, std::min(budget, n_));
     scoring::pq_lut(q, centroids_.data(), lay_.m, lay_.k, lay_.dsub, lut.data());
-    // Per-thread and reused: a query's n scores are written before they are read.
-    thread_local std::vector<float> score;
-    if (score.size() < static_cast<size_t>(n_)) score.resize(static_cast<size_t>(n_));
-    scoring::pq_scores_u16(lut.data(), codes_.data(), n_, lay_.m, lay_.k, score.data());
-    const std::vector<int64_t> top = scoring::top_k(score.data(), n_, budget);
-    ids.reserve(ids.size() + top.size());
-    scores.reserve(scores.size() + top.size());
-    for (int64_t i : top) {
-      ids.push_back(base + i);
-      scores.push_back(score[i]);
+    if (lay_.bits <= 8)
+      scoring::pq_scores_cm_u8(lut.data(), codes8_.data(), n_, lay_.m, lay_.k, score.data());
+    else
+      scoring::pq_scores_cm_u16(lut.data(), codes16_.data(), n_, lay_.m, lay_.k, score.data());
+    const int64_t kept = scoring::top_k_into(score.data(), n_, budget, top.data());
+    for (int64_t r = 0; r < kept; ++r) {
+      ids.push_back(base + top[r]);
+      scores.push_back(score[top[r]]);
     }
+  }
+  template <typename T>
+  static void grow(std::vector<T>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
   }
   bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
     const DeviceSection* c = dp.find("pq_centroids");
@@ -74,7 +90,9 @@ class PqSelector : public PartSelector {
     return true;
   }
   json describe() const override { return {{"dense", dense_}}; }
-  int64_t resident_bytes() const override { return vector_bytes(centroids_) + vector_bytes(codes_); }
+  int64_t resident_bytes() const override {
+    return vector_bytes(centroids_) + vector_bytes(codes8_) + vector_bytes(codes16_);
+  }
 
  private:
   PqLayout lay_;
@@ -82,7 +100,8 @@ class PqSelector : public PartSelector {
   bool dense_ = false;
   int64_t n_ = 0;
   std::vector<float> centroids_;
-  std::vector<uint16_t> codes_;
+  std::vector<uint8_t> codes8_;    // [m, n] column-major, bits <= 8
+  std::vector<uint16_t> codes16_;  // [m, n] column-major, bits > 8
 };
 
 void validate_pq(const ArtifactReader& r) {

@@ -692,4 +692,20 @@ CandidateReceipt Lease::query(int64_t layer, int64_t q_head, const float* q, int
   return rc;
 }
 
+void Lease::query_batch(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out,
+                        int threads) const {
+  KVT_CHECK(g_, USAGE, "query through an empty lease");
+  KVT_CHECK(g_->sel, USAGE, "artifacts of kind '" << g_->reader->kind() << "' cannot be queried");
+  g_->last_used = ++g_->st->tick;
+  const Generation* g = g_.get();  // one pointer: the hook stays within std::function's own storage
+  SelectHook hook = nullptr;
+  if (!g->dev_parts.empty()) {
+    hook = [g](int64_t l, int64_t h, const PartSelector& host, const SelectRequest& req, Selection& sel) {
+      auto it = g->dev_parts.find({l, h});
+      return it != g->dev_parts.end() && host.select_device(req, it->second, sel);
+    };
+  }
+  g_->sel->query_batch(batch, params, out, threads, hook);
+}
+
 }  // namespace kvtool

@@ -1,7 +1,10 @@
 #include "kvtool/query.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -9,6 +12,7 @@
 
 #include "kvtool/atomic_file.h"
 #include "kvtool/error.h"
+#include "workers.h"
 
 namespace kvtool {
 
@@ -75,8 +79,7 @@ std::unique_ptr<QueryParams> SelectorSet::params(const QuerySettings& settings) 
   return kind_->parse_query(r_, settings);
 }
 
-CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position,
-                                    const QueryParams& params, const KeyRows* keys, const SelectHook& hook) {
+void SelectorSet::check_query(int64_t layer, int64_t q_head, int64_t position) const {
   const auto& src = r_.source();
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
   KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, USAGE,
@@ -84,6 +87,12 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   KVT_CHECK(position >= rows_.coverage_end - 1, USAGE,
             "position " << position << " lies inside the covered rows [0, " << rows_.coverage_end
                         << "); index queries are for positions >= " << rows_.coverage_end - 1);
+}
+
+CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position,
+                                    const QueryParams& params, const KeyRows* keys, const SelectHook& hook) {
+  check_query(layer, q_head, position);
+  const auto& src = r_.source();
   CandidateReceipt rc;
   rc.kind = r_.kind();
   rc.content_digest = src.content_digest;
@@ -110,6 +119,82 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   for (int64_t i = 0; i < rows_.begin(); ++i) rc.always_included.push_back(i);
   for (int64_t i = rows_.end(); i <= position; ++i) rc.always_included.push_back(i);
   return rc;
+}
+
+namespace {
+
+// Everything one batch shares across its worker threads; the first error wins.
+struct BatchRun {
+  const QueryBatch& batch;
+  const QueryParams& params;
+  const BatchAnswers& out;
+  const SelectHook& hook;
+  const std::vector<const PartSelector*>& parts;  // per query
+  const std::vector<int64_t>& kv_of;              // per query
+  int64_t d = 0;
+  BatchRun(const QueryBatch& b, const QueryParams& p, const BatchAnswers& o, const SelectHook& h,
+           const std::vector<const PartSelector*>& pa, const std::vector<int64_t>& kv, int64_t dim)
+      : batch(b), params(p), out(o), hook(h), parts(pa), kv_of(kv), d(dim) {}
+  std::mutex mu;
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+
+  void operator()(int64_t i) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    try {
+      answer(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(mu);
+      if (!error) error = std::current_exception();
+      failed = true;
+    }
+  }
+  void answer(int64_t i) {
+    thread_local Selection sel;  // cleared, never shrunk: warm threads allocate nothing
+    sel.ids.clear();
+    sel.scores.clear();
+    sel.inclusion.clear();
+    sel.centroids_scored = -1;
+    sel.budget_rows = -1;
+    SelectRequest req;
+    req.q = batch.q + i * d;
+    req.params = &params;
+    req.keys = batch.keys ? &batch.keys[kv_of[static_cast<size_t>(i)]] : nullptr;
+    const PartSelector& part = *parts[static_cast<size_t>(i)];
+    if (!hook || !hook(batch.layer, kv_of[static_cast<size_t>(i)], part, req, sel)) part.select(req, sel);
+    const int64_t n = static_cast<int64_t>(sel.ids.size()), w = std::min(n, out.capacity), at = i * out.capacity;
+    out.counts[i] = n;
+    std::copy(sel.ids.begin(), sel.ids.begin() + w, out.ids + at);
+    if (out.scores) std::copy(sel.scores.begin(), sel.scores.begin() + w, out.scores + at);
+    if (out.inclusion && !sel.inclusion.empty())
+      std::copy(sel.inclusion.begin(), sel.inclusion.begin() + w, out.inclusion + at);
+  }
+};
+
+}  // namespace
+
+void SelectorSet::query_batch(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out, int threads,
+                              const SelectHook& hook) {
+  KVT_CHECK(batch.count >= 0, USAGE, "a batch has a query count >= 0 (got " << batch.count << ")");
+  if (batch.count == 0) return;
+  KVT_CHECK(batch.q_heads && batch.q && batch.positions, USAGE, "a batch needs its query heads, vectors and positions");
+  KVT_CHECK(out.capacity >= 0 && out.counts && (out.capacity == 0 || out.ids), USAGE,
+            "batch answers need counts and, with a capacity, ids");
+  KVT_CHECK(out.capacity <= INT64_MAX / batch.count, USAGE, "batch answers: capacity x count overflows");
+  const auto& src = r_.source();
+  // Per-query checks and part lookups first, on this thread: the parallel part only reads.
+  thread_local std::vector<const PartSelector*> parts;
+  thread_local std::vector<int64_t> kv_of;
+  parts.resize(static_cast<size_t>(batch.count));
+  kv_of.resize(static_cast<size_t>(batch.count));
+  for (int64_t i = 0; i < batch.count; ++i) {
+    check_query(batch.layer, batch.q_heads[i], batch.positions[i]);
+    kv_of[i] = src.id.q_to_kv_head[static_cast<size_t>(batch.q_heads[i])];
+    parts[i] = &part(batch.layer, kv_of[i]);
+  }
+  BatchRun run(batch, params, out, hook, parts, kv_of, src.geo.head_dim);
+  detail::parallel_for(batch.count, threads, run);
+  if (run.error) std::rethrow_exception(run.error);
 }
 
 }  // namespace kvtool

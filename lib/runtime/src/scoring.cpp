@@ -2,9 +2,19 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+
+// Run-time dispatch to AVX2 / AVX-512 needs GCC or Clang on x86-64 (target attributes and
+// __builtin_cpu_supports); elsewhere only the portable loops are built.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define KVTOOL_X86_DISPATCH 1
+#include <immintrin.h>
+#else
+#define KVTOOL_X86_DISPATCH 0
+#endif
 
 namespace kvtool::scoring {
 
@@ -36,6 +46,157 @@ void pq_scores_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m
   pq_scores(lut, codes, n, m, k, score);
 }
 
+// ---- Column-major scoring with run-time dispatch ------------------------------------------------
+// score[i] = 0 + lut[0][c0] + lut[1][c1] + ...: each level adds subspace j into every row before
+// subspace j + 1, which is the same sequence of float additions per row as the row-major loop.
+
+namespace {
+
+std::atomic<int> g_simd_cap{static_cast<int>(Simd::avx512)};
+
+template <typename Code>
+void cm_portable(const float* lut, const Code* codes, int64_t n, int64_t m, int64_t k, float* score, int64_t from) {
+  for (int64_t i = from; i < n; ++i) score[i] = 0.f + lut[codes[i]];
+  for (int64_t j = 1; j < m; ++j) {
+    const float* t = lut + j * k;
+    const Code* c = codes + j * n;
+    for (int64_t i = from; i < n; ++i) score[i] += t[c[i]];
+  }
+}
+
+#if KVTOOL_X86_DISPATCH
+// GCC 12 warns inside its own AVX-512 headers (an intentionally undefined pass-through operand of
+// the conversion and gather intrinsics): not a use of uninitialized data.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <typename Code>
+__attribute__((target("avx2"))) __m256i load8_idx(const Code* c) {
+  if constexpr (sizeof(Code) == 1)
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
+  else
+    return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)));
+}
+
+// AVX2: eight rows per gather from the subspace's table.
+template <typename Code>
+__attribute__((target("avx2"))) void cm_avx2(const float* lut, const Code* codes, int64_t n, int64_t m, int64_t k,
+                                             float* score) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t j = 0; j < m; ++j) {
+    const float* t = lut + j * k;
+    const Code* c = codes + j * n;
+    for (int64_t i = 0; i < n8; i += 8) {
+      const __m256 v = _mm256_i32gather_ps(t, load8_idx(c + i), 4);
+      const __m256 acc = j == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(score + i);
+      _mm256_storeu_ps(score + i, _mm256_add_ps(acc, v));
+    }
+  }
+  cm_portable(lut, codes, n, m, k, score, n8);
+}
+
+template <typename Code>
+__attribute__((target("avx512f,avx512bw"))) __m512i load16_idx(const Code* c) {
+  if constexpr (sizeof(Code) == 1)
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)));
+  else
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+}
+
+// AVX-512: sixteen rows per lookup. Tables of at most 64 entries (b <= 6, the default) live in
+// four registers and are read with two-register permutes (no memory gather); larger ones gather.
+template <typename Code>
+__attribute__((target("avx512f,avx512bw"))) void cm_avx512(const float* lut, const Code* codes, int64_t n, int64_t m,
+                                                           int64_t k, float* score) {
+  const int64_t n16 = n / 16 * 16;
+  alignas(64) float pad[64];
+  for (int64_t j = 0; j < m; ++j) {
+    const float* t = lut + j * k;
+    const Code* c = codes + j * n;
+    if (k <= 64) {
+      for (int64_t e = 0; e < 64; ++e) pad[e] = e < k ? t[e] : 0.f;  // codes are < k: padding is never read
+      const __m512 t0 = _mm512_load_ps(pad), t1 = _mm512_load_ps(pad + 16), t2 = _mm512_load_ps(pad + 32),
+                   t3 = _mm512_load_ps(pad + 48);
+      const __m512i bit5 = _mm512_set1_epi32(32);
+      for (int64_t i = 0; i < n16; i += 16) {
+        const __m512i idx = load16_idx(c + i);
+        const __m512 lo = _mm512_permutex2var_ps(t0, idx, t1), hi = _mm512_permutex2var_ps(t2, idx, t3);
+        const __m512 v = _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, bit5), lo, hi);
+        const __m512 acc = j == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(score + i);
+        _mm512_storeu_ps(score + i, _mm512_add_ps(acc, v));
+      }
+    } else {
+      for (int64_t i = 0; i < n16; i += 16) {
+        const __m512 v = _mm512_i32gather_ps(load16_idx(c + i), t, 4);
+        const __m512 acc = j == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(score + i);
+        _mm512_storeu_ps(score + i, _mm512_add_ps(acc, v));
+      }
+    }
+  }
+  cm_portable(lut, codes, n, m, k, score, n16);
+}
+#endif
+
+template <typename Code>
+void pq_scores_cm(const float* lut, const Code* codes, int64_t n, int64_t m, int64_t k, float* score) {
+  if (n <= 0) return;
+  if (m <= 0) {
+    std::fill(score, score + n, 0.f);
+    return;
+  }
+#if KVTOOL_X86_DISPATCH
+  const Simd level = simd_level();
+  if (level == Simd::avx512) return cm_avx512(lut, codes, n, m, k, score);
+  if (level == Simd::avx2) return cm_avx2(lut, codes, n, m, k, score);
+#endif
+  cm_portable(lut, codes, n, m, k, score, 0);
+}
+#if KVTOOL_X86_DISPATCH
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
+Simd simd_supported() {
+#if KVTOOL_X86_DISPATCH
+  static const Simd s = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return Simd::avx512;
+    if (__builtin_cpu_supports("avx2")) return Simd::avx2;
+    return Simd::portable;
+  }();
+  return s;
+#else
+  return Simd::portable;
+#endif
+}
+
+Simd simd_level() {
+  return static_cast<Simd>(std::min(static_cast<int>(simd_supported()), g_simd_cap.load(std::memory_order_relaxed)));
+}
+
+Simd set_simd_level(Simd cap) {
+  g_simd_cap.store(static_cast<int>(cap), std::memory_order_relaxed);
+  return simd_level();
+}
+
+const char* simd_name(Simd s) {
+  switch (s) {
+    case Simd::avx512:
+      return "avx512";
+    case Simd::avx2:
+      return "avx2";
+    default:
+      return "portable";
+  }
+}
+
+void pq_scores_cm_u8(const float* lut, const uint8_t* codes, int64_t n, int64_t m, int64_t k, float* score) {
+  pq_scores_cm(lut, codes, n, m, k, score);
+}
+void pq_scores_cm_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m, int64_t k, float* score) {
+  pq_scores_cm(lut, codes, n, m, k, score);
+}
+
 namespace {
 
 // A key whose ascending order is the selection order (score descending, then id ascending): the
@@ -57,7 +218,9 @@ uint64_t selection_key(float s, int64_t id) {
 // its thread has seen the largest n. Grown, never value-initialized again (every slot is written
 // before it is read).
 struct SelectionScratch {
-  std::vector<uint64_t> keys, low, tied, sorted;
+  // low/tied per recursion depth: each level narrows the key range 2^11-fold (or ends), so 64-bit
+  // keys need at most 6 levels.
+  std::vector<uint64_t> keys, sorted, low[8], tied[8];
 };
 uint64_t* room(std::vector<uint64_t>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -97,13 +260,8 @@ void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t
   while (below + count[t] < b) below += count[t++];
   // Branch-free compaction: the keys of the buckets below t, then bucket t's (each store lands
   // in a slot that is either kept or overwritten by the next key of that kind).
-  // The first level uses the thread's scratch; deeper ones (a bucket's keys: few) their own.
-  std::vector<uint64_t> own_low, own_tied;
-  auto buffer = [&](std::vector<uint64_t>& shared, std::vector<uint64_t>& own, int64_t size) {
-    return room(depth == 0 ? shared : own, static_cast<size_t>(size) + 1);
-  };
-  uint64_t* low = buffer(sc.low, own_low, below);
-  uint64_t* tied = buffer(sc.tied, own_tied, count[t]);
+  uint64_t* low = room(sc.low[depth], static_cast<size_t>(below) + 1);
+  uint64_t* tied = room(sc.tied[depth], static_cast<size_t>(count[t]) + 1);
   size_t w = 0, e = 0;
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t k = keys[i], bucket = (k - lo) >> shift;
@@ -113,7 +271,7 @@ void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t
     e += bucket == t;
   }
   const int64_t need = b - below;
-  if (need < static_cast<int64_t>(e) && e > 64 && shift > 0) {
+  if (need < static_cast<int64_t>(e) && e > 64 && shift > 0 && depth + 1 < 8) {
     extremes(tied, static_cast<int64_t>(e), lo, hi);
     select_smallest(tied, static_cast<int64_t>(e), need, lo, hi, sc, depth + 1);
   } else if (need < static_cast<int64_t>(e))
@@ -149,15 +307,20 @@ void radix_sort(uint64_t* keys, int64_t n, uint64_t* tmp) {
 }  // namespace
 
 std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k) {
+  std::vector<int64_t> order(static_cast<size_t>(std::max<int64_t>(0, std::min(k, n))));
+  top_k_into(score, n, k, order.data());
+  return order;
+}
+
+int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* order) {
   const int64_t b = std::max<int64_t>(0, std::min(k, n));
-  std::vector<int64_t> order(static_cast<size_t>(b));
   if (n > int64_t{UINT32_MAX}) {  // ids do not fit the key's low half: the comparator path
     std::vector<int64_t> all(static_cast<size_t>(n));
     std::iota(all.begin(), all.end(), 0);
     auto better = [&](int64_t a, int64_t c) { return score[a] > score[c] || (score[a] == score[c] && a < c); };
     std::partial_sort(all.begin(), all.begin() + b, all.end(), better);
-    std::copy(all.begin(), all.begin() + b, order.begin());
-    return order;
+    std::copy(all.begin(), all.begin() + b, order);
+    return b;
   }
   SelectionScratch& sc = selection_scratch();
   uint64_t* keys = room(sc.keys, static_cast<size_t>(n));
@@ -172,7 +335,7 @@ std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k) {
   if (b > 0 && b < n) select_smallest(keys, n, b, lo, hi, sc);
   radix_sort(keys, b, room(sc.sorted, static_cast<size_t>(b)));
   for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(keys[i] & 0xffffffffu);
-  return order;
+  return b;
 }
 
 std::vector<int64_t> rank_all(const float* score, int64_t n) { return top_k(score, n, n); }
@@ -197,7 +360,8 @@ void dot_scores_f64(const float* q, const float* centroids, const int64_t* rows,
 
 void simhash_codes(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, uint32_t* codes) {
   const int64_t cols = bits * tables;
-  std::vector<float> s(static_cast<size_t>(cols), 0.f);
+  thread_local std::vector<float> s;  // reused: no allocation once the thread has seen this size
+  s.assign(static_cast<size_t>(cols), 0.f);
   for (int64_t j = 0; j < d; ++j) {
     const float qj = q[j];
     const float* wr = w + j * cols;

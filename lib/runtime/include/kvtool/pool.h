@@ -81,6 +81,10 @@ class Lease {
   // generation is generation() (also receipt.pool_generation), receipt.tier says where it ran.
   CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const QueryParams& params,
                          const KeyRows* keys = nullptr) const;
+  // A batch of one layer's queries (SelectorSet::query_batch) from this generation, on the device
+  // tier where the generation is device resident, spread over up to `threads` threads: the same
+  // candidates, scores and inclusion probabilities as query() one by one, into caller buffers.
+  void query_batch(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out, int threads = 1) const;
   // This generation's kind's parameters from option settings (SelectorSet::params).
   std::unique_ptr<QueryParams> params(const QuerySettings& settings = {}) const;
   explicit operator bool() const { return g_ != nullptr; }

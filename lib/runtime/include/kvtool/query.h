@@ -29,6 +29,33 @@ struct CandidateReceipt {
   json to_json() const;
 };
 
+// A batch of queries against one layer (a decode step asks every query head of every layer):
+// query i is query head q_heads[i] with the vector q[i * head_dim, (i + 1) * head_dim) at
+// positions[i]. Every query obeys SelectorSet::query's rules.
+struct QueryBatch {
+  int64_t layer = 0;
+  int64_t count = 0;
+  const int64_t* q_heads = nullptr;    // [count]
+  const float* q = nullptr;            // [count, head_dim], row-major
+  const int64_t* positions = nullptr;  // [count]
+  // Kinds whose receipts need the full keys (lsh): keys[h] holds rows [0, E) of kv head h, one
+  // entry per kv head of the dump. nullptr: candidates without inclusion probabilities.
+  const KeyRows* keys = nullptr;
+};
+
+// Caller-provided answer buffers of a QueryBatch. Query i's candidates (the receipt's
+// `candidates`, in the kind's order) go to ids[i * capacity, i * capacity + min(counts[i],
+// capacity)); counts[i] is the number it has (above capacity: the rest were not written).
+// scores and inclusion are optional and laid out like ids; inclusion is written only by kinds
+// that compute it from QueryBatch::keys. After an error the buffers' contents are unspecified.
+struct BatchAnswers {
+  int64_t capacity = 0;
+  int64_t* ids = nullptr;       // [count, capacity]
+  int64_t* counts = nullptr;    // [count]
+  float* scores = nullptr;      // [count, capacity] or nullptr
+  double* inclusion = nullptr;  // [count, capacity] or nullptr
+};
+
 // Answers a part's selection in place of its host selector (the pool's device tier); returns false
 // to fall back to the host selector.
 using SelectHook = std::function<bool(int64_t layer, int64_t kv_head, const PartSelector& host,
@@ -48,11 +75,17 @@ class SelectorSet {
   // `params` come from params() (this artifact's kind; settings it does not take are USAGE).
   CandidateReceipt query(int64_t layer, int64_t q_head, const float* q, int64_t position, const QueryParams& params,
                          const KeyRows* keys = nullptr, const SelectHook& hook = nullptr);
+  // Every query of `batch` with the same answers as query() gives one by one, spread over up to
+  // `threads` threads (persistent workers; 1: the caller's thread). Writes only `out`: no
+  // receipts, and no allocation once the threads are warm and the batch's parts are loaded.
+  void query_batch(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out, int threads = 1,
+                   const SelectHook& hook = nullptr);
   std::unique_ptr<QueryParams> params(const QuerySettings& settings = {}) const;
   const KindSpec& kind() const { return *kind_; }
   const ArtifactReader& artifact() const { return r_; }
 
  private:
+  void check_query(int64_t layer, int64_t q_head, int64_t position) const;
   const ArtifactReader& r_;
   const KindSpec* kind_;
   IndexedRows rows_;

@@ -20,8 +20,28 @@ void pq_lut(const float* q, const float* centroids, int64_t m, int64_t k, int64_
 void pq_scores_u8(const float* lut, const uint8_t* codes, int64_t n, int64_t m, int64_t k, float* score);
 void pq_scores_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m, int64_t k, float* score);
 
+// The same scores from column-major codes, the layout the selectors keep: codes[j * n + i] is
+// row i's code in subspace j, so each subspace is one contiguous stream. Row i's sum still starts
+// at 0 and adds subspace 0, 1, ... in float, so these equal pq_scores_u8/u16 bit for bit at every
+// Simd level.
+void pq_scores_cm_u8(const float* lut, const uint8_t* codes, int64_t n, int64_t m, int64_t k, float* score);
+void pq_scores_cm_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m, int64_t k, float* score);
+
+// Instruction sets the column-major scorers use, chosen at run time from what the CPU reports:
+// AVX-512 (F+BW) or AVX2 where present, portable loops otherwise, so a CPU without AVX-512 never
+// meets one of its instructions. Every level computes the same bits (lookups and adds only).
+enum class Simd { portable = 0, avx2 = 1, avx512 = 2 };
+Simd simd_supported();  // the best level this CPU runs
+Simd simd_level();      // the level in use (default: simd_supported())
+// Caps the level in use at `cap` (tests compare the levels, benchmarks report each); returns it.
+Simd set_simd_level(Simd cap);
+const char* simd_name(Simd s);
+
 // Indices of the min(k, n) best scores, best first; equal scores by lower index.
 std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k);
+// The same indices written to out[0, min(k, n)) (returns that count). Allocation-free once the
+// calling thread has selected from n rows before (its scratch is kept per thread).
+int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* out);
 // Every index, best first; equal scores by lower index (a full ranking).
 std::vector<int64_t> rank_all(const float* score, int64_t n);
 

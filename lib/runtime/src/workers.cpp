@@ -1,0 +1,97 @@
+#include "workers.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kvtool::detail {
+
+namespace {
+
+// The job the workers run: helpers [0, helpers) take indices from `next` until it passes n.
+class Workers {
+ public:
+  ~Workers() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  void run(int64_t n, int threads, void (*call)(void*, int64_t), void* ctx) {
+    std::unique_lock<std::mutex> job(job_mu_, std::try_to_lock);
+    if (!job.owns_lock()) return serial(n, call, ctx);  // another batch holds the workers
+    const int helpers = static_cast<int>(std::min<int64_t>(threads - 1, n - 1));
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      while (static_cast<int>(threads_.size()) < helpers) {
+        const int id = static_cast<int>(threads_.size());
+        threads_.emplace_back([this, id] { loop(id); });
+      }
+      call_ = call;
+      ctx_ = ctx;
+      n_ = n;
+      next_.store(0, std::memory_order_relaxed);
+      helpers_ = helpers;
+      pending_ = helpers;
+      ++epoch_;
+    }
+    start_.notify_all();
+    work();
+    std::unique_lock<std::mutex> g(mu_);
+    done_.wait(g, [&] { return pending_ == 0; });
+  }
+
+ private:
+  static void serial(int64_t n, void (*call)(void*, int64_t), void* ctx) {
+    for (int64_t i = 0; i < n; ++i) call(ctx, i);
+  }
+  void work() {
+    for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;) call_(ctx_, i);
+  }
+  void loop(int id) {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> g(mu_);
+    for (;;) {
+      start_.wait(g, [&] { return stop_ || epoch_ != seen; });
+      if (stop_) return;
+      seen = epoch_;
+      if (id >= helpers_) continue;  // not needed for this job
+      g.unlock();
+      work();
+      g.lock();
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex job_mu_;  // held by the batch that owns the workers
+  std::mutex mu_;      // guards everything below except next_
+  std::condition_variable start_, done_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+  uint64_t epoch_ = 0;
+  int helpers_ = 0, pending_ = 0;
+  void (*call_)(void*, int64_t) = nullptr;
+  void* ctx_ = nullptr;
+  int64_t n_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace
+
+void run_parallel(int64_t n, int threads, void (*call)(void* ctx, int64_t i), void* ctx) {
+  if (n <= 0) return;
+  if (threads <= 1 || n == 1) {
+    for (int64_t i = 0; i < n; ++i) call(ctx, i);
+    return;
+  }
+  static Workers workers;
+  workers.run(n, threads, call, ctx);
+}
+
+}  // namespace kvtool::detail

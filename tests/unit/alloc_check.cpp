@@ -1,0 +1,112 @@
+// Batched queries allocate nothing once warm (issue 16, item 1): every operator new of the process
+// is counted while a warm batch runs. pq, clusterkv and lsh must stay at zero on one thread and
+// spread over two; squeeze's count is printed (its selector still builds per-query vectors).
+// A separate executable: replacing the global operator new in kvtool_unit would hide ASan's own.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "clusterkv/clusterkv.h"
+#include "kvtool/dump.h"
+#include "kvtool/pool.h"
+#include "lsh/lsh.h"
+#include "pq/pq.h"
+#include "squeeze/squeeze.h"
+#include "test_util.h"
+
+namespace {
+std::atomic<int64_t> g_news{0};
+}
+
+void* operator new(std::size_t n) {
+  g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace kvtool;
+using namespace kvtool::test;
+
+namespace {
+
+// Warm batches of one layer's 4 query heads x 8 positions on `threads` threads; returns the
+// operator-new calls of 20 further batches.
+int64_t warm_batch_news(const Lease& lease, const QuerySettings& settings, int threads,
+                        const std::vector<KeyRows>& kr) {
+  const auto& src = lease.artifact().source();
+  const int64_t d = src.geo.head_dim, pos = src.coverage_end, n = 4 * 8;
+  std::vector<int64_t> heads, positions, ids(static_cast<size_t>(n * src.geo.tokens)), counts(static_cast<size_t>(n));
+  std::vector<float> q(static_cast<size_t>(n * d)), scores(ids.size());
+  std::vector<double> incl(ids.size());
+  for (int64_t i = 0; i < n; ++i) {
+    heads.push_back(i % src.geo.q_heads);
+    positions.push_back(pos + i / 4);
+  }
+  for (size_t e = 0; e < q.size(); ++e) q[e] = static_cast<float>((e * 37) % 11) * 0.1f - 0.5f;
+  const auto params = lease.params(settings);
+  const QueryBatch b{0, n, heads.data(), q.data(), positions.data(), kr.data()};
+  const BatchAnswers out{src.geo.tokens, ids.data(), counts.data(), scores.data(), incl.data()};
+  for (int w = 0; w < 3; ++w) lease.query_batch(b, *params, out, threads);
+  const int64_t before = g_news.load();
+  for (int r = 0; r < 20; ++r) lease.query_batch(b, *params, out, threads);
+  return g_news.load() - before;
+}
+
+}  // namespace
+
+int main() {
+  TempDir tmp;
+  const std::string dump = tmp.file("d.h5");
+  kind_dump(dump, 400, 5, 8);
+  PqParams pp;
+  pp.subspaces = 4;
+  pp.bits = 4;
+  pp.iters = 4;
+  ClusterKvParams cp;
+  cp.clusters = 16;
+  LshParams lp;
+  lp.bits = 4;
+  lp.tables = 24;
+  SqueezeParams sp;
+  sp.observation_window = 40;
+  struct Case {
+    const char* name;
+    std::string art;
+    QuerySettings settings;
+    bool gated;
+  };
+  std::vector<Case> cases = {{"pq", tmp.file("pq.kvi"), {{"budget", "0.1"}}, true},
+                             {"clusterkv", tmp.file("ck.kvi"), {{"budget", "0.1"}}, true},
+                             {"lsh", tmp.file("lsh.kvi"), {{"min_collisions", "2"}}, true},
+                             {"squeeze", tmp.file("sq.kvi"), {}, false}};
+  build_artifact(dump, quiet_build(cases[0].art), PqBuilder(pp));
+  build_artifact(dump, quiet_build(cases[1].art), ClusterKvBuilder(cp));
+  build_artifact(dump, quiet_build(cases[2].art), LshBuilder(lp));
+  build_artifact(dump, quiet_build(cases[3].art), SqueezeBuilder(sp));
+  DumpReader dr(dump);
+  const auto& geo = dr.info().geo;
+  std::vector<float> keys(static_cast<size_t>(geo.kv_heads * geo.tokens * geo.head_dim));
+  std::vector<KeyRows> kr;
+  for (int64_t h = 0; h < geo.kv_heads; ++h) {
+    dr.read_k(0, h, 0, geo.tokens, keys.data() + h * geo.tokens * geo.head_dim);
+    kr.push_back({keys.data() + h * geo.tokens * geo.head_dim, geo.tokens, geo.head_dim});
+  }
+  Pool pool(PoolOptions{});
+  bool ok = true;
+  for (const auto& c : cases) {
+    pool.publish(publish_request(c.name, c.art));
+    const Lease lease = pool.acquire(c.name);
+    for (int threads : {1, 2}) {
+      const int64_t news = warm_batch_news(lease, c.settings, threads, kr);
+      std::printf("%-9s threads %d: %lld allocations in 20 warm batches of 32 queries%s\n", c.name, threads,
+                  static_cast<long long>(news), c.gated ? "" : " (not gated)");
+      ok &= !c.gated || news == 0;
+    }
+  }
+  std::printf(ok ? "PASS\n" : "FAIL: a warm batch allocated\n");
+  return ok ? 0 : 1;
+}
