@@ -94,3 +94,50 @@ TEST_CASE("scoring: pq_scores_cm at every SIMD level equals the row-major scores
   sc::set_simd_level(sc::Simd::avx512);  // back to the best the CPU runs
   CHECK(sc::simd_level() == best);
 }
+
+// The sampled selection (n >= 8192, k <= n / 4) against the full sort, on inputs that make its
+// sample miss (sorted, periodic with the sample's stride, ties everywhere) as well as ordinary ones,
+// at every SIMD level: a miss may cost time, never change the answer.
+TEST_CASE("scoring: top_k on large inputs equals the full sort whatever its sample sees") {
+  namespace sc = kvtool::scoring;
+  std::mt19937 rng(21);
+  for (int64_t n : {8192, 40000, 65536}) {
+    for (int shape = 0; shape < 6; ++shape) {
+      std::vector<float> s(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const float u = std::uniform_real_distribution<float>(-3, 3)(rng);
+        switch (shape) {
+          case 0:
+            s[i] = u;
+            break;
+          case 1:
+            s[i] = static_cast<float>(rng() % 7) - 3.0f;
+            break;  // ties everywhere
+          case 2:
+            s[i] = static_cast<float>(i) * 1e-3f;
+            break;  // ascending: the best at the end
+          case 3:
+            s[i] = i % (n / 2048) == 0 ? -100.0f : u;
+            break;  // the sample sees only the worst
+          case 4:
+            s[i] = i % (n / 2048) == 0 ? 100.0f + u : u;
+            break;  // the sample sees only the best
+          default:
+            s[i] = i % 3 == 0 ? -0.0f : (i % 3 == 1 ? 0.0f : u);
+            break;  // signed zeros tie
+        }
+      }
+      const auto want = reference_order(s);
+      for (int level = 0; level <= static_cast<int>(sc::simd_supported()); ++level) {
+        sc::set_simd_level(static_cast<sc::Simd>(level));
+        for (int64_t k : {int64_t{1}, int64_t{100}, n / 10, n / 4}) {
+          const auto got = sc::top_k(s.data(), n, k);
+          INFO("n " << n << " shape " << shape << " k " << k << " level " << level);
+          REQUIRE(got.size() == static_cast<size_t>(k));
+          REQUIRE(std::equal(got.begin(), got.end(), want.begin()));
+        }
+      }
+    }
+  }
+  sc::set_simd_level(sc::Simd::avx512);
+}

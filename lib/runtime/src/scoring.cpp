@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -150,9 +151,6 @@ void pq_scores_cm(const float* lut, const Code* codes, int64_t n, int64_t m, int
 #endif
   cm_portable(lut, codes, n, m, k, score, 0);
 }
-#if KVTOOL_X86_DISPATCH
-#pragma GCC diagnostic pop
-#endif
 
 }  // namespace
 
@@ -280,15 +278,16 @@ void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t
   std::copy(low, low + w, keys);
 }
 
-// Sorts keys[0, n) ascending: LSD radix sort by 11-bit digits, skipping the digits in which all
-// keys agree (a selection's keys share most of their high bits). `tmp` holds n keys.
-void radix_sort(uint64_t* keys, int64_t n, uint64_t* tmp) {
+// Sorts keys[0, n) ascending by their bits [from, 64): LSD radix sort by 11-bit digits (stable:
+// keys equal in those bits keep their order), skipping the digits in which all keys agree (a
+// selection's keys share most of their high bits). `tmp` holds n keys.
+void radix_sort(uint64_t* keys, int64_t n, uint64_t* tmp, int from = 0) {
   if (n < 2) return;
   uint64_t any = 0, all = ~uint64_t{0};
   for (int64_t i = 0; i < n; ++i) any |= keys[i], all &= keys[i];
   const uint64_t varying = any ^ all;
   uint64_t *src = keys, *dst = tmp;
-  for (int shift = 0; shift < 64; shift += 11) {
+  for (int shift = from; shift < 64; shift += 11) {
     if (((varying >> shift) & 0x7ff) == 0) continue;
     std::array<int64_t, 2048> pos{};
     for (int64_t i = 0; i < n; ++i) ++pos[(src[i] >> shift) & 0x7ff];
@@ -302,6 +301,84 @@ void radix_sort(uint64_t* keys, int64_t n, uint64_t* tmp) {
     std::swap(src, dst);
   }
   if (src != keys) std::copy(src, src + n, keys);
+}
+
+// The selection key's high half alone: ascending order = score descending (see selection_key).
+uint32_t score_key(float s) { return static_cast<uint32_t>(selection_key(s, 0) >> 32); }
+
+// Every i in [0, n) whose score_key is <= t, as (key << 32 | i) in ascending i; returns the count.
+// out holds n + 16 keys.
+int64_t collect_at_most(const float* score, int64_t n, uint32_t t, uint64_t* out, int64_t from = 0) {
+  int64_t w = 0;
+  for (int64_t i = from; i < n; ++i) {
+    const uint32_t key = score_key(score[i]);
+    out[w] = (static_cast<uint64_t>(key) << 32) | static_cast<uint32_t>(i);
+    w += key <= t;
+  }
+  return w;
+}
+
+#if KVTOOL_X86_DISPATCH
+// The same, sixteen scores at a time: keys computed as score_key does (+0.0f folds -0; the sign
+// mask flips), lanes at most t compressed into place, widened to (key << 32 | i) eight at a time.
+__attribute__((target("avx512f"))) int64_t collect_at_most_avx512(const float* score, int64_t n, uint32_t t,
+                                                                  uint64_t* out) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), ones = _mm512_set1_epi32(-1),
+                tv = _mm512_set1_epi32(static_cast<int>(t)), step = _mm512_set1_epi32(16);
+  __m512i ids = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const int64_t n16 = n / 16 * 16;
+  int64_t w = 0;
+  for (int64_t i = 0; i < n16; i += 16) {
+    const __m512i b = _mm512_castps_si512(_mm512_add_ps(_mm512_loadu_ps(score + i), _mm512_setzero_ps()));
+    const __m512i key = _mm512_xor_si512(_mm512_xor_si512(b, _mm512_or_si512(_mm512_srai_epi32(b, 31), sign)), ones);
+    const __mmask16 keep = _mm512_cmple_epu32_mask(key, tv);
+    if (keep) {
+      const __m512i k = _mm512_maskz_compress_epi32(keep, key), id = _mm512_maskz_compress_epi32(keep, ids);
+      // (key << 32 | id) for the 16 compressed lanes: interleave id (low) and key (high) halves.
+      const __m512i lo = _mm512_unpacklo_epi32(id, k), hi = _mm512_unpackhi_epi32(id, k);
+      // unpack works within 128-bit lanes: reorder so that element order is preserved.
+      const __m512i first = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi);
+      const __m512i second = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi);
+      _mm512_storeu_si512(out + w, first);
+      _mm512_storeu_si512(out + w + 8, second);
+      w += __builtin_popcount(keep);
+    }
+    ids = _mm512_add_epi32(ids, step);
+  }
+  const int64_t rest = collect_at_most(score, n, t, out + w, n16);
+  return w + rest;
+}
+#pragma GCC diagnostic pop
+#endif
+
+// The selection when b is well below n: a strided sample of the keys bounds the b-th smallest
+// from above with a margin of 4 binomial standard deviations (plus 4), one pass keeps every key
+// at most that bound (in id order), and a stable sort of the kept keys by key gives the answer:
+// every key left out is larger than every key kept, so when at least b are kept their first b
+// are exactly the b best. Returns false (nothing written) when the sample missed, i.e. fewer than
+// b were kept; the caller then runs the full selection. The sample changes the speed, never the
+// answer.
+bool top_k_sampled(const float* score, int64_t n, int64_t b, int64_t* order, SelectionScratch& sc) {
+  constexpr int64_t kSample = 2048;
+  const double p = static_cast<double>(b) / static_cast<double>(n);
+  const int64_t expect = static_cast<int64_t>(p * kSample);
+  const int64_t rank = expect + static_cast<int64_t>(4 * std::sqrt(kSample * p * (1 - p))) + 4;
+  if (rank >= kSample - 1) return false;
+  uint32_t sample[kSample];
+  for (int64_t j = 0; j < kSample; ++j) sample[j] = score_key(score[j * n / kSample]);
+  std::nth_element(sample, sample + rank, sample + kSample);
+  uint64_t* kept = room(sc.keys, static_cast<size_t>(n) + 16);
+  int64_t w;
+#if KVTOOL_X86_DISPATCH
+  if (simd_level() == Simd::avx512)
+    w = collect_at_most_avx512(score, n, sample[rank], kept);
+  else
+#endif
+    w = collect_at_most(score, n, sample[rank], kept);
+  if (w < b) return false;
+  radix_sort(kept, w, room(sc.sorted, static_cast<size_t>(w)), 32);
+  for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(kept[i] & 0xffffffffu);
+  return true;
 }
 
 }  // namespace
@@ -323,6 +400,7 @@ int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* order) {
     return b;
   }
   SelectionScratch& sc = selection_scratch();
+  if (b > 0 && n >= 8192 && b <= n / 4 && top_k_sampled(score, n, b, order, sc)) return b;
   uint64_t* keys = room(sc.keys, static_cast<size_t>(n));
   uint64_t lo = UINT64_MAX, hi = 0;
   for (int64_t i = 0; i < n; ++i) {

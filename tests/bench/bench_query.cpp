@@ -1,0 +1,339 @@
+// Decode-time query benchmark (issue 16, item 5; ctest -L bench, or by hand), against FAISS from the
+// same process, interleaved (bench_common.h). Dump: 1 layer x 8 kv heads x 32,768 rows x d 128,
+// 32 query heads (4 per kv head); every row indexed (no sink, no local window).
+//  1. One PQ query (one thread; the serving call: a batch of one) against faiss::IndexPQ::search
+//     of one query on the same codes and codebooks with the same k: m=16/b=8 and the defaults
+//     m=2/b=6, at top-2048 and at budget 10 % (3,277 rows). Target: >= 3x FAISS.
+//  2. A 32-head batch (one layer's query heads at one position) on 2 threads: Lease::query_batch
+//     against FAISS searching each kv head's 4 queries (OpenMP over 2 threads).
+//  3. A decode step: 32 layers x 32 heads, PQ defaults, budget 10 %, 2 threads: 32 published
+//     copies of the layer (one per layer, each its own memory), one batch per layer; FAISS on 32 x 8
+//     indexes likewise. Target: under 50 ms.
+//  4. clusterkv (80 tokens per cluster, budget 10 %) and lsh (K=10, L=150, min_collisions 2):
+//     one query and the 32-head batch; clusterkv against faiss::IndexFlatIP ranking its centroids
+//     (the part of the work FAISS can do), lsh without a FAISS equivalent (latency only).
+// Prints p50 and p99 of every side; fails when an answer disagrees with FAISS on more than 1 % of
+// the ids or a target is missed.
+#include <faiss/IndexFlat.h>
+#include <faiss/IndexPQ.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <unordered_set>
+
+#include "bench_common.h"
+#include "clusterkv/clusterkv.h"
+#include "kvtool/artifact.h"
+#include "kvtool/pool.h"
+#include "kvtool/scoring.h"
+#include "lsh/lsh.h"
+#include "pq/pq.h"
+#include "test_util.h"
+
+using namespace kvtool;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kRows = 32768, kD = 128, kKv = 8, kQHeads = 32, kLayers = 32;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double pct(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+std::string artifact(const std::string& dump, const std::string& name, const KindBuilder& b) {
+  const std::string out = bench::bench_dir() + "/query-" + name + ".kvi";
+  if (access(out.c_str(), R_OK) != 0) {
+    BuildOptions o;
+    o.output = out;
+    o.sink = 0;
+    o.local = 0;
+    o.quiet = true;
+    o.threads = 2;
+    auto t0 = Clock::now();
+    build_artifact(dump, o, b);
+    std::printf("(built %s in %.1f s)\n", out.c_str(), since(t0));
+  }
+  return out;
+}
+
+// faiss::IndexPQ (inner product) over kv head h's codebooks and codes, packed FAISS's way.
+std::unique_ptr<faiss::IndexPQ> faiss_pq(const ArtifactReader& r, int64_t h, int64_t m, int64_t bits) {
+  auto idx = std::make_unique<faiss::IndexPQ>(kD, m, bits, faiss::METRIC_INNER_PRODUCT);
+  auto c = r.read_section(*r.find("pq_centroids", 0, h));
+  auto k = r.read_section(*r.find("pq_codes", 0, h));
+  std::memcpy(idx->pq.centroids.data(), c.data(), c.size());
+  const int64_t n = static_cast<int64_t>(k.size()) / m / (bits <= 8 ? 1 : 2);
+  idx->codes.assign(static_cast<size_t>(n * idx->pq.code_size), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    faiss::PQEncoderGeneric enc(idx->codes.data() + i * idx->pq.code_size, static_cast<int>(bits));
+    for (int64_t j = 0; j < m; ++j)
+      enc.encode(bits <= 8 ? k[i * m + j] : k[2 * (i * m + j)] | k[2 * (i * m + j) + 1] << 8);
+  }
+  idx->ntotal = n;
+  idx->is_trained = true;
+  return idx;
+}
+
+struct Queries {
+  std::vector<float> q;  // [32 heads, d]
+  std::vector<int64_t> heads, positions;
+  explicit Queries(uint64_t seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::normal_distribution<float> nd;
+    q.resize(kQHeads * kD);
+    for (auto& x : q) x = nd(rng);
+    for (int64_t h = 0; h < kQHeads; ++h) {
+      heads.push_back(h);
+      positions.push_back(kRows);
+    }
+  }
+};
+
+// The answer buffers of one 32-head batch.
+struct Answers {
+  std::vector<int64_t> ids, counts;
+  std::vector<float> scores;
+  explicit Answers(int64_t cap) : ids(kQHeads * cap), counts(kQHeads), scores(ids.size()) {}
+  BatchAnswers view(int64_t cap) { return {cap, ids.data(), counts.data(), scores.data(), nullptr}; }
+};
+
+struct Side {
+  const char* name;
+  bench::Samples t;
+};
+
+// One round of each side, alternating which runs first (bench_common.h's protocol, per round).
+void pair_round(int i, const std::function<double()>& ours, const std::function<double()>& theirs, Side& a, Side& b) {
+  if (i % 2) {
+    b.t.s.push_back(theirs());
+    a.t.s.push_back(ours());
+  } else {
+    a.t.s.push_back(ours());
+    b.t.s.push_back(theirs());
+  }
+}
+
+void print_pair(const char* what, const Side& a, const Side& b) {
+  std::printf("  %-44s p50 %8.1f us  p99 %8.1f us\n", a.name, pct(a.t.s, 0.5) * 1e6, pct(a.t.s, 0.99) * 1e6);
+  std::printf("  %-44s p50 %8.1f us  p99 %8.1f us\n", b.name, pct(b.t.s, 0.5) * 1e6, pct(b.t.s, 0.99) * 1e6);
+  std::printf("  %s: %s is %.2fx %s at p50\n", what, a.name, pct(b.t.s, 0.5) / pct(a.t.s, 0.5), b.name);
+}
+
+// Fraction of FAISS's ids that kvtool's answer holds (ties at the cut may differ).
+double agreement(const int64_t* ours, int64_t n, const faiss::Index::idx_t* theirs, int64_t k) {
+  std::unordered_set<int64_t> got(ours, ours + n);
+  int64_t same = 0;
+  for (int64_t i = 0; i < k; ++i) same += got.count(theirs[i]);
+  return k ? static_cast<double>(same) / static_cast<double>(k) : 1.0;
+}
+
+// 1: one PQ query on one thread, kvtool against FAISS; returns kvtool's speed-up at p50.
+double single_pq(const Lease& lease, const std::vector<std::unique_ptr<faiss::IndexPQ>>& fx, const char* budget,
+                 bool& ok) {
+  const auto params = lease.params({{"budget", budget}});
+  const int64_t k = Budget::parse(budget).rows(kRows);
+  std::vector<int64_t> ids(k), count(1);
+  std::vector<float> dist(k);
+  std::vector<faiss::Index::idx_t> fids(k);
+  Side a{"kvtool query_batch (1 query, 1 thread)", {}}, b{"faiss IndexPQ::search (1 query, 1 thread)", {}};
+  omp_set_num_threads(1);
+  double agree = 0;
+  const int n = 400;
+  for (int i = 0; i < n; ++i) {
+    Queries qs(100 + i);
+    const int64_t h = i % kQHeads, kvh = h / (kQHeads / kKv);
+    const QueryBatch one{0, 1, &qs.heads[h], qs.q.data() + h * kD, &qs.positions[h], nullptr};
+    auto ours = [&] {
+      auto t0 = Clock::now();
+      lease.query_batch(one, *params, {k, ids.data(), count.data(), nullptr, nullptr}, 1);
+      return since(t0);
+    };
+    auto theirs = [&] {
+      auto t0 = Clock::now();
+      fx[kvh]->search(1, qs.q.data() + h * kD, k, dist.data(), fids.data());
+      return since(t0);
+    };
+    pair_round(i, ours, theirs, a, b);
+    agree += agreement(ids.data(), count[0], fids.data(), k);
+  }
+  print_pair("one query", a, b);
+  std::printf("  the same ids: %.4f\n", agree / n);
+  ok &= agree / n >= 0.99;
+  return pct(b.t.s, 0.5) / pct(a.t.s, 0.5);
+}
+
+// 2: the 32-head batch on 2 threads against FAISS (per kv head, its 4 queries, OpenMP 2 threads).
+void batch_pq(const Lease& lease, const std::vector<std::unique_ptr<faiss::IndexPQ>>& fx, const char* budget,
+              bool& ok) {
+  const auto params = lease.params({{"budget", budget}});
+  const int64_t k = Budget::parse(budget).rows(kRows);
+  Answers ans(k);
+  std::vector<float> dist(4 * k);
+  std::vector<faiss::Index::idx_t> fids(kQHeads * k);
+  Side a{"kvtool query_batch (32 heads, 2 threads)", {}}, b{"faiss IndexPQ::search (8 x 4 queries, 2 thr)", {}};
+  omp_set_num_threads(2);
+  double agree = 0;
+  const int n = 60;
+  for (int i = 0; i < n; ++i) {
+    Queries qs(500 + i);
+    const QueryBatch batch{0, kQHeads, qs.heads.data(), qs.q.data(), qs.positions.data(), nullptr};
+    auto ours = [&] {
+      auto t0 = Clock::now();
+      lease.query_batch(batch, *params, ans.view(k), 2);
+      return since(t0);
+    };
+    auto theirs = [&] {
+      auto t0 = Clock::now();
+      for (int64_t h = 0; h < kKv; ++h)
+        fx[h]->search(4, qs.q.data() + h * 4 * kD, k, dist.data(), fids.data() + h * 4 * k);
+      return since(t0);
+    };
+    pair_round(i, ours, theirs, a, b);
+    for (int64_t h = 0; h < kQHeads; ++h) agree += agreement(&ans.ids[h * k], ans.counts[h], &fids[h * k], k);
+  }
+  print_pair("32-head batch", a, b);
+  std::printf("  the same ids: %.4f\n", agree / (n * kQHeads));
+  ok &= agree / (n * kQHeads) >= 0.99;
+}
+
+// 3: a decode step, 32 layers x 32 heads (one published copy per layer).
+double decode_step(Pool& pool, const std::string& art, const std::vector<std::unique_ptr<faiss::IndexPQ>>& fx0) {
+  std::vector<Lease> layers;
+  for (int64_t l = 0; l < kLayers; ++l) {
+    pool.publish(test::publish_request("layer" + std::to_string(l), art));
+    layers.push_back(pool.acquire("layer" + std::to_string(l)));
+  }
+  std::vector<std::vector<std::unique_ptr<faiss::IndexPQ>>> fx(kLayers);
+  for (int64_t l = 0; l < kLayers; ++l)
+    for (int64_t h = 0; h < kKv; ++h) {
+      fx[l].push_back(std::make_unique<faiss::IndexPQ>(*fx0[h]));
+    }
+  const auto params = layers[0].params({{"budget", "0.1"}});
+  const int64_t k = Budget::parse("0.1").rows(kRows);
+  Answers ans(k);
+  std::vector<float> dist(4 * k);
+  std::vector<faiss::Index::idx_t> fids(4 * k);
+  Side a{"kvtool: 32 x query_batch(32 heads), 2 threads", {}}, b{"faiss: 32 x 8 x search(4 queries), 2 thr", {}};
+  omp_set_num_threads(2);
+  for (int i = 0; i < 15; ++i) {
+    Queries qs(900 + i);
+    const QueryBatch batch{0, kQHeads, qs.heads.data(), qs.q.data(), qs.positions.data(), nullptr};
+    auto ours = [&] {
+      auto t0 = Clock::now();
+      for (const Lease& l : layers) l.query_batch(batch, *params, ans.view(k), 2);
+      return since(t0);
+    };
+    auto theirs = [&] {
+      auto t0 = Clock::now();
+      for (auto& lf : fx)
+        for (int64_t h = 0; h < kKv; ++h) lf[h]->search(4, qs.q.data() + h * 4 * kD, k, dist.data(), fids.data());
+      return since(t0);
+    };
+    pair_round(i, ours, theirs, a, b);
+  }
+  std::printf("3. decode step: %lld layers x %lld heads over %lld rows, PQ m=2/b=6, budget 10 %% (%lld rows)\n",
+              (long long)kLayers, (long long)kQHeads, (long long)kRows, (long long)k);
+  print_pair("decode step", a, b);
+  const double p50 = pct(a.t.s, 0.5);
+  std::printf("  decode step p50 %.1f ms (target < 50 ms) %s\n", p50 * 1e3, p50 < 0.05 ? "PASS" : "MISSED");
+  for (int64_t l = 0; l < kLayers; ++l) pool.retire("layer" + std::to_string(l), false);
+  return p50;
+}
+
+// 4: one query and the 32-head batch of a kind without a FAISS twin for the whole query;
+// `faiss_side` (may be empty) times what FAISS can do of it for one query.
+void other_kind(const char* title, const Lease& lease, const QuerySettings& settings,
+                const std::function<void(const float* q, int64_t kvh)>& faiss_side) {
+  const auto params = lease.params(settings);
+  Answers ans(kRows);
+  Side one{"kvtool query_batch (1 query, 1 thread)", {}}, f{"faiss IndexFlatIP ranking the centroids", {}},
+      batch{"kvtool query_batch (32 heads, 2 threads)", {}};
+  omp_set_num_threads(1);
+  for (int i = 0; i < 200; ++i) {
+    Queries qs(1300 + i);
+    const int64_t h = i % kQHeads;
+    const QueryBatch b1{0, 1, &qs.heads[h], qs.q.data() + h * kD, &qs.positions[h], nullptr};
+    auto t0 = Clock::now();
+    lease.query_batch(b1, *params, ans.view(kRows), 1);
+    one.t.s.push_back(since(t0));
+    if (faiss_side) {
+      t0 = Clock::now();
+      faiss_side(qs.q.data() + h * kD, h / (kQHeads / kKv));
+      f.t.s.push_back(since(t0));
+    }
+    if (i % 4 == 0) {
+      const QueryBatch b32{0, kQHeads, qs.heads.data(), qs.q.data(), qs.positions.data(), nullptr};
+      t0 = Clock::now();
+      lease.query_batch(b32, *params, ans.view(kRows), 2);
+      batch.t.s.push_back(since(t0));
+    }
+  }
+  std::printf("%s\n", title);
+  for (const Side* s : {&one, &f, &batch})
+    if (!s->t.s.empty())
+      std::printf("  %-44s p50 %8.1f us  p99 %8.1f us\n", s->name, pct(s->t.s, 0.5) * 1e6, pct(s->t.s, 0.99) * 1e6);
+}
+
+}  // namespace
+
+int main() {
+  const std::string dump = bench::ensure_dump(kRows, 1);
+  PqParams p16;
+  p16.subspaces = 16;
+  p16.bits = 8;
+  p16.iters = 10;
+  p16.max_points_per_centroid = 256;
+  const std::string a16 = artifact(dump, "pq-m16b8", PqBuilder(p16)),
+                    a2 = artifact(dump, "pq-m2b6", PqBuilder(PqParams{}));
+  const std::string ack = artifact(dump, "ckv-80", ClusterKvBuilder(ClusterKvParams{}));
+  const std::string alsh = artifact(dump, "lsh-k10l150", LshBuilder(LshParams{}));
+  std::printf("scoring SIMD level: %s\n", scoring::simd_name(scoring::simd_level()));
+  Pool pool(PoolOptions{int64_t{8} << 30, 0, nullptr});
+  bool ok = true;
+  std::vector<std::unique_ptr<faiss::IndexPQ>> f16, f2;
+  for (const auto& [art, fx, m, b] : {std::tuple{a16, &f16, 16, 8}, std::tuple{a2, &f2, 2, 6}}) {
+    pool.publish(test::publish_request(art, art));
+    ArtifactReader r(art);
+    for (int64_t h = 0; h < kKv; ++h) fx->push_back(faiss_pq(r, h, m, b));
+  }
+  const Lease l16 = pool.acquire(a16), l2 = pool.acquire(a2);
+  std::printf("1a. one PQ query, m=16/b=8, top-2048 of %lld rows\n", (long long)kRows);
+  const double s16 = single_pq(l16, f16, "2048", ok);
+  std::printf("1b. one PQ query, m=2/b=6 (defaults), top-2048\n");
+  const double s2 = single_pq(l2, f2, "2048", ok);
+  std::printf("1c. one PQ query, m=2/b=6 (defaults), budget 10 %%\n");
+  const double s2b = single_pq(l2, f2, "0.1", ok);
+  std::printf("  single-query target (>= 3x faiss): m16/b8 %.2fx, m2/b6 top-2048 %.2fx, m2/b6 10 %% %.2fx\n", s16, s2,
+              s2b);
+  std::printf("2a. 32-head batch, m=16/b=8, top-2048\n");
+  batch_pq(l16, f16, "2048", ok);
+  std::printf("2b. 32-head batch, m=2/b=6, budget 10 %%\n");
+  batch_pq(l2, f2, "0.1", ok);
+  const double step = decode_step(pool, a2, f2);
+
+  pool.publish(test::publish_request(ack, ack));
+  pool.publish(test::publish_request(alsh, alsh));
+  ArtifactReader rck(ack);
+  std::vector<std::unique_ptr<faiss::IndexFlatIP>> cen;
+  for (int64_t h = 0; h < kKv; ++h) {
+    auto c = rck.read_section(*rck.find("ckv_centroids", 0, h));
+    cen.push_back(std::make_unique<faiss::IndexFlatIP>(kD));
+    cen.back()->add(static_cast<faiss::Index::idx_t>(c.size() / 4 / kD), reinterpret_cast<const float*>(c.data()));
+  }
+  std::vector<float> cd(4096);
+  std::vector<faiss::Index::idx_t> ci(4096);
+  other_kind("4a. clusterkv, 80 tokens per cluster, budget 10 %", pool.acquire(ack), {{"budget", "0.1"}},
+             [&](const float* q, int64_t kvh) { cen[kvh]->search(1, q, cen[kvh]->ntotal, cd.data(), ci.data()); });
+  other_kind("4b. lsh, K=10, L=150, min_collisions 2", pool.acquire(alsh), {{"min_collisions", "2"}}, nullptr);
+  const bool targets = s16 >= 3 && s2 >= 3 && s2b >= 3 && step < 0.05;
+  std::printf("%s\n", !ok ? "FAIL: answers disagree with faiss" : targets ? "PASS" : "targets MISSED (see above)");
+  return ok && targets ? 0 : 1;
+}
