@@ -112,6 +112,29 @@ class Lease:
                                            _int(position, "position"), _keys_array(keys), _settings(settings))
         return [_receipt(a) for a in answers]
 
+    def select(self, layer, q_heads, Q, positions, *, capacity=None, threads=1, keys=None, **settings):
+        """The batched decode-time call: the candidates of every row of ``Q`` ([n, d]; row i is a
+        query of head ``q_heads[i]`` at ``positions[i]``, or all at ``positions`` when it is one
+        int) in ``layer``, without receipts, spread over ``threads`` threads with the GIL released.
+        Returns ``(ids, scores, counts, inclusion)``: ``ids`` np.int64 [n, capacity] (row i: the
+        candidates :meth:`query` gives, in its order, padded with -1), ``scores`` np.float32
+        [n, capacity] (padded with 0), ``counts`` np.int64 [n] (how many row i has; above
+        ``capacity`` the rest are cut), ``inclusion`` np.float64 [n, capacity] with ``keys``
+        ([kv_heads, E, d], lsh), else None. ``capacity`` defaults to the artifact's covered rows
+        (room for every candidate).
+        """
+        try:
+            heads = [_int(h, "q_heads[i]") for h in q_heads]
+        except TypeError:
+            raise _usage("q_heads must be a sequence of query heads, one per row of Q") from None
+        try:
+            pos = [_int(p, "positions[i]") for p in positions]
+        except TypeError:  # one position for every row
+            pos = [_int(positions, "positions")] * len(heads)
+        cap = -1 if capacity is None else _int(capacity, "capacity", 0)
+        return self._native.select(_int(layer, "layer"), heads, as_float32(Q, "Q", ndim=2), pos, cap,
+                                   _int(threads, "threads", 1), _keys_array(keys), _settings(settings))
+
 
 class Pool:
     """A runtime pool of index artifacts (the C++ ``kvtool::Pool``; ``man -l man/libkvtool.3``).

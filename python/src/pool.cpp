@@ -92,6 +92,52 @@ class PyLease {
     return answers;
   }
 
+  // The batched call (Lease::query_batch): candidates of every row of Q into [n, capacity] arrays
+  // (ids padded with -1, scores with 0), their counts, and inclusion probabilities when keys
+  // [kv_heads, E, d] are given (padded with 0; None without keys).
+  py::tuple select(int64_t layer, const std::vector<int64_t>& q_heads, const FloatArray& batch,
+                   const std::vector<int64_t>& positions, int64_t capacity, int threads,
+                   std::optional<FloatArray> keys_array, const QuerySettings& settings) const {
+    const Lease l = get();  // a copy: another thread may release() this lease while the query runs
+    const auto& src = l.artifact().source();
+    const int64_t dim = src.geo.head_dim, n = static_cast<int64_t>(q_heads.size());
+    KVT_CHECK(batch.ndim() == 2 && batch.shape(1) == dim, USAGE,
+              "Q must be [n, " << dim << "] (one query vector per row)");
+    KVT_CHECK(n == batch.shape(0) && positions.size() == q_heads.size(), USAGE,
+              "q_heads and positions need one entry per row of Q (" << batch.shape(0) << " rows, " << n << " heads, "
+                                                                    << positions.size() << " positions)");
+    KVT_CHECK(threads >= 1 && threads <= 1024, USAGE, "threads must be in 1..1024");
+    if (capacity < 0) capacity = src.coverage_end;  // room for every candidate
+    KVT_CHECK(capacity <= src.coverage_end, USAGE,
+              "capacity must be in 0.." << src.coverage_end << " (the covered rows)");
+    check_finite(batch.data(), n * dim, "Q");
+    std::vector<KeyRows> kr;
+    if (keys_array) {
+      KVT_CHECK(keys_array->ndim() == 3, USAGE, "keys for a batch must be [kv_heads, E, d]");
+      const KeysArg keys{keys_array};
+      for (int64_t h = 0; h < src.geo.kv_heads; ++h) {
+        const KeyRows first = keys.for_head(l.artifact(), 0);  // checks the shape
+        kr.push_back({first.data + h * first.rows * first.d, first.rows, first.d});
+      }
+    }
+    py::array_t<int64_t> ids({n, capacity}), counts(n);
+    py::array_t<float> scores({n, capacity});
+    py::array_t<double> incl({n, keys_array ? capacity : int64_t{0}});
+    std::fill(ids.mutable_data(), ids.mutable_data() + n * capacity, -1);
+    std::fill(scores.mutable_data(), scores.mutable_data() + n * capacity, 0.f);
+    std::fill(incl.mutable_data(), incl.mutable_data() + incl.size(), 0.0);
+    {
+      py::gil_scoped_release nogil;
+      const auto params = l.params(settings);
+      const QueryBatch b{layer, n, q_heads.data(), batch.data(), positions.data(), kr.empty() ? nullptr : kr.data()};
+      l.query_batch(b, *params,
+                    {capacity, ids.mutable_data(), counts.mutable_data(), scores.mutable_data(),
+                     keys_array ? incl.mutable_data() : nullptr},
+                    threads);
+    }
+    return py::make_tuple(ids, scores, counts, keys_array ? py::object(incl) : py::none());
+  }
+
  private:
   Lease l_;
 };
@@ -143,7 +189,9 @@ void bind_pool(py::module_& m) {
       .def("query", &PyLease::query, py::arg("layer"), py::arg("q_head"), py::arg("q"), py::arg("position"),
            py::arg("keys"), py::arg("settings"))
       .def("query_batch", &PyLease::query_batch, py::arg("layer"), py::arg("q_heads"), py::arg("Q"),
-           py::arg("position"), py::arg("keys"), py::arg("settings"));
+           py::arg("position"), py::arg("keys"), py::arg("settings"))
+      .def("select", &PyLease::select, py::arg("layer"), py::arg("q_heads"), py::arg("Q"), py::arg("positions"),
+           py::arg("capacity"), py::arg("threads"), py::arg("keys"), py::arg("settings"));
   py::class_<Pool>(m, "Pool")
       .def(py::init(&make_pool), py::arg("host_budget"), py::arg("device_budget"), py::arg("device"))
       .def("publish", &publish, py::arg("key"), py::arg("artifact"), py::arg("expected_content_digest"),

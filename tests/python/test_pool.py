@@ -103,6 +103,20 @@ def test_same_answers(pool, q, keys):
             for h, (b, s) in enumerate(zip(batch, singles)):
                 check(b["candidates"].tolist() == s["candidates"].tolist() and b["scores"].tolist() == s["scores"].tolist()
                       and b["inclusion_probabilities"] == s["inclusion_probabilities"], f"{kind}: batch row {h}")
+            # select: the batched call without receipts, over two threads, equals the singles.
+            heads = list(range(q.shape[1]))
+            ids, scores, counts, incl = lease.select(1, heads, q[1], POSITION, threads=2, keys=k, **kw)
+            check((incl is None) == (k is None), f"{kind}: select inclusion present iff keys")
+            for h, s in enumerate(singles):
+                n = len(s["candidates"])
+                check(counts[h] == n and ids[h, :n].tolist() == s["candidates"].tolist()
+                      and scores[h, :n].tolist() == s["scores"].tolist() and (ids[h, n:] == -1).all(),
+                      f"{kind}: select row {h}")
+                if k is not None:
+                    check(incl[h, :n].tolist() == s["inclusion_probabilities"], f"{kind}: select inclusion row {h}")
+            ids2, _, counts2, _ = lease.select(1, heads, q[1], [POSITION] * len(heads), capacity=2, **kw)
+            check(counts2.tolist() == counts.tolist() and ids2.tolist() == ids[:, :2].tolist(),
+                  f"{kind}: select with capacity 2")
         # Pool.query: one lease for the call, same answer.
         one = pool.query(kind, 1, 2, q[1, 2], POSITION, keys=k, **kw)
         check(one["candidates"].tolist() == singles[2]["candidates"].tolist(), f"{kind}: Pool.query")
@@ -200,6 +214,12 @@ def test_errors(q):
         bad = q[0].copy()
         bad[2, 5] = np.nan
         expect_error(lambda: lease.query_batch(0, [0, 1, 2, 3], bad, POSITION), "NON_FINITE", 1, "NaN batch")
+        expect_error(lambda: lease.select(0, [0, 1, 2, 3], bad, POSITION), "NON_FINITE", 1, "NaN select")
+        expect_error(lambda: lease.select(0, [0, 1], q[0][:2], [POSITION]), "USAGE", 2, "positions vs rows")
+        expect_error(lambda: lease.select(0, [0, 1], q[0][:2], POSITION, threads=0), "USAGE", 2, "threads 0")
+        expect_error(lambda: lease.select(0, [0, 1], q[0][:2], POSITION, capacity=10**9), "USAGE", 2, "capacity")
+        expect_error(lambda: lease.select(0, [0, 99], q[0][:2], POSITION), "USAGE", 2, "select q_head 99")
+        expect_error(lambda: lease.select(0, [0, 1], q[0][:2], ["x", 1]), "USAGE", 2, "positions not ints")
 
 
 def test_gil_released(pool, q):

@@ -76,6 +76,46 @@ TEST_CASE("c api: publish, acquire, query, retire, errors carry a status and a p
   CHECK(kvtool_lease_query(lease, 1, 2, q.data(), 299, "budget", ids, 8, &n) == KVTOOL_ERR_USAGE);
   CHECK(kvtool_lease_query(lease, 9, 2, q.data(), 299, "budget=0.1", ids, 8, &n) == KVTOOL_ERR_USAGE);
 
+  // Batches: parsed params, one call for several query heads and positions, the same candidates
+  // and scores as one query at a time; truncation counts every candidate.
+  kvtool_query_params* qp = nullptr;
+  REQUIRE(kvtool_lease_params(lease, "budget=0.1", &qp) == KVTOOL_OK);
+  std::vector<float> qs(3 * 16);
+  for (size_t e = 0; e < qs.size(); ++e) qs[e] = static_cast<float>(e % 7) * 0.1f - 0.3f;
+  const int64_t heads[3] = {0, 2, 3}, pos[3] = {299, 299, 299};
+  std::vector<int64_t> bids(3 * 64, -1), counts(3, -1);
+  std::vector<float> bscores(3 * 64);
+  REQUIRE(kvtool_lease_query_batch(lease, 1, 3, heads, qs.data(), pos, qp, 2, bids.data(), bscores.data(), 64,
+                                   counts.data()) == KVTOOL_OK);
+  for (int64_t i = 0; i < 3; ++i) {
+    CandidateReceipt one = cl.query(1, heads[i], qs.data() + i * 16, pos[i], *cl.params({{"budget", "0.1"}}));
+    REQUIRE(counts[i] == static_cast<int64_t>(one.candidates.size()));
+    REQUIRE(counts[i] <= 64);
+    CHECK(std::equal(one.candidates.begin(), one.candidates.end(), bids.begin() + i * 64));
+    CHECK(std::equal(one.scores.begin(), one.scores.end(), bscores.begin() + i * 64));
+  }
+  CHECK(kvtool_lease_query_batch(lease, 1, 3, heads, qs.data(), pos, qp, 1, bids.data(), nullptr, 4, counts.data()) ==
+        KVTOOL_OK);
+  CHECK(counts[0] > 4);
+  CHECK(kvtool_lease_query_batch(lease, 1, 3, heads, qs.data(), pos, nullptr, 1, bids.data(), nullptr, 64,
+                                 counts.data()) == KVTOOL_OK);  // the kind's default budget
+  CHECK(kvtool_lease_query_batch(lease, 1, 3, heads, nullptr, pos, qp, 1, bids.data(), nullptr, 64, counts.data()) ==
+        KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query_batch(lease, 1, 3, heads, qs.data(), pos, qp, 0, bids.data(), nullptr, 64, counts.data()) ==
+        KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query_batch(lease, 1, 3, heads, qs.data(), pos, qp, 1, bids.data(), nullptr, 64, nullptr) ==
+        KVTOOL_ERR_USAGE);
+  const int64_t bad_heads[3] = {0, 2, 17};
+  CHECK(kvtool_lease_query_batch(lease, 1, 3, bad_heads, qs.data(), pos, qp, 2, bids.data(), nullptr, 64,
+                                 counts.data()) == KVTOOL_ERR_USAGE);
+  CHECK(kvtool_lease_query_batch(nullptr, 1, 3, heads, qs.data(), pos, qp, 1, bids.data(), nullptr, 64,
+                                 counts.data()) == KVTOOL_ERR_USAGE);
+  kvtool_query_params* bad = nullptr;
+  CHECK(kvtool_lease_params(lease, "min_collisions=2", &bad) == KVTOOL_ERR_USAGE);
+  CHECK(bad == nullptr);
+  kvtool_query_params_free(qp);
+  kvtool_query_params_free(nullptr);
+
   int64_t host = 0, dev = -1;
   REQUIRE(kvtool_pool_usage(pool, &host, &dev) == KVTOOL_OK);
   CHECK(host > 0);

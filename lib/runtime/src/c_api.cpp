@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "kvtool/error.h"
@@ -18,6 +19,10 @@ struct kvtool_pool {
 };
 struct kvtool_lease {
   kvtool::Lease lease;
+};
+struct kvtool_query_params {
+  std::string kind;
+  std::unique_ptr<kvtool::QueryParams> params;
 };
 
 namespace {
@@ -160,6 +165,37 @@ int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, int64_t q_head,
     kvtool::CandidateReceipt rc = lease->lease.query(layer, q_head, q, position, *params);
     *count = static_cast<int64_t>(rc.candidates.size());
     for (int64_t i = 0; i < std::min<int64_t>(capacity, *count); ++i) ids[i] = rc.candidates[static_cast<size_t>(i)];
+  });
+}
+
+int kvtool_lease_params(const kvtool_lease* lease, const char* options, kvtool_query_params** out) {
+  return guarded([&] {
+    need(out, "out");
+    *out = nullptr;
+    need(lease, "lease");
+    auto p = std::make_unique<kvtool_query_params>();
+    p->params = lease->lease.params(kvtool::parse_query_settings(options ? options : ""));
+    p->kind = lease->lease.artifact().kind();
+    *out = p.release();
+  });
+}
+
+void kvtool_query_params_free(kvtool_query_params* params) { delete params; }
+
+int kvtool_lease_query_batch(const kvtool_lease* lease, int64_t layer, int64_t count, const int64_t* q_heads,
+                             const float* q, const int64_t* positions, const kvtool_query_params* params, int threads,
+                             int64_t* ids, float* scores, int64_t capacity, int64_t* counts) {
+  return guarded([&] {
+    need(lease, "lease");
+    std::unique_ptr<kvtool::QueryParams> defaults;
+    if (!params) defaults = lease->lease.params();
+    KVT_CHECK(!params || params->kind == lease->lease.artifact().kind(), USAGE,
+              "query params for kind '" << params->kind << "' used with a lease of kind '"
+                                        << lease->lease.artifact().kind() << "'");
+    KVT_CHECK(threads >= 1, USAGE, "threads must be >= 1 (got " << threads << ")");
+    const kvtool::QueryBatch batch{layer, count, q_heads, q, positions, nullptr};
+    lease->lease.query_batch(batch, params ? *params->params : *defaults, {capacity, ids, counts, scores, nullptr},
+                             threads);
   });
 }
 

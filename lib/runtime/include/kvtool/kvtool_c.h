@@ -88,6 +88,26 @@ KVTOOL_C_API int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, in
                                     int64_t position, const char* options, int64_t* ids, int64_t capacity,
                                     int64_t* count);
 
+/* Query options parsed once for a lease's kind (the same text as kvtool_lease_query takes), for
+ * batches that should not parse text on the hot path. Valid for leases of artifacts of that kind;
+ * free with kvtool_query_params_free. */
+typedef struct kvtool_query_params kvtool_query_params;
+KVTOOL_C_API int kvtool_lease_params(const kvtool_lease* lease, const char* options, kvtool_query_params** out);
+KVTOOL_C_API void kvtool_query_params_free(kvtool_query_params* params);
+
+/* A batch of `count` queries of one layer (a decode step: every query head at one or more
+ * positions): query i is query head q_heads[i] with the vector q[i * head_dim, (i + 1) * head_dim)
+ * at positions[i]. Query i's candidates, the same as kvtool_lease_query gives one by one, go to
+ * ids[i * capacity, ...) (and their scores to scores[i * capacity, ...) when `scores` is not NULL);
+ * counts[i] receives how many it has (above capacity: the first `capacity` are written). The batch
+ * spreads over up to `threads` threads (persistent workers; 1: the calling thread) and allocates
+ * nothing once those threads are warm. `params` from kvtool_lease_params (NULL: the kind's
+ * defaults). After a failure the buffers' contents are unspecified. */
+KVTOOL_C_API int kvtool_lease_query_batch(const kvtool_lease* lease, int64_t layer, int64_t count,
+                                          const int64_t* q_heads, const float* q, const int64_t* positions,
+                                          const kvtool_query_params* params, int threads, int64_t* ids, float* scores,
+                                          int64_t capacity, int64_t* counts);
+
 #ifdef __cplusplus
 }
 #endif
