@@ -4,7 +4,7 @@
 //     the selectors. Baseline: the minimum honest work for the same result, measured in the same
 //     run: read() the file into a freshly allocated buffer, SHA-256 of the manifest bytes, zstd
 //     decompression of every section once with the SHA-256 of its raw bytes checked against the
-//     manifest, and the selectors' memory placement (f32 centroids, codes widened to u16). Both
+//     manifest, and the selectors' memory placement (f32 centroids, codes column-major). Both
 //     sides allocate inside their clock; neither copies what the other does not.
 //     Target: publish throughput >= 0.8x that baseline.
 //  2. PQ top-2048 query latency on 32768 indexed rows (m=16, 8 bits, d=128): the pool's lease.query
@@ -37,10 +37,10 @@ using Clock = std::chrono::steady_clock;
 namespace {
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// What a selector holds after the baseline "publish": the pq parts' centroids and widened codes.
+// What a selector holds after the baseline "publish": the pq parts' centroids and column-major codes.
 struct PlacedPart {
   std::vector<float> centroids;
-  std::vector<uint16_t> codes;
+  std::vector<uint8_t> codes;
 };
 
 // The baseline publish; `index` (opened outside the clock) gives the section table. Returns the
@@ -76,7 +76,13 @@ double baseline_publish(const ArtifactReader& index, const std::string& path, st
     else
       std::memcpy(dst, image + s.offset, s.raw_size);
     ok &= to_hex(sha256(dst, s.raw_size)) == s.sha256;
-    if (s.name == "pq_codes") p.codes.assign(scratch.begin(), scratch.end());  // u8 -> u16, as PqSelector
+    if (s.name == "pq_codes") {  // u8 [n, m] -> column-major [m, n], as PqSelector places them
+      const size_t n = static_cast<size_t>(s.shape[0]), m = static_cast<size_t>(s.shape[1]);
+      p.codes.resize(n * m);
+      for (size_t i0 = 0; i0 < n; i0 += 256)
+        for (size_t j = 0; j < m; ++j)
+          for (size_t i = i0; i < std::min(n, i0 + 256); ++i) p.codes[j * n + i] = scratch[i * m + j];
+    }
   }
   std::free(image);
   const double t = since(t0);

@@ -1,5 +1,6 @@
 // kind "pq", runtime half: structural validation, the part selector (LUT scoring, top-k) and its
 // device path, and the kind's registration (formats/kinds-v1.md, "pq").
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -29,16 +30,30 @@ class PqSelector : public PartSelector {
     // Column-major (each subspace's codes contiguous) for the SIMD scorers; one byte per code
     // up to 8 bits.
     auto codes = r.read_section(require_section(r, "pq_codes", layer, head));
-    const size_t n = static_cast<size_t>(n_), m = static_cast<size_t>(lay_.m);
-    if (lay_.bits <= 8) {
-      codes8_.resize(n * m);
-      for (size_t i = 0; i < n; ++i)
-        for (size_t j = 0; j < m; ++j) codes8_[j * n + i] = codes[i * m + j];
-    } else {
-      codes16_.resize(n * m);
-      for (size_t i = 0; i < n; ++i)
-        for (size_t j = 0; j < m; ++j)
-          codes16_[j * n + i] = static_cast<uint16_t>(codes[2 * (i * m + j)] | (codes[2 * (i * m + j) + 1] << 8));
+    const int64_t m = lay_.m;
+    if (lay_.bits <= 8)
+      transpose(
+          n_, m, [&](int64_t i, int64_t j) { return codes[i * m + j]; }, codes8_);
+    else
+      transpose(
+          n_, m,
+          [&](int64_t i, int64_t j) {
+            return static_cast<uint16_t>(codes[2 * (i * m + j)] | (codes[2 * (i * m + j) + 1] << 8));
+          },
+          codes16_);
+  }
+  // Row-major codes get(i, j), i < n, j < m, into column-major out[j * n + i], a block of rows at a
+  // time: the block's rows stay in L1 while each subspace's part of it is written as one run.
+  template <typename T, typename Get>
+  static void transpose(int64_t n, int64_t m, const Get& get, std::vector<T>& out) {
+    out.resize(static_cast<size_t>(n * m));
+    constexpr int64_t kBlock = 256;
+    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+      const int64_t i1 = std::min(n, i0 + kBlock);
+      for (int64_t j = 0; j < m; ++j) {
+        T* dst = out.data() + j * n;
+        for (int64_t i = i0; i < i1; ++i) dst[i] = get(i, j);
+      }
     }
   }
   int64_t indexed_rows() const override { return n_; }
