@@ -50,7 +50,7 @@ int64_t warm_batch_news(const Lease& lease, const QuerySettings& settings, int t
   const auto params = lease.params(settings);
   const QueryBatch b{0, n, heads.data(), q.data(), positions.data(), kr.data()};
   const BatchAnswers out{src.geo.tokens, ids.data(), counts.data(), scores.data(), incl.data()};
-  for (int w = 0; w < 3; ++w) lease.query_batch(b, *params, out, threads);
+  for (int w = 0; w < 10; ++w) lease.query_batch(b, *params, out, threads);  // every thread sees every part
   const int64_t before = g_news.load();
   for (int r = 0; r < 20; ++r) lease.query_batch(b, *params, out, threads);
   return g_news.load() - before;

@@ -563,7 +563,7 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
   CHECK(tally.rows > 10000);
 }
 
-TEST_CASE("pool: batch refusals name the query at fault and write nothing else") {
+TEST_CASE("pool: batch refusals are USAGE, checked before any query runs") {
   Fixture f;
   Pool pool(PoolOptions{});
   pool.publish(publish_request("doc", f.pq));
@@ -587,6 +587,9 @@ TEST_CASE("pool: batch refusals name the query at fault and write nothing else")
   b.layer = 0;
   CHECK(reason_of([&] { l.query_batch(b, *params, {5, ids.data(), nullptr, nullptr, nullptr}, 2); }) == "USAGE");
   CHECK(reason_of([&] { l.query_batch(b, *params, {5, nullptr, counts.data(), nullptr, nullptr}, 2); }) == "USAGE");
+  CHECK(reason_of([&] { l.query_batch(b, *params, out, 0); }) == "USAGE");
+  CHECK(reason_of([&] { l.query_batch(b, *params, out, 100000); }) == "USAGE");
+  CHECK_NOTHROW(l.query_batch(b, *params, out, 1024));  // allowed; runs on at most the CPU count
   b.count = -1;
   CHECK(reason_of([&] { l.query_batch(b, *params, out, 2); }) == "USAGE");
   b.count = 0;  // an empty batch answers nothing and needs no buffers

@@ -2,6 +2,8 @@
 // probabilities and its device path, the projections every part is checked against, and the kind's
 // registration (formats/kinds-v1.md, "lsh").
 #include <algorithm>
+#include <math.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -265,6 +267,13 @@ std::vector<float> lsh_projections(uint64_t seed, int64_t layer, int64_t kv_head
   return w;
 }
 
+// log Γ(x) without std::lgamma's write to the global signgam (a data race when batched queries
+// run on several threads); the same value.
+double log_gamma(double x) {
+  int sign = 0;
+  return ::lgamma_r(x, &sign);
+}
+
 double lsh_inclusion_probability(double cosine, int64_t bits, int64_t tables, int64_t c) {
   double cs = std::max(-1.0, std::min(1.0, cosine));
   double p = 1.0 - std::acos(cs) / M_PI;
@@ -276,7 +285,7 @@ double lsh_inclusion_probability(double cosine, int64_t bits, int64_t tables, in
   // 1 - sum_{j < c} C(L, j) P^j (1-P)^(L-j), each term in log space.
   double below = 0, lp = std::log(P), lq = std::log1p(-P);
   for (int64_t j = 0; j < c; ++j)
-    below += std::exp(std::lgamma(L + 1) - std::lgamma(j + 1.0) - std::lgamma(L - j + 1) + j * lp + (L - j) * lq);
+    below += std::exp(log_gamma(L + 1) - log_gamma(j + 1.0) - log_gamma(L - j + 1) + j * lp + (L - j) * lq);
   return std::max(0.0, 1.0 - below);
 }
 

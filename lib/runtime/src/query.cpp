@@ -151,16 +151,22 @@ struct BatchRun {
   }
   void answer(int64_t i) {
     thread_local Selection sel;  // cleared, never shrunk: warm threads allocate nothing
+    const PartSelector& part = *parts[static_cast<size_t>(i)];
+    // Room for every indexed row (no kind returns more), so the first query on a part this size
+    // sizes the buffers for all later ones, whatever their candidate counts.
+    const size_t most = static_cast<size_t>(part.indexed_rows());
     sel.ids.clear();
     sel.scores.clear();
     sel.inclusion.clear();
+    sel.ids.reserve(most);
+    sel.scores.reserve(most);
+    if (batch.keys) sel.inclusion.reserve(most);
     sel.centroids_scored = -1;
     sel.budget_rows = -1;
     SelectRequest req;
     req.q = batch.q + i * d;
     req.params = &params;
     req.keys = batch.keys ? &batch.keys[kv_of[static_cast<size_t>(i)]] : nullptr;
-    const PartSelector& part = *parts[static_cast<size_t>(i)];
     if (!hook || !hook(batch.layer, kv_of[static_cast<size_t>(i)], part, req, sel)) part.select(req, sel);
     const int64_t n = static_cast<int64_t>(sel.ids.size()), w = std::min(n, out.capacity), at = i * out.capacity;
     out.counts[i] = n;
@@ -181,6 +187,7 @@ void SelectorSet::query_batch(const QueryBatch& batch, const QueryParams& params
   KVT_CHECK(out.capacity >= 0 && out.counts && (out.capacity == 0 || out.ids), USAGE,
             "batch answers need counts and, with a capacity, ids");
   KVT_CHECK(out.capacity <= INT64_MAX / batch.count, USAGE, "batch answers: capacity x count overflows");
+  KVT_CHECK(threads >= 1 && threads <= 1024, USAGE, "a batch runs on 1..1024 threads (got " << threads << ")");
   const auto& src = r_.source();
   // Per-query checks and part lookups first, on this thread: the parallel part only reads.
   thread_local std::vector<const PartSelector*> parts;

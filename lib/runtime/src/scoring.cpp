@@ -246,7 +246,9 @@ void extremes(const uint64_t* keys, int64_t n, uint64_t& lo, uint64_t& hi) {
 }
 
 // keys[0, n) lie in [lo, hi].
-void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t hi, SelectionScratch& sc,
+// `cap` (the top level's n) sizes every level's buffers, so that a thread's scratch stops growing
+// once it has selected from that many keys, whatever the keys' distribution.
+void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t hi, SelectionScratch& sc, int64_t cap,
                      int depth = 0) {
   constexpr uint64_t kBuckets = 2048;
   int shift = 0;
@@ -258,8 +260,8 @@ void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t
   while (below + count[t] < b) below += count[t++];
   // Branch-free compaction: the keys of the buckets below t, then bucket t's (each store lands
   // in a slot that is either kept or overwritten by the next key of that kind).
-  uint64_t* low = room(sc.low[depth], static_cast<size_t>(below) + 1);
-  uint64_t* tied = room(sc.tied[depth], static_cast<size_t>(count[t]) + 1);
+  uint64_t* low = room(sc.low[depth], static_cast<size_t>(cap) + 1);
+  uint64_t* tied = room(sc.tied[depth], static_cast<size_t>(cap) + 1);
   size_t w = 0, e = 0;
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t k = keys[i], bucket = (k - lo) >> shift;
@@ -271,7 +273,7 @@ void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t
   const int64_t need = b - below;
   if (need < static_cast<int64_t>(e) && e > 64 && shift > 0 && depth + 1 < 8) {
     extremes(tied, static_cast<int64_t>(e), lo, hi);
-    select_smallest(tied, static_cast<int64_t>(e), need, lo, hi, sc, depth + 1);
+    select_smallest(tied, static_cast<int64_t>(e), need, lo, hi, sc, cap, depth + 1);
   } else if (need < static_cast<int64_t>(e))
     std::nth_element(tied, tied + need, tied + e);
   std::copy(tied, tied + need, keys + w);
@@ -376,7 +378,7 @@ bool top_k_sampled(const float* score, int64_t n, int64_t b, int64_t* order, Sel
 #endif
     w = collect_at_most(score, n, sample[rank], kept);
   if (w < b) return false;
-  radix_sort(kept, w, room(sc.sorted, static_cast<size_t>(w)), 32);
+  radix_sort(kept, w, room(sc.sorted, static_cast<size_t>(n)), 32);  // sized by n: no regrowth later
   for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(kept[i] & 0xffffffffu);
   return true;
 }
@@ -410,8 +412,8 @@ int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* order) {
   }
   // Select, then sort the b kept: O(n + b), where a heap of size b is O(n log b). The order is
   // total, so the answer is the same sequence as a full sort's first b.
-  if (b > 0 && b < n) select_smallest(keys, n, b, lo, hi, sc);
-  radix_sort(keys, b, room(sc.sorted, static_cast<size_t>(b)));
+  if (b > 0 && b < n) select_smallest(keys, n, b, lo, hi, sc, n);
+  radix_sort(keys, b, room(sc.sorted, static_cast<size_t>(n)));
   for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(keys[i] & 0xffffffffu);
   return b;
 }

@@ -1,5 +1,7 @@
 #include "workers.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -26,19 +28,10 @@ constexpr int kSpins = 2000;
 // The job the workers run: helpers [0, helpers) take indices from `next` until it passes n.
 class Workers {
  public:
-  ~Workers() {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stop_ = true;
-    }
-    start_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
   void run(int64_t n, int threads, void (*call)(void*, int64_t), void* ctx) {
     std::unique_lock<std::mutex> job(job_mu_, std::try_to_lock);
-    if (!job.owns_lock()) return serial(n, call, ctx);  // another batch holds the workers
-    const int helpers = static_cast<int>(std::min<int64_t>(threads - 1, n - 1));
+    if (!job.owns_lock()) return serial(n, call, ctx);                            // another batch holds the workers
+    const int helpers = static_cast<int>(std::min<int64_t>(threads - 1, n - 1));  // threads <= max_threads()
     {
       std::lock_guard<std::mutex> g(mu_);
       while (static_cast<int>(threads_.size()) < helpers) {
@@ -74,8 +67,7 @@ class Workers {
     for (;;) {
       for (int s = 0; s < kSpins && published_.load(std::memory_order_acquire) == seen; ++s) cpu_relax();
       std::unique_lock<std::mutex> g(mu_);
-      start_.wait(g, [&] { return stop_ || epoch_ != seen; });
-      if (stop_) return;
+      start_.wait(g, [&] { return epoch_ != seen; });
       seen = epoch_;
       if (id >= helpers_) continue;  // not needed for this job
       g.unlock();
@@ -90,7 +82,6 @@ class Workers {
   std::mutex mu_;      // guards everything below except next_
   std::condition_variable start_, done_;
   std::vector<std::thread> threads_;
-  bool stop_ = false;
   uint64_t epoch_ = 0;
   int helpers_ = 0, pending_ = 0;
   void (*call_)(void*, int64_t) = nullptr;
@@ -101,16 +92,36 @@ class Workers {
   std::atomic<int> pending_now_{0};     // pending_, for the spinning caller
 };
 
+// The process's workers. Never destroyed: a batch may still run on another thread while static
+// objects are destroyed at exit (Python releases the GIL around batches). A child made by fork()
+// has none of its parent's threads, so it starts its own set (the parent's object is left behind).
+Workers& workers() {
+  static std::mutex& m = *new std::mutex;  // never destroyed either
+  static Workers* w = nullptr;
+  static pid_t owner = 0;
+  std::lock_guard<std::mutex> g(m);
+  if (!w || owner != getpid()) {
+    w = new Workers;
+    owner = getpid();
+  }
+  return *w;
+}
+
 }  // namespace
+
+int max_threads() {
+  static const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return n;
+}
 
 void run_parallel(int64_t n, int threads, void (*call)(void* ctx, int64_t i), void* ctx) {
   if (n <= 0) return;
+  threads = std::min(threads, max_threads());  // more threads than CPUs would only wait on each other
   if (threads <= 1 || n == 1) {
     for (int64_t i = 0; i < n; ++i) call(ctx, i);
     return;
   }
-  static Workers workers;
-  workers.run(n, threads, call, ctx);
+  workers().run(n, threads, call, ctx);
 }
 
 }  // namespace kvtool::detail

@@ -8,8 +8,12 @@
 
 namespace kvtool::detail {
 
-// Calls call(ctx, i) once for every i in [0, n), on up to `threads` threads; returns when all
-// calls returned. `call` must not throw (callers catch inside and keep the first error).
+// The most threads a batch uses: the CPUs this process may run on (at least 1).
+int max_threads();
+
+// Calls call(ctx, i) once for every i in [0, n), on up to min(threads, max_threads()) threads;
+// returns when all calls returned. `call` must not throw (callers catch inside and keep the first
+// error).
 void run_parallel(int64_t n, int threads, void (*call)(void* ctx, int64_t i), void* ctx);
 
 template <typename F>

@@ -100,7 +100,8 @@ KVTOOL_C_API void kvtool_query_params_free(kvtool_query_params* params);
  * at positions[i]. Query i's candidates, the same as kvtool_lease_query gives one by one, go to
  * ids[i * capacity, ...) (and their scores to scores[i * capacity, ...) when `scores` is not NULL);
  * counts[i] receives how many it has (above capacity: the first `capacity` are written). The batch
- * spreads over up to `threads` threads (persistent workers; 1: the calling thread) and allocates
+ * spreads over up to `threads` threads (1..1024, used up to the CPU count; persistent workers;
+ * 1: the calling thread) and allocates
  * nothing once those threads are warm. `params` from kvtool_lease_params (NULL: the kind's
  * defaults). After a failure the buffers' contents are unspecified. */
 KVTOOL_C_API int kvtool_lease_query_batch(const kvtool_lease* lease, int64_t layer, int64_t count,

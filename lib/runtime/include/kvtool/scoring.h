@@ -40,7 +40,8 @@ const char* simd_name(Simd s);
 // Indices of the min(k, n) best scores, best first; equal scores by lower index.
 std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k);
 // The same indices written to out[0, min(k, n)) (returns that count). Allocation-free once the
-// calling thread has selected from n rows before (its scratch is kept per thread).
+// calling thread has selected from at least n rows before, whatever the scores (its scratch is
+// kept per thread and sized by n).
 int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* out);
 // Every index, best first; equal scores by lower index (a full ranking).
 std::vector<int64_t> rank_all(const float* score, int64_t n);
