@@ -68,8 +68,10 @@ void cm_portable(const float* lut, const Code* codes, int64_t n, int64_t m, int6
 #if KVTOOL_X86_DISPATCH
 // GCC 12 warns inside its own AVX-512 headers (an intentionally undefined pass-through operand of
 // the conversion and gather intrinsics): not a use of uninitialized data.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 template <typename Code>
 __attribute__((target("avx2"))) __m256i load8_idx(const Code* c) {
   if constexpr (sizeof(Code) == 1)
@@ -350,7 +352,9 @@ __attribute__((target("avx512f"))) int64_t collect_at_most_avx512(const float* s
   const int64_t rest = collect_at_most(score, n, t, out + w, n16);
   return w + rest;
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 // The selection when b is well below n: a strided sample of the keys bounds the b-th smallest
