@@ -106,7 +106,6 @@ class PyLease {
     KVT_CHECK(n == batch.shape(0) && positions.size() == q_heads.size(), USAGE,
               "q_heads and positions need one entry per row of Q (" << batch.shape(0) << " rows, " << n << " heads, "
                                                                     << positions.size() << " positions)");
-    KVT_CHECK(threads >= 1 && threads <= 1024, USAGE, "threads must be in 1..1024");
     if (capacity < 0) capacity = src.coverage_end;  // room for every candidate
     KVT_CHECK(capacity <= src.coverage_end, USAGE,
               "capacity must be in 0.." << src.coverage_end << " (the covered rows)");

@@ -192,7 +192,6 @@ int kvtool_lease_query_batch(const kvtool_lease* lease, int64_t layer, int64_t c
     KVT_CHECK(!params || params->kind == lease->lease.artifact().kind(), USAGE,
               "query params for kind '" << params->kind << "' used with a lease of kind '"
                                         << lease->lease.artifact().kind() << "'");
-    KVT_CHECK(threads >= 1 && threads <= 1024, USAGE, "threads must be in 1..1024 (got " << threads << ")");
     const kvtool::QueryBatch batch{layer, count, q_heads, q, positions, nullptr};
     lease->lease.query_batch(batch, params ? *params->params : *defaults, {capacity, ids, counts, scores, nullptr},
                              threads);
