@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
+#include "impl/eval_kernels.h"
 #include "impl/eval_parts.h"
 
 using namespace kvtool;
@@ -126,7 +128,16 @@ TEST_CASE("eval: oracle mass and recall equal a full stable sort's, ties include
 // End to end against plain double loops: every metric of eval's parts (BLAS block, bucketed oracle,
 // kept outputs by gathering and by the masked GEMM) for receipts of 1% to 100% of the rows.
 TEST_CASE("eval: metrics of the BLAS parts equal a scalar double reference, both output paths") {
-  const RandomBlock rb(5, 2.0f, 2600, 8, 6);  // two tiles of rows, the second partial
+  namespace sc = kvtool::scoring;
+  const int level = GENERATE(0, 1, 2);  // every SIMD level this CPU runs (the kernels dispatch on it)
+  if (level > static_cast<int>(sc::simd_supported())) return;
+  sc::set_simd_level(static_cast<sc::Simd>(level));
+  struct Restore {
+    ~Restore() { kvtool::scoring::set_simd_level(kvtool::scoring::Simd::avx512); }  // the best the CPU runs
+  } restore;
+  INFO("level " << sc::simd_name(sc::simd_level()));
+  const int64_t dim = GENERATE(8, 32);          // 32: the register-blocked gather
+  const RandomBlock rb(5, 2.0f, 2600, dim, 6);  // two tiles of rows, the second partial
   const int64_t E = rb.E, d = rb.d, n = rb.n;
   const std::vector<float>& V = rb.V;
   const eval::DenseSupport& s = rb.s;
@@ -176,6 +187,54 @@ TEST_CASE("eval: metrics of the BLAS parts equal a scalar double reference, both
       CHECK(ms[i].error == Approx(std::sqrt(err)).epsilon(1e-9).margin(1e-13));
       CHECK(ms[i].relative_error == Approx(std::sqrt(err / on)).epsilon(1e-9).margin(1e-13));
       CHECK(ms[i].fraction == Approx(double(kept[i].size()) / E));
+    }
+  }
+}
+
+// The softmax, widening and gather kernels at every level against plain double loops with
+// std::exp; AVX-512 and AVX2 share one polynomial and must agree bit for bit.
+TEST_CASE("eval kernels: softmax, widen and gather at every SIMD level") {
+  namespace sc = kvtool::scoring;
+  const auto best = sc::simd_supported();
+  std::mt19937 rng(11);
+  std::normal_distribution<double> N(0, 4);
+  for (int64_t n : {1, 7, 8, 9, 64, 1003}) {
+    std::vector<double> z(n);
+    for (auto& x : z) x = N(rng);
+    if (n > 8) z[3] = z[0] - 800;  // below exp's normal range: std::exp for that group, p = 0
+    const double mx = *std::max_element(z.begin(), z.end());
+    double sum = 0;
+    for (double x : z) sum += std::exp(x - mx);
+    std::vector<std::vector<double>> got;
+    for (int level = 0; level <= static_cast<int>(best); ++level) {
+      std::vector<double> p = z;
+      const double lse = eval::softmax_row(p.data(), n, static_cast<sc::Simd>(level));
+      INFO("level " << level << " n " << n);
+      CHECK(lse == Approx(mx + std::log(sum)).epsilon(1e-14));
+      for (int64_t r = 0; r < n; ++r) REQUIRE(std::abs(p[r] - std::exp(z[r] - mx) / sum) <= 1e-14 * p[r] + 1e-300);
+      got.push_back(p);
+    }
+    if (got.size() == 3) CHECK(std::memcmp(got[1].data(), got[2].data(), n * sizeof(double)) == 0);
+  }
+  for (int64_t d : {8, 32, 40, 128}) {
+    const int64_t rows = 300;
+    std::vector<float> V(rows * d);
+    for (auto& v : V) v = static_cast<float>(N(rng));
+    std::vector<int64_t> ids;
+    std::vector<double> w;
+    for (int64_t r = 0; r < rows; r += 1 + static_cast<int64_t>(rng() % 3)) {
+      ids.push_back(r);
+      w.push_back(std::abs(N(rng)));
+    }
+    std::vector<double> want(d, 0.5);
+    for (size_t k = 0; k < ids.size(); ++k)
+      for (int64_t t = 0; t < d; ++t) want[t] += w[k] * V[ids[k] * d + t];
+    for (int level = 0; level <= static_cast<int>(best); ++level) {
+      std::vector<double> acc(d, 0.5), wide(V.size());
+      eval::add_rows(w.data(), ids.data(), ids.size(), V.data(), d, acc.data(), static_cast<sc::Simd>(level));
+      for (int64_t t = 0; t < d; ++t) REQUIRE(acc[t] == Approx(want[t]).epsilon(1e-13).margin(1e-12));
+      eval::widen(V.data(), wide.data(), static_cast<int64_t>(V.size()), static_cast<sc::Simd>(level));
+      for (size_t i = 0; i < V.size(); ++i) REQUIRE(wide[i] == static_cast<double>(V[i]));
     }
   }
 }

@@ -266,8 +266,7 @@ std::vector<Measured> eval_kv_head(const EvalRun& run, Worker& w, int64_t l, int
       const float* q = w.Q[static_cast<size_t>(items[i].first)].data() + static_cast<int64_t>(items[i].second) * d;
       w.Qd.insert(w.Qd.end(), q, q + d);
     }
-    w.block.compute(w.Qd.data(), static_cast<int64_t>(b1 - b0), w.support);
-    w.oracle.build(w.block);
+    w.block.compute(w.Qd.data(), static_cast<int64_t>(b1 - b0), w.support, &w.oracle);
     if (w.metrics.size() < b1 - b0) w.metrics.resize(b1 - b0);
     for (size_t bi = 0; bi < run.settings.size(); ++bi) eval_setting(run, w, l, kvh, items, b0, bi, out);
   }

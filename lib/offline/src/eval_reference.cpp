@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "impl/eval_parts.h"
+#include "impl/eval_kernels.h"
 
 #include <sys/mman.h>
 
@@ -36,7 +37,8 @@ void DenseSupport::load(const float* k, const float* v, int64_t rows, int64_t di
 }
 
 const double* DenseSupport::tile(const float* m, int64_t r0, int64_t rows, std::vector<double>& t) const {
-  t.assign(m + r0 * d, m + (r0 + rows) * d);
+  t.resize(static_cast<size_t>(rows * d));
+  widen(m + r0 * d, t.data(), rows * d, scoring::simd_level());
   return t.data();
 }
 
@@ -60,10 +62,11 @@ void gemm(const char* transa, int64_t m, int64_t n, int64_t k, double alpha, con
 // the row-major K (column-major [d, E]), scaled by 1/sqrt(d) in the GEMM, one tile of rows (a
 // slice of Z^T with leading dimension E) at a time; O[count, d] = P · V is column-major
 // O^T = V^T · P^T, accumulated over the tiles.
-void DenseBlock::compute(const double* Q, int64_t count, const DenseSupport& s) {
+void DenseBlock::compute(const double* Q, int64_t count, const DenseSupport& s, OracleIndex* oracle) {
   n = count;
   E = s.E;
   d = s.d;
+  if (oracle) oracle->start(*this);
   reserve_huge(P, static_cast<size_t>(n * E));
   P.resize(static_cast<size_t>(n * E));
   O.resize(static_cast<size_t>(n * d));
@@ -73,16 +76,11 @@ void DenseBlock::compute(const double* Q, int64_t count, const DenseSupport& s) 
     const int64_t rows = std::min(DenseSupport::kTileRows, E - r0);
     gemm("T", rows, n, d, scale, s.tile(s.K, r0, rows, tile), d, Q, d, 0, P.data() + r0, E);
   }
+  // log p_i + log-sum-exp restores the logit z_i = q·k_i/sqrt(d) up to a shared constant.
+  const scoring::Simd level = scoring::simd_level();
   for (int64_t i = 0; i < n; ++i) {
-    double* p = P.data() + i * E;
-    double mx = -INFINITY;
-    for (int64_t r = 0; r < E; ++r) mx = std::max(mx, p[r]);
-    double sum = 0;
-    for (int64_t r = 0; r < E; ++r) sum += (p[r] = std::exp(p[r] - mx));
-    const double inv = 1 / sum;
-    for (int64_t r = 0; r < E; ++r) p[r] *= inv;
-    // log p_i + log-sum-exp restores the logit z_i = q·k_i/sqrt(d) up to a shared constant.
-    log_normalizer[static_cast<size_t>(i)] = mx + std::log(sum);
+    log_normalizer[static_cast<size_t>(i)] = softmax_row(P.data() + i * E, E, level);
+    if (oracle) oracle->add_row(i);
   }
   for (int64_t r0 = 0; r0 < E; r0 += DenseSupport::kTileRows) {
     const int64_t rows = std::min(DenseSupport::kTileRows, E - r0);
@@ -106,21 +104,28 @@ uint16_t bucket_of(double p) {
 }  // namespace
 
 void OracleIndex::build(const DenseBlock& b) {
+  start(b);
+  for (int64_t i = 0; i < b.n; ++i) add_row(i);
+}
+
+void OracleIndex::start(const DenseBlock& b) {
   b_ = &b;
   reserve_huge(key_, static_cast<size_t>(b.n * b.E));
   key_.resize(static_cast<size_t>(b.n * b.E));
   count_.assign(static_cast<size_t>(b.n * kBuckets), 0);
   mass_.assign(count_.size(), 0.0);
-  for (int64_t i = 0; i < b.n; ++i) {
-    const double* p = b.P.data() + i * b.E;
-    uint16_t* key = key_.data() + i * b.E;
-    int64_t* count = count_.data() + i * kBuckets;
-    double* mass = mass_.data() + i * kBuckets;
-    for (int64_t r = 0; r < b.E; ++r) {
-      key[r] = bucket_of(p[r]);
-      ++count[key[r]];
-      mass[key[r]] += p[r];
-    }
+}
+
+void OracleIndex::add_row(int64_t i) {
+  const int64_t E = b_->E;
+  const double* p = b_->P.data() + i * E;
+  uint16_t* key = key_.data() + i * E;
+  int64_t* count = count_.data() + i * kBuckets;
+  double* mass = mass_.data() + i * kBuckets;
+  for (int64_t r = 0; r < E; ++r) {
+    key[r] = bucket_of(p[r]);
+    ++count[key[r]];
+    mass[key[r]] += p[r];
   }
 }
 
@@ -168,8 +173,9 @@ void ReceiptMetrics::measure(const DenseReference& ref, const CandidateReceipt& 
     k += kept[static_cast<size_t>(r)];
   }
   ids.pop_back();
+  w.resize(ids.size());
   retained = 0;
-  for (int64_t id : ids) retained += ref.p[id];
+  for (size_t k = 0; k < ids.size(); ++k) retained += (w[k] = ref.p[ids[k]]);
   int64_t hits = 0;
   oi.measure(i, rows, ids, kept, oracle, hits);
   recall = rows > 0 ? static_cast<double>(hits) / static_cast<double>(rows) : 1;
@@ -191,20 +197,29 @@ void ReceiptMetrics::output(const DenseReference& ref, const double* kept_out, i
 bool KeptOutputs::use_gemm(const std::vector<ReceiptMetrics>& m, int64_t n, int64_t E) {
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) kept += m[static_cast<size_t>(i)].rows;
-  // Measured at 32K rows with 10% kept (pq, budget 0.1): the GEMM took less time than gathering.
-  return kept * 20 >= n * E;
+  // Measured at 32K rows, d = 128 (pq, budgets 0.1 to 0.5; README.md, "Measured": eval): the
+  // tiled gather took 15 % less CPU than the GEMM at 10 % kept, the same at 20-30 %, more above.
+  // A speed choice only: both are exact sums of the same terms.
+  return kept * 4 >= n * E;
 }
 
 void KeptOutputs::compute(const DenseBlock& b, const std::vector<ReceiptMetrics>& m, const DenseSupport& s) {
   const int64_t n = b.n, E = b.E, d = b.d, R = DenseSupport::kTileRows;
   out.assign(static_cast<size_t>(n * d), 0.0);
+  next.assign(static_cast<size_t>(n), 0);
   if (!use_gemm(m, n, E)) {
-    // Ascending rows read V front to back.
-    for (int64_t i = 0; i < n; ++i) {
-      const double* p = b.P.data() + i * E;
-      double* acc = out.data() + i * d;
-      for (int64_t id : m[static_cast<size_t>(i)].ids)
-        for (int64_t t = 0; t < d; ++t) acc[t] += p[id] * s.V[id * d + t];
+    const scoring::Simd level = scoring::simd_level();
+    // Tiles of rows outer, queries inner: a tile of V (1 MiB of floats at d = 128) stays in cache
+    // while every query adds its kept rows in it. Each query still sums its rows in ascending order.
+    for (int64_t r0 = 0; r0 < E; r0 += R) {
+      const int64_t r1 = std::min(E, r0 + R);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto& ids = m[static_cast<size_t>(i)].ids;
+        size_t& k = next[static_cast<size_t>(i)];
+        const size_t k0 = k;
+        while (k < ids.size() && ids[k] < r1) ++k;
+        add_rows(m[static_cast<size_t>(i)].w.data() + k0, ids.data() + k0, k - k0, s.V, d, out.data() + i * d, level);
+      }
     }
     return;
   }
@@ -214,7 +229,6 @@ void KeptOutputs::compute(const DenseBlock& b, const std::vector<ReceiptMetrics>
     reserve_huge(masked, static_cast<size_t>(n * R));
     masked.resize(static_cast<size_t>(n * R), 0.0);
   }
-  next.assign(static_cast<size_t>(n), 0);
   std::vector<size_t> first(static_cast<size_t>(n));
   for (int64_t r0 = 0; r0 < E; r0 += R) {
     const int64_t rows = std::min(R, E - r0);
@@ -222,7 +236,8 @@ void KeptOutputs::compute(const DenseBlock& b, const std::vector<ReceiptMetrics>
       const auto& ids = m[static_cast<size_t>(i)].ids;
       size_t& k = next[static_cast<size_t>(i)];
       first[static_cast<size_t>(i)] = k;
-      for (; k < ids.size() && ids[k] < r0 + rows; ++k) masked[i * R + ids[k] - r0] = b.P[i * E + ids[k]];
+      const auto& w = m[static_cast<size_t>(i)].w;
+      for (; k < ids.size() && ids[k] < r0 + rows; ++k) masked[i * R + ids[k] - r0] = w[k];
     }
     gemm("N", d, n, rows, 1, s.tile(s.V, r0, rows, tile), d, masked.data(), R, 1, out.data(), d);
     for (int64_t i = 0; i < n; ++i) {
