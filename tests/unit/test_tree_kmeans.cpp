@@ -1,11 +1,14 @@
 // The balanced k-means tree (lib/kinds/common/kmeans.h) and its use by clusterkv and squeeze.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
+#include <faiss/Clustering.h>
 #include <random>
 #include <set>
 
 #include "clusterkv/clusterkv.h"
 #include "common/kmeans.h"
+#include "common/nearest_l2.h"
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "kvtool/kind_builders.h"
@@ -169,4 +172,43 @@ TEST_CASE("tree k-means in clusterkv and squeeze: deterministic across threads, 
     if (k == "clusterkv") CHECK(part["kmeans"] == "tree");
     if (k == "squeeze") CHECK(part["kmeans"] == json({{"fine", "tree"}, {"coarse", "tree"}}));
   }
+}
+
+// TrainingIndexL2 (common/nearest_l2.h) against FAISS' own IndexFlatL2: the same distances and
+// labels bit for bit, across FAISS' query blocks (4096 rows) and database blocks (1024 centroids),
+// below its BLAS threshold, with duplicate centroids (the first one wins), and the same centroids
+// from a whole Clustering::train.
+TEST_CASE("TrainingIndexL2 answers exactly like faiss::IndexFlatL2, and trains the same centroids") {
+  const int64_t d = 16;
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{5, 7}, {300, 64}, {4097, 64}, {5000, 1500}}) {
+    std::vector<float> x = blob_rows(n, d, 9, 3), c = blob_rows(k, d, 9, 4);
+    for (int64_t t = 0; t < d; ++t) c[(k - 1) * d + t] = c[t];  // the last centroid duplicates the first
+    faiss::IndexFlatL2 ref(d);
+    TrainingIndexL2 mine(d);
+    ref.add(k, c.data());
+    mine.add(k, c.data());
+    std::vector<float> dr(n), dm(n);
+    std::vector<faiss::Index::idx_t> lr(n), lm(n);
+    for (int round = 0; round < 2; ++round) {  // the second search reuses the cached norms
+      ref.search(n, x.data(), 1, dr.data(), lr.data());
+      mine.search(n, x.data(), 1, dm.data(), lm.data());
+      INFO("n " << n << " k " << k << " round " << round);
+      REQUIRE(lm == lr);
+      REQUIRE(std::memcmp(dm.data(), dr.data(), dm.size() * sizeof(float)) == 0);
+      for (int64_t i = 0; i < n; ++i) REQUIRE(lm[i] != k - 1);  // a duplicate never beats the first copy
+    }
+  }
+  const int64_t n = 6000, k = 64;
+  const std::vector<float> x = blob_rows(n, d, 20, 5);
+  faiss::ClusteringParameters cp;
+  cp.niter = 8;
+  cp.seed = 17;
+  cp.max_points_per_centroid = 64;  // FAISS samples 4096 rows, as in a real build
+  cp.verbose = false;
+  faiss::Clustering a(d, k, cp), b(d, k, cp);
+  faiss::IndexFlatL2 ia(d);
+  TrainingIndexL2 ib(d);
+  a.train(n, x.data(), ia);
+  b.train(n, x.data(), ib);
+  REQUIRE(std::memcmp(a.centroids.data(), b.centroids.data(), a.centroids.size() * sizeof(float)) == 0);
 }

@@ -1,6 +1,8 @@
 // K-means of one part's rows: flat FAISS k-means and the balanced k-means tree (common/kmeans.h).
 #include "common/kmeans.h"
 
+#include "common/nearest_l2.h"
+
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
 
@@ -64,7 +66,7 @@ void faiss_kmeans(const float* x, int64_t n, int64_t d, int64_t k, int64_t niter
   cp.verbose = false;
   auto flat_index = [&]() -> std::unique_ptr<faiss::IndexFlat> {
     if (spherical) return std::make_unique<faiss::IndexFlatIP>(static_cast<faiss::Index::idx_t>(d));
-    return std::make_unique<faiss::IndexFlatL2>(static_cast<faiss::Index::idx_t>(d));
+    return std::make_unique<TrainingIndexL2>(static_cast<faiss::Index::idx_t>(d));  // one per use
   };
   faiss::Clustering clus(static_cast<int>(d), static_cast<int>(k), cp);
   auto index = flat_index();

@@ -14,6 +14,7 @@
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
+#include "common/nearest_l2.h"
 #include "pq/pq_aniso.h"
 #include "pq/pq_internal.h"
 
@@ -24,10 +25,10 @@ namespace {
 using pq::code_dtype;
 using pq::PqLayout;
 
-// Nearest centroid of every row (L2), by FAISS' flat index: the codes of the actual rows.
+// Nearest centroid of every row (L2), by FAISS' flat search: the codes of the actual rows.
 void encode_subspace(const float* x, int64_t n, int64_t dsub, const float* centroids, int64_t k,
                      std::vector<int64_t>& labels) {
-  faiss::IndexFlatL2 index(static_cast<faiss::Index::idx_t>(dsub));
+  TrainingIndexL2 index(static_cast<faiss::Index::idx_t>(dsub));
   index.add(k, centroids);
   std::vector<float> dist(static_cast<size_t>(n));
   labels.assign(static_cast<size_t>(n), 0);
@@ -167,7 +168,7 @@ PartOutput PqBuilder::build_part(const PartInput& in) const {
     cp.verbose = false;
     cp.min_points_per_centroid = 1;  // small parts are expected (FAISS would print a warning per subspace)
     faiss::Clustering clus(static_cast<int>(dsub), static_cast<int>(k), cp);
-    faiss::IndexFlatL2 index(static_cast<faiss::Index::idx_t>(dsub));
+    TrainingIndexL2 index(static_cast<faiss::Index::idx_t>(dsub));  // one per training (nearest_l2.h)
     clus.train(n, x.data(), index);
     std::memcpy(centroids.data() + j * k * dsub, clus.centroids.data(), k * dsub * sizeof(float));
     encode_subspace(x.data(), n, dsub, clus.centroids.data(), k, labels);  // codes of the actual rows
