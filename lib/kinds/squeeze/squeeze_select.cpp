@@ -5,7 +5,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <numeric>
 
 #include "common/cluster_set.h"
@@ -23,9 +22,10 @@ namespace {
 using squeeze::normalize_scores;
 using squeeze::quantile_key;
 
-// Scaled dot products z = q·c / sqrt(d) of centroids of one level (coarse or fine), all of them
-// (rows == nullptr) or the listed ones: computed on the host or by the device tier.
-using LevelDots = std::function<void(bool coarse, const int64_t* rows, int64_t count, double scale, double* out)>;
+// The selector's query path takes a `dots` callable, void(bool coarse, const int64_t* rows,
+// int64_t count, double scale, double* out): scaled dot products z = q·c / sqrt(d) of centroids of
+// one level (coarse or fine), all of them (rows == nullptr) or the listed ones, computed on the
+// host or by the device tier. A template parameter rather than a std::function, which may allocate.
 
 // squeeze's query options: which calibrated quantile's threshold to apply, the flat lookup (every
 // fine centroid scored, as the reference does) instead of the two-level pass, and the two-level
@@ -33,6 +33,7 @@ using LevelDots = std::function<void(bool coarse, const int64_t* rows, int64_t c
 // children) or "factor" (params.coarse_factor x tau on the coarse score).
 struct SqueezeParams : QueryParams {
   double quantile = 0.5;
+  std::string key;  // quantile_key(quantile), the thresholds' key: made once, not per query
   bool flat = false;
   bool factor_rule = false;
   json setting() const override {
@@ -128,18 +129,20 @@ class SqueezeSelector : public PartSelector {
     });
     return true;
   }
-  void select_with(const SelectRequest& req, Selection& out, const LevelDots& dots) const {
+  template <typename Dots>
+  void select_with(const SelectRequest& req, Selection& out, const Dots& dots) const {
     const SqueezeParams& p = params_of<SqueezeParams>(req);
-    std::string key = quantile_key(p.quantile);
-    KVT_CHECK(thresholds_.contains(key), USAGE,
-              "quantile " << key << " was not calibrated; the artifact has " << thresholds_.dump());
-    const double tau = thresholds_[key];
+    const auto it = thresholds_.find(p.key);
+    KVT_CHECK(it != thresholds_.end(), USAGE,
+              "quantile " << p.key << " was not calibrated; the artifact has " << thresholds_.dump());
+    const double tau = *it;
     if (n_ == 0) {
       out.centroids_scored = 0;
       return;
     }
     const int64_t C = fine_.clusters();
-    std::vector<double> score(static_cast<size_t>(C), -1.0);
+    std::vector<double>& score = scratch().score;
+    score.assign(static_cast<size_t>(C), -1.0);
     if (p.flat) {
       dots(false, nullptr, C, 1.0 / std::sqrt(static_cast<double>(d_)), score.data());
       normalize_scores(fine_.sizes, score);
@@ -169,23 +172,29 @@ class SqueezeSelector : public PartSelector {
   // Rule "factor" (§6.6): groups scored like clusters of their total size; a group survives when
   // its per-key score reaches coarse_factor x tau. Pruned groups enter the denominator through their
   // coarse centroid. Returns the centroids scored.
-  int64_t factor_pass(double tau, const LevelDots& dots, std::vector<double>& score) const {
+  template <typename Dots>
+  int64_t factor_pass(double tau, const Dots& dots, std::vector<double>& score) const {
     const int64_t C = fine_.clusters(), G = static_cast<int64_t>(children_.size());
     const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
-    std::vector<double> zg(static_cast<size_t>(G));
+    Scratch& s = scratch();
+    std::vector<double>& zg = s.zg;
+    zg.resize(static_cast<size_t>(G));
     double mx = -INFINITY;
     dots(true, nullptr, G, inv, zg.data());
     for (int64_t g = 0; g < G; ++g) mx = std::max(mx, zg[g]);
     double den_c = 0;
     for (int64_t g = 0; g < G; ++g) den_c += group_size_[g] * std::exp(zg[g] - mx);
-    std::vector<char> keep(static_cast<size_t>(G), 0);
+    std::vector<char>& keep = s.flag;
+    keep.assign(static_cast<size_t>(G), 0);
     for (int64_t g = 0; g < G; ++g) keep[g] = std::exp(zg[g] - mx) / den_c >= coarse_factor_ * tau;
-    std::vector<double> zf(static_cast<size_t>(C), 0.0);
+    std::vector<double>& zf = s.zf;
+    zf.assign(static_cast<size_t>(C), 0.0);
     int64_t scored = G;
     for (int64_t g = 0; g < G; ++g) {
       if (!keep[g]) continue;
       const auto& ch = children_[g];
-      std::vector<double> z(ch.size());
+      std::vector<double>& z = s.z;
+      z.resize(ch.size());
       dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
       for (size_t i = 0; i < ch.size(); ++i) {
         zf[ch[i]] = z[i];
@@ -212,15 +221,19 @@ class SqueezeSelector : public PartSelector {
   // children exactly and the others by lo_g. Visiting stops at the first group whose up_g cannot
   // reach tau against that lower bound: no later child can pass flat's threshold either. The final
   // scores divide by a lower bound of flat's denominator, so every row flat keeps is kept.
-  int64_t bound_pass(const float* q, double tau, const LevelDots& dots, std::vector<double>& score) const {
+  template <typename Dots>
+  int64_t bound_pass(const float* q, double tau, const Dots& dots, std::vector<double>& score) const {
     const int64_t G = static_cast<int64_t>(children_.size());
     const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
-    std::vector<double> zg(static_cast<size_t>(G)), up(static_cast<size_t>(G)), lo(static_cast<size_t>(G));
+    Scratch& s = scratch();
+    std::vector<double>&zg = s.zg, &up = s.up, &lo = s.lo;
+    for (auto* v : {&zg, &up, &lo}) v->resize(static_cast<size_t>(G));
     dots(true, nullptr, G, inv, zg.data());
     double qn = 0, m = -INFINITY;
     for (int64_t t = 0; t < d_; ++t) qn += static_cast<double>(q[t]) * q[t];
     qn = std::sqrt(qn);
-    std::vector<int64_t> order;
+    std::vector<int64_t>& order = s.order;
+    order.clear();
     for (int64_t g = 0; g < G; ++g) {
       if (group_size_[g] == 0) continue;
       const double r = bounds_.radius[g], s = bounds_.mean_offset[g], c = bounds_.norm[g];
@@ -229,12 +242,17 @@ class SqueezeSelector : public PartSelector {
       m = std::max(m, up[g]);
       order.push_back(g);
     }
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return up[a] > up[b]; });
+    // By up descending, ties by lower group: a stable sort's order, without its temporary buffer.
+    std::sort(order.begin(), order.end(),
+              [&](int64_t a, int64_t b) { return up[a] > up[b] || (up[a] == up[b] && a < b); });
     const size_t K = order.size();
-    std::vector<double> rest(K + 1, 0.0);  // rest[k]: lower bounds of the groups order[k..]
+    std::vector<double>& rest = s.rest;  // rest[k]: lower bounds of the groups order[k..]
+    rest.assign(K + 1, 0.0);
     for (size_t k = K; k-- > 0;) rest[k] = rest[k + 1] + group_size_[order[k]] * std::exp(lo[order[k]] - m);
-    std::vector<double> zf(static_cast<size_t>(fine_.clusters()), 0.0);
-    std::vector<char> visited(static_cast<size_t>(G), 0);
+    std::vector<double>& zf = s.zf;
+    zf.assign(static_cast<size_t>(fine_.clusters()), 0.0);
+    std::vector<char>& visited = s.flag;
+    visited.assign(static_cast<size_t>(G), 0);
     double known = 0;
     int64_t scored = G;
     for (size_t k = 0; k < K; ++k) {
@@ -243,7 +261,8 @@ class SqueezeSelector : public PartSelector {
       const double bar = tau * (known + rest[k]) * (1 - kBoundSlack);
       if (bar >= DBL_MIN && std::exp(up[g] - m) < bar) break;
       const auto& ch = children_[g];
-      std::vector<double> z(ch.size());
+      std::vector<double>& z = s.z;
+      z.resize(ch.size());
       dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
       for (size_t i = 0; i < ch.size(); ++i) {
         zf[ch[i]] = z[i];
@@ -285,7 +304,8 @@ class SqueezeSelector : public PartSelector {
   // Members of every cluster with score >= tau, ascending ids, each with its cluster's score.
   void pick(const std::vector<double>& score, double tau, Selection& out) const {
     const int64_t C = fine_.clusters();
-    std::vector<std::pair<int64_t, float>> picked;
+    std::vector<std::pair<int64_t, float>>& picked = scratch().picked;
+    picked.clear();
     for (int64_t c = 0; c < C; ++c)
       if (score[c] >= tau) {
         const uint32_t* m = fine_.members.data() + (fine_.prefix[c] - fine_.sizes[c]);
@@ -296,6 +316,18 @@ class SqueezeSelector : public PartSelector {
       out.ids.push_back(id);
       out.scores.push_back(s);
     }
+  }
+
+  // Per-thread buffers reused across queries (no allocation once they reached a part's sizes).
+  struct Scratch {
+    std::vector<double> score, zg, up, lo, rest, zf, z;
+    std::vector<int64_t> order;
+    std::vector<char> flag;  // kept (rule factor) or visited (rule bound) groups
+    std::vector<std::pair<int64_t, float>> picked;
+  };
+  static Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
   }
 
   IndexedRows rows_;
@@ -471,6 +503,7 @@ KindSpec kinds::squeeze_kind() {
     auto p = std::make_unique<SqueezeParams>();
     const std::string q = setting_or_default(self, s, "quantile");
     p->quantile = q.empty() ? r.manifest()["params"]["quantiles"][0].get<double>() : parse_double_option("quantile", q);
+    p->key = quantile_key(p->quantile);
     const json& kd = r.manifest()["kind_data"];  // an unmerged shard has none: its parts refuse queries
     KVT_CHECK(!kd.contains("thresholds") || !kd["thresholds"].is_object() ||
                   kd["thresholds"].contains(quantile_key(p->quantile)),
