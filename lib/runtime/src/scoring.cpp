@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 // Run-time dispatch to AVX2 / AVX-512 needs GCC or Clang on x86-64 (target attributes and
 // __builtin_cpu_supports); elsewhere only the portable loops are built.
@@ -217,10 +218,12 @@ uint64_t selection_key(float s, int64_t id) {
 // Per-thread buffers reused from call to call: a query allocates (and page-faults) nothing once
 // its thread has seen the largest n. Grown, never value-initialized again (every slot is written
 // before it is read).
+constexpr int64_t kSampleBuckets = 2048, kSortBuckets = 4096;
 struct SelectionScratch {
   // low/tied per recursion depth: each level narrows the key range 2^11-fold (or ends), so 64-bit
   // keys need at most 6 levels.
   std::vector<uint64_t> keys, sorted, low[8], tied[8];
+  std::array<uint32_t, kSortBuckets + 1> hist;  // sample_bound and sort_kept
 };
 uint64_t* room(std::vector<uint64_t>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -357,13 +360,51 @@ __attribute__((target("avx512f"))) int64_t collect_at_most_avx512(const float* s
 #endif
 #endif
 
+// An upper bound t on the key of sample rank `rank` (0-based): the top edge of the bucket of the
+// sample's key range that holds that rank, so at least rank + 1 sample keys are <= t. Buckets
+// instead of nth_element, whose data-dependent branches cost more than the rest of the selection;
+// t only sets how many rows the exact pass keeps, never the answer.
+uint32_t sample_bound(const uint32_t* sample, int64_t count, int64_t rank, uint32_t* hist) {
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (int64_t j = 0; j < count; ++j) lo = std::min(lo, sample[j]), hi = std::max(hi, sample[j]);
+  int shift = 0;
+  while (((hi - lo) >> shift) >= kSampleBuckets) ++shift;
+  std::fill(hist, hist + kSampleBuckets, 0u);
+  for (int64_t j = 0; j < count; ++j) ++hist[(sample[j] - lo) >> shift];
+  int64_t seen = 0, bucket = 0;
+  while ((seen += hist[bucket]) <= rank) ++bucket;
+  const uint64_t top = uint64_t{lo} + ((static_cast<uint64_t>(bucket) + 1) << shift) - 1;
+  return static_cast<uint32_t>(std::min<uint64_t>(top, hi));
+}
+
+// The b smallest of w keys (score key << 32 | id) ascending into order's ids. The keys arrive in
+// ascending id order, so a stable sort on the score key alone is the full order: an LSD radix
+// sort of the score key's offset from the smallest, 12 bits per pass, as many passes as the
+// offsets' range needs (two for the top tenth of 32K PQ scores).
+void sort_kept(uint64_t* keys, int64_t w, int64_t b, uint64_t* tmp, uint32_t* hist, int64_t* order) {
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (int64_t i = 0; i < w; ++i) {
+    const auto k = static_cast<uint32_t>(keys[i] >> 32);
+    lo = std::min(lo, k), hi = std::max(hi, k);
+  }
+  uint64_t *src = keys, *dst = tmp;
+  for (int shift = 0; shift < 32 && ((hi - lo) >> shift) != 0; shift += 12) {
+    std::fill(hist, hist + kSortBuckets, 0u);
+    for (int64_t i = 0; i < w; ++i) ++hist[((static_cast<uint32_t>(src[i] >> 32) - lo) >> shift) & 0xfff];
+    uint32_t sum = 0;
+    for (int64_t k = 0; k < kSortBuckets; ++k) sum += std::exchange(hist[k], sum);
+    for (int64_t i = 0; i < w; ++i) dst[hist[((static_cast<uint32_t>(src[i] >> 32) - lo) >> shift) & 0xfff]++] = src[i];
+    std::swap(src, dst);
+  }
+  for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(src[i] & 0xffffffffu);
+}
+
 // The selection when b is well below n: a strided sample of the keys bounds the b-th smallest
 // from above with a margin of 4 binomial standard deviations (plus 4), one pass keeps every key
-// at most that bound (in id order), and a stable sort of the kept keys by key gives the answer:
-// every key left out is larger than every key kept, so when at least b are kept their first b
-// are exactly the b best. Returns false (nothing written) when the sample missed, i.e. fewer than
-// b were kept; the caller then runs the full selection. The sample changes the speed, never the
-// answer.
+// at most that bound (in id order), and a sort of the kept keys gives the answer: every key left
+// out is larger than every key kept, so when at least b are kept their first b are exactly the b
+// best. Returns false (nothing written) when the sample missed, i.e. fewer than b were kept; the
+// caller then runs the full selection. The sample changes the speed, never the answer.
 bool top_k_sampled(const float* score, int64_t n, int64_t b, int64_t* order, SelectionScratch& sc) {
   constexpr int64_t kSample = 2048;
   const double p = static_cast<double>(b) / static_cast<double>(n);
@@ -372,18 +413,17 @@ bool top_k_sampled(const float* score, int64_t n, int64_t b, int64_t* order, Sel
   if (rank >= kSample - 1) return false;
   uint32_t sample[kSample];
   for (int64_t j = 0; j < kSample; ++j) sample[j] = score_key(score[j * n / kSample]);
-  std::nth_element(sample, sample + rank, sample + kSample);
+  const uint32_t t = sample_bound(sample, kSample, rank, sc.hist.data());
   uint64_t* kept = room(sc.keys, static_cast<size_t>(n) + 16);
   int64_t w;
 #if KVTOOL_X86_DISPATCH
   if (simd_level() == Simd::avx512)
-    w = collect_at_most_avx512(score, n, sample[rank], kept);
+    w = collect_at_most_avx512(score, n, t, kept);
   else
 #endif
-    w = collect_at_most(score, n, sample[rank], kept);
+    w = collect_at_most(score, n, t, kept);
   if (w < b) return false;
-  radix_sort(kept, w, room(sc.sorted, static_cast<size_t>(n)), 32);  // sized by n: no regrowth later
-  for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(kept[i] & 0xffffffffu);
+  sort_kept(kept, w, b, room(sc.sorted, static_cast<size_t>(n)), sc.hist.data(), order);  // sized by n: no regrowth
   return true;
 }
 
