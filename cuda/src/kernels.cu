@@ -308,3 +308,205 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 }
 
 }  // namespace kvtool::cuda
+
+// ---- Batched PQ queries (cuda_kernels.h, "Batched PQ queries") ---------------------------------
+namespace kvtool::cuda {
+
+namespace {
+
+// Lookup tables of `count` queries: lut[qi][j][c] = sum_t q[qi][j][t] * cen[j][c][t], the
+// arithmetic of pq_lut_kernel (and scoring::pq_lut) per query.
+__global__ void pq_lut_batch_kernel(const float* q, const float* cen, int64_t count, int64_t m, int64_t k, int64_t dsub,
+                                    float* lut) {
+  const int64_t per = m * k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count * per;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t qi = i / per, e = i % per, j = e / k;
+    const float* c = cen + e * dsub;
+    const float* qj = q + qi * m * dsub + j * dsub;
+    float s = 0.f;
+    for (int64_t t = 0; t < dsub; ++t) s = __fadd_rn(s, __fmul_rn(qj[t], c[t]));
+    lut[i] = s;
+  }
+}
+
+// Scores and selection keys of every row for query blockIdx.y (pq_score_kernel per query).
+template <typename Code>
+__global__ void pq_score_batch_kernel(const float* lut, const Code* codes, int64_t n, int64_t m, int64_t k,
+                                      float* score, unsigned long long* keys) {
+  const int64_t qi = blockIdx.y;
+  const float* l = lut + qi * m * k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int64_t j = 0; j < m; ++j) s = __fadd_rn(s, l[j * k + codes[i * m + j]]);
+    score[qi * n + i] = s;
+    uint32_t u = __float_as_uint(s == 0.f ? 0.f : s);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    keys[qi * n + i] = (static_cast<unsigned long long>(~u) << 32) | static_cast<unsigned long long>(i);
+  }
+}
+
+constexpr int kSelectThreads = 1024;
+
+// One block per query: the b-th smallest of its n unique keys by an MSD radix select (8 bits a
+// pass, a shared histogram), then the b keys at most that one gathered into shared memory, padded
+// to a power of two with the largest key, bitonic-sorted, and written out as row ids and scores.
+__global__ void select_top_kernel(const unsigned long long* keys, const float* score, int64_t n, int64_t b,
+                                  int64_t padded, int64_t* ids, float* out_scores) {
+  extern __shared__ unsigned long long kept[];  // [padded]
+  __shared__ unsigned int hist[256];
+  __shared__ unsigned long long prefix_s;
+  __shared__ long long remaining_s;
+  __shared__ unsigned int fill;
+  const int64_t qi = blockIdx.x;
+  const unsigned long long* key = keys + qi * n;
+  if (threadIdx.x == 0) {
+    prefix_s = 0;
+    remaining_s = b;  // rank (1-based) of the wanted key among those matching the prefix
+    fill = 0;
+  }
+  unsigned long long mask = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+    __syncthreads();
+    const unsigned long long prefix = prefix_s;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      if ((key[i] & mask) == prefix) atomicAdd(&hist[(key[i] >> shift) & 0xff], 1u);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      long long before = 0;
+      int d = 0;
+      while (before + hist[d] < remaining_s) before += hist[d++];
+      remaining_s -= before;
+      prefix_s = prefix | (static_cast<unsigned long long>(d) << shift);
+    }
+    mask |= 0xffull << shift;
+    __syncthreads();
+  }
+  const unsigned long long kth = prefix_s;  // exactly b keys are <= kth: keys are unique
+  for (int64_t i = threadIdx.x; i < padded; i += blockDim.x) kept[i] = ~0ull;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    if (key[i] <= kth) kept[atomicAdd(&fill, 1u)] = key[i];
+  __syncthreads();
+  for (int64_t size = 2; size <= padded; size <<= 1)
+    for (int64_t stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int64_t i = threadIdx.x; i < padded; i += blockDim.x) {
+        const int64_t j = i ^ stride;
+        if (j > i) {
+          const bool up = (i & size) == 0;
+          const unsigned long long a = kept[i], c = kept[j];
+          if ((a > c) == up) {
+            kept[i] = c;
+            kept[j] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  for (int64_t r = threadIdx.x; r < b; r += blockDim.x) {
+    const int64_t row = static_cast<int64_t>(kept[r] & 0xffffffffull);
+    ids[qi * b + r] = row;
+    out_scores[qi * b + r] = score[qi * n + row];
+  }
+}
+
+int64_t pow2_at_least(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+struct PqBatchWorkspace {
+  PqBatchShape shape;
+  float* q = nullptr;  // page-locked host
+  int64_t* ids = nullptr;
+  float* scores = nullptr;
+  float *d_q = nullptr, *d_lut = nullptr, *d_score = nullptr, *d_out_scores = nullptr;
+  unsigned long long* d_keys = nullptr;
+  int64_t* d_ids = nullptr;
+};
+
+void pq_batch_workspace_destroy(PqBatchWorkspace* ws) {
+  if (!ws) return;
+  cudaFreeHost(ws->q);
+  cudaFreeHost(ws->ids);
+  cudaFreeHost(ws->scores);
+  for (void* p : {static_cast<void*>(ws->d_q), static_cast<void*>(ws->d_lut), static_cast<void*>(ws->d_score),
+                  static_cast<void*>(ws->d_out_scores), static_cast<void*>(ws->d_keys), static_cast<void*>(ws->d_ids)})
+    cudaFree(p);
+  delete ws;
+}
+
+PqBatchWorkspace* pq_batch_workspace_create(const PqBatchShape& s) {
+  if (device_count() == 0) return nullptr;
+  if (s.max_queries < 1 || s.max_rows < 1 || s.max_subspaces < 1 || s.max_centroids < 1 || s.max_dim < 1 ||
+      s.max_top < 1 || s.max_top > kMaxBatchTop || s.max_rows > int64_t{UINT32_MAX})
+    throw std::runtime_error("pq batch workspace: a shape value is out of range (max_top at most 8192)");
+  auto* ws = new PqBatchWorkspace;
+  ws->shape = s;
+  const size_t nq = static_cast<size_t>(s.max_queries), rows = nq * static_cast<size_t>(s.max_rows),
+               top = nq * static_cast<size_t>(s.max_top);
+  try {
+    check(cudaHostAlloc(reinterpret_cast<void**>(&ws->q), nq * s.max_dim * sizeof(float), cudaHostAllocDefault),
+          "cudaHostAlloc");
+    check(cudaHostAlloc(reinterpret_cast<void**>(&ws->ids), top * sizeof(int64_t), cudaHostAllocDefault),
+          "cudaHostAlloc");
+    check(cudaHostAlloc(reinterpret_cast<void**>(&ws->scores), top * sizeof(float), cudaHostAllocDefault),
+          "cudaHostAlloc");
+    check(cudaMalloc(reinterpret_cast<void**>(&ws->d_q), nq * s.max_dim * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(reinterpret_cast<void**>(&ws->d_lut), nq * s.max_subspaces * s.max_centroids * sizeof(float)),
+          "cudaMalloc");
+    check(cudaMalloc(reinterpret_cast<void**>(&ws->d_score), rows * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(reinterpret_cast<void**>(&ws->d_keys), rows * sizeof(unsigned long long)), "cudaMalloc");
+    check(cudaMalloc(reinterpret_cast<void**>(&ws->d_ids), top * sizeof(int64_t)), "cudaMalloc");
+    check(cudaMalloc(reinterpret_cast<void**>(&ws->d_out_scores), top * sizeof(float)), "cudaMalloc");
+    // Up to 64 KiB of keys per block: above the default 48 KiB, so opted in here, outside any capture.
+    const int shared = static_cast<int>(pow2_at_least(s.max_top) * sizeof(unsigned long long));
+    check(cudaFuncSetAttribute(select_top_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared),
+          "cudaFuncSetAttribute");
+  } catch (...) {
+    pq_batch_workspace_destroy(ws);
+    throw;
+  }
+  return ws;
+}
+
+float* pq_batch_queries(PqBatchWorkspace* ws) { return ws->q; }
+const int64_t* pq_batch_ids(const PqBatchWorkspace* ws) { return ws->ids; }
+const float* pq_batch_scores(const PqBatchWorkspace* ws) { return ws->scores; }
+
+void pq_top_k_batch_enqueue(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes, int code_bytes,
+                            int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count, int64_t top, void* stream) {
+  const PqBatchShape& s = ws->shape;
+  if (count < 0 || count > s.max_queries || n < 0 || n > s.max_rows || m > s.max_subspaces || k > s.max_centroids ||
+      m * dsub > s.max_dim || top < 0 || (code_bytes != 1 && code_bytes != 2))
+    throw std::runtime_error("pq batch: the batch exceeds the workspace's shape");
+  const int64_t b = top < n ? top : n;
+  if (b > s.max_top) throw std::runtime_error("pq batch: more rows asked for than the workspace's max_top");
+  if (count == 0 || b == 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  check(cudaMemcpyAsync(ws->d_q, ws->q, count * m * dsub * sizeof(float), cudaMemcpyHostToDevice, st),
+        "cudaMemcpyAsync H2D");
+  pq_lut_batch_kernel<<<blocks_for(count * m * k), 256, 0, st>>>(ws->d_q, d_centroids, count, m, k, dsub, ws->d_lut);
+  const dim3 grid(blocks_for(n), static_cast<unsigned>(count));
+  if (code_bytes == 1)
+    pq_score_batch_kernel<<<grid, 256, 0, st>>>(ws->d_lut, static_cast<const uint8_t*>(d_codes), n, m, k, ws->d_score,
+                                                ws->d_keys);
+  else
+    pq_score_batch_kernel<<<grid, 256, 0, st>>>(ws->d_lut, static_cast<const uint16_t*>(d_codes), n, m, k, ws->d_score,
+                                                ws->d_keys);
+  const int64_t padded = pow2_at_least(b);
+  select_top_kernel<<<static_cast<unsigned>(count), kSelectThreads, padded * sizeof(unsigned long long), st>>>(
+      ws->d_keys, ws->d_score, n, b, padded, ws->d_ids, ws->d_out_scores);
+  check(cudaGetLastError(), "pq batch kernels");
+  check(cudaMemcpyAsync(ws->ids, ws->d_ids, count * b * sizeof(int64_t), cudaMemcpyDeviceToHost, st),
+        "cudaMemcpyAsync D2H");
+  check(cudaMemcpyAsync(ws->scores, ws->d_out_scores, count * b * sizeof(float), cudaMemcpyDeviceToHost, st),
+        "cudaMemcpyAsync D2H");
+}
+
+}  // namespace kvtool::cuda

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kvtool/cuda_kernels.h"
@@ -172,6 +173,150 @@ void check_simhash() {
   expect(bad == 0, "SimHash codes of the query and collision counts (u32 and device-resident u16 ids) equal the host");
 }
 
+// A part's centroids and codes in device memory (freed with the object).
+struct DevicePart {
+  float* cen = nullptr;
+  void* codes = nullptr;
+  DevicePart(const std::vector<float>& c, const void* k, size_t code_bytes) {
+    cen = static_cast<float*>(cuda::device_alloc(c.size() * 4));
+    codes = cuda::device_alloc(code_bytes);
+    cudaMemcpy(cen, c.data(), c.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(codes, k, code_bytes, cudaMemcpyHostToDevice);
+  }
+  ~DevicePart() {
+    cuda::device_free(cen);
+    cuda::device_free(codes);
+  }
+};
+
+// Batched PQ (cuda_kernels.h, "Batched PQ queries"): every query of a batch equals the host's
+// pq_lut + pq_scores + top_k (ids and scores bit for bit), on a caller stream, and again when the
+// batch is captured in a CUDA graph and replayed with new queries written to the same addresses.
+void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t count, int64_t top, bool ties) {
+  const int64_t k = int64_t{1} << bits, d = m * dsub;
+  const int cb = bits <= 8 ? 1 : 2;
+  std::vector<float> cen(static_cast<size_t>(m * k * dsub));
+  for (auto& x : cen) x = ties ? std::round(next_f() * 4) / 4 : next_f();
+  std::vector<uint8_t> c8(static_cast<size_t>(n * m));
+  std::vector<uint16_t> c16(static_cast<size_t>(n * m));
+  for (int64_t i = 0; i < n * m; ++i) {
+    const uint64_t v = next_u64() % static_cast<uint64_t>(ties ? 2 : k);
+    c8[static_cast<size_t>(i)] = static_cast<uint8_t>(v);
+    c16[static_cast<size_t>(i)] = static_cast<uint16_t>(v);
+  }
+  DevicePart part(cen, cb == 1 ? static_cast<const void*>(c8.data()) : c16.data(), static_cast<size_t>(n * m * cb));
+  cuda::PqBatchShape shape;
+  shape.max_queries = count;
+  shape.max_rows = n;
+  shape.max_subspaces = m;
+  shape.max_centroids = k;
+  shape.max_dim = d;
+  shape.max_top = std::min(top, n);
+  cuda::PqBatchWorkspace* ws = cuda::pq_batch_workspace_create(shape);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  const int64_t b = std::min(top, n);
+  int bad = 0;
+  auto fill_and_compare = [&](auto&& run) {
+    float* q = cuda::pq_batch_queries(ws);
+    for (int64_t i = 0; i < count * d; ++i) q[i] = ties ? std::round(next_f() * 2) / 2 : next_f();
+    run();
+    cudaStreamSynchronize(stream);
+    for (int64_t qi = 0; qi < count; ++qi) {
+      std::vector<float> lut(static_cast<size_t>(m * k)), host(static_cast<size_t>(n));
+      sc::pq_lut(q + qi * d, cen.data(), m, k, dsub, lut.data());
+      if (cb == 1)
+        sc::pq_scores_u8(lut.data(), c8.data(), n, m, k, host.data());
+      else
+        sc::pq_scores_u16(lut.data(), c16.data(), n, m, k, host.data());
+      const std::vector<int64_t> want = sc::top_k(host.data(), n, b);
+      for (int64_t r = 0; r < b; ++r) {
+        bad += cuda::pq_batch_ids(ws)[qi * b + r] != want[static_cast<size_t>(r)];
+        bad += cuda::pq_batch_scores(ws)[qi * b + r] != host[static_cast<size_t>(want[static_cast<size_t>(r)])];
+      }
+    }
+  };
+  auto enqueue = [&] { cuda::pq_top_k_batch_enqueue(ws, part.cen, part.codes, cb, m, k, dsub, n, count, top, stream); };
+  fill_and_compare(enqueue);
+  fill_and_compare(enqueue);  // the same workspace again
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool captured = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (captured) enqueue();
+  captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess && captured &&
+             cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0) == cudaSuccess;
+  for (int replay = 0; captured && replay < 2; ++replay) fill_and_compare([&] { cudaGraphLaunch(exec, stream); });
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cuda::pq_batch_workspace_destroy(ws);
+  char what[200];
+  std::snprintf(what, sizeof what,
+                "PQ batch of %lld queries (m=%lld, %lld bits, n=%lld, top %lld%s) equals the host, on a stream and "
+                "replayed from a CUDA graph",
+                (long long)count, (long long)m, (long long)bits, (long long)n, (long long)top,
+                ties ? ", many ties" : "");
+  expect(bad == 0 && captured, what);
+}
+
+// Per-batch latency of a decode step's layer: 32 queries against one 32K-row part, enqueued on a
+// stream and synchronized, and the same replayed from a captured graph; p50 / p99 of 200 batches.
+void bench_batches(std::ostringstream& out) {
+  for (auto [m, bits, top] : {std::tuple<int64_t, int64_t, int64_t>{2, 6, 3277}, {16, 8, 2048}, {2, 6, 8192}}) {
+    const int64_t k = int64_t{1} << bits, dsub = 128 / m, n = 32768, count = 32;
+    std::vector<float> cen(static_cast<size_t>(m * k * dsub));
+    std::vector<uint8_t> codes(static_cast<size_t>(n * m));
+    for (auto& x : cen) x = next_f();
+    for (auto& x : codes) x = static_cast<uint8_t>(next_u64() % static_cast<uint64_t>(k));
+    DevicePart part(cen, codes.data(), codes.size());
+    cuda::PqBatchShape shape;
+    shape.max_queries = count;
+    shape.max_rows = n;
+    shape.max_subspaces = m;
+    shape.max_centroids = k;
+    shape.max_dim = 128;
+    shape.max_top = top;
+    cuda::PqBatchWorkspace* ws = cuda::pq_batch_workspace_create(shape);
+    for (int64_t i = 0; i < count * 128; ++i) cuda::pq_batch_queries(ws)[i] = next_f();
+    cudaStream_t stream = nullptr;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    auto enqueue = [&] {
+      cuda::pq_top_k_batch_enqueue(ws, part.cen, part.codes, 1, m, k, dsub, n, count, top, stream);
+    };
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    enqueue();
+    cudaStreamEndCapture(stream, &graph);
+    cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0);
+    std::vector<double> direct, replayed;
+    for (int i = 0; i < 220; ++i) {
+      auto t0 = Clock::now();
+      enqueue();
+      cudaStreamSynchronize(stream);
+      if (i >= 20) direct.push_back(secs(t0));
+      t0 = Clock::now();
+      cudaGraphLaunch(exec, stream);
+      cudaStreamSynchronize(stream);
+      if (i >= 20) replayed.push_back(secs(t0));
+    }
+    std::sort(direct.begin(), direct.end());
+    std::sort(replayed.begin(), replayed.end());
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "PQ batch of %lld queries, top-%lld of %lld rows (m=%lld, %lld bits): per batch p50 %.3f ms p99 %.3f "
+                  "ms on a stream, p50 %.3f ms p99 %.3f ms replayed from a CUDA graph\n",
+                  (long long)count, (long long)top, (long long)n, (long long)m, (long long)bits,
+                  direct[direct.size() / 2] * 1e3, direct[direct.size() * 99 / 100] * 1e3,
+                  replayed[replayed.size() / 2] * 1e3, replayed[replayed.size() * 99 / 100] * 1e3);
+    out << line;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cuda::pq_batch_workspace_destroy(ws);
+  }
+}
+
 void bench(std::ostringstream& out) {
   // Device-tier copy path (pinned staging, async H2D on a stream + event, as the pool publishes)
   // against a plain pinned cudaMemcpy of the same bytes, same run.
@@ -257,9 +402,17 @@ int main(int argc, char** argv) {
     check_pq(8, 8, 8, 32768, false);
     check_pq(16, 4, 8, 20000, true);
     check_pq(4, 10, 16, 5000, false);
+    check_pq_batch(2, 6, 64, 32768, 32, 3277, false);
+    check_pq_batch(16, 8, 8, 32768, 8, 8192, false);  // the largest selection
+    check_pq_batch(4, 10, 16, 5000, 5, 777, false);   // u16 codes, top not a power of two
+    check_pq_batch(16, 4, 8, 20000, 4, 2000, true);
+    check_pq_batch(2, 6, 64, 100, 3, 2048, false);  // top above the rows: every row, ranked
     check_centroids();
     check_simhash();
-    if (!std::getenv("KVTOOL_GPU_NO_BENCH")) bench(report);
+    if (!std::getenv("KVTOOL_GPU_NO_BENCH")) {
+      bench(report);
+      bench_batches(report);
+    }
   } catch (const std::exception& e) {
     expect(false, std::string("exception: ") + e.what());
   }

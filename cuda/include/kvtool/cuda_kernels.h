@@ -64,3 +64,38 @@ void copy_release(CopyHandle* h);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 
 }  // namespace kvtool::cuda
+
+namespace kvtool::cuda {
+
+// ---- Batched PQ queries for a decode step (issue 16, item 3) ----------------------------------
+// Every buffer a batch touches is allocated once, with the workspace (sized for the largest batch
+// and part it will see, as a pool would size it at publish); a batch allocates nothing, runs on the
+// caller's stream and never synchronizes the host, so a decode step can be captured in a CUDA graph
+// and replayed: the query inputs and the answers live at fixed page-locked host addresses.
+// Selection is exact (score descending, row ascending: the host's top_k order) for up to
+// kMaxBatchTop rows per query, without thrust or any temporary allocation: a block-wide radix
+// select of the k-th smallest (score, row) key, then a bitonic sort of the k kept keys in shared memory.
+constexpr int64_t kMaxBatchTop = 8192;
+
+struct PqBatchShape {
+  int64_t max_queries = 32, max_rows = 32768, max_subspaces = 16, max_centroids = 256, max_dim = 128,
+          max_top = 2048;  // at most kMaxBatchTop
+};
+struct PqBatchWorkspace;
+// nullptr when no device is usable; throws std::runtime_error on a CUDA failure or a bad shape.
+PqBatchWorkspace* pq_batch_workspace_create(const PqBatchShape& shape);
+void pq_batch_workspace_destroy(PqBatchWorkspace* ws);
+// The fixed host addresses: q (query i at i * m * dsub, room for max_queries × max_dim), and the
+// last batch's answers, ids and scores [count, min(top, n)] row-major (row ids within the part).
+float* pq_batch_queries(PqBatchWorkspace* ws);
+const int64_t* pq_batch_ids(const PqBatchWorkspace* ws);
+const float* pq_batch_scores(const PqBatchWorkspace* ws);
+// Enqueues `count` queries against one part's device-resident centroids [m, k, dsub] and codes
+// [n, m] (u8 or u16: code_bytes) on `stream` (a cudaStream_t; nullptr: the legacy default stream):
+// the copy of the queries in, lookup tables, scores, selection of the top min(top, n) per query,
+// the copy of the answers out. The answers are in place once the stream reaches this point.
+// Throws std::runtime_error when the batch exceeds the workspace's shape or a launch fails.
+void pq_top_k_batch_enqueue(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes, int code_bytes,
+                            int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count, int64_t top, void* stream);
+
+}  // namespace kvtool::cuda

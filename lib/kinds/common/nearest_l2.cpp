@@ -1,5 +1,6 @@
 #include "common/nearest_l2.h"
 
+#include <faiss/Index.h>  // FAISS_VERSION_*
 #include <faiss/utils/distances.h>
 
 #include <algorithm>
@@ -12,14 +13,16 @@ extern "C" int sgemm_(const char* transa, const char* transb, const int* m, cons
 
 namespace kvtool {
 
-// The arithmetic is FAISS 1.7's exhaustive_L2sqr_blas with a SingleBestResultHandler, step for
-// step: query blocks of distance_compute_blas_query_bs rows, database blocks of
+// The arithmetic is FAISS 1.7.3's exhaustive_L2sqr_blas (Debian's build, without its AVX2 variant) with a
+// SingleBestResultHandler, step for step: query blocks of distance_compute_blas_query_bs rows, database blocks of
 // distance_compute_blas_database_bs, ip = the same sgemm, dis = (|x|^2 + |y|^2) - 2 ip in float
 // clamped at 0, and the first j with the smallest dis (strict <, from HUGE_VALF). The pq fixtures
 // and the byte-equality test against a plain IndexFlatL2 (tests/unit) hold it to that.
 void TrainingIndexL2::search(idx_t n, const float* x, idx_t k, float* distances, idx_t* labels,
                              const faiss::SearchParameters* params) const {
-  if (k != 1 || params || n < faiss::distance_compute_blas_threshold || ntotal == 0)
+  // Another FAISS release may round or break ties otherwise: it answers for itself.
+  constexpr bool kSameFaiss = FAISS_VERSION_MAJOR == 1 && FAISS_VERSION_MINOR == 7 && FAISS_VERSION_PATCH <= 3;
+  if (!kSameFaiss || k != 1 || params || n < faiss::distance_compute_blas_threshold || ntotal == 0)
     return faiss::IndexFlatL2::search(n, x, k, distances, labels, params);
   if (norms_of_ != x || norms_count_ != n) {
     x_norms_.resize(static_cast<size_t>(n));

@@ -176,24 +176,24 @@ class SqueezeSelector : public PartSelector {
   int64_t factor_pass(double tau, const Dots& dots, std::vector<double>& score) const {
     const int64_t C = fine_.clusters(), G = static_cast<int64_t>(children_.size());
     const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
-    Scratch& s = scratch();
-    std::vector<double>& zg = s.zg;
+    Scratch& sc = scratch();
+    std::vector<double>& zg = sc.zg;
     zg.resize(static_cast<size_t>(G));
     double mx = -INFINITY;
     dots(true, nullptr, G, inv, zg.data());
     for (int64_t g = 0; g < G; ++g) mx = std::max(mx, zg[g]);
     double den_c = 0;
     for (int64_t g = 0; g < G; ++g) den_c += group_size_[g] * std::exp(zg[g] - mx);
-    std::vector<char>& keep = s.flag;
+    std::vector<char>& keep = sc.flag;
     keep.assign(static_cast<size_t>(G), 0);
     for (int64_t g = 0; g < G; ++g) keep[g] = std::exp(zg[g] - mx) / den_c >= coarse_factor_ * tau;
-    std::vector<double>& zf = s.zf;
+    std::vector<double>& zf = sc.zf;
     zf.assign(static_cast<size_t>(C), 0.0);
     int64_t scored = G;
     for (int64_t g = 0; g < G; ++g) {
       if (!keep[g]) continue;
       const auto& ch = children_[g];
-      std::vector<double>& z = s.z;
+      std::vector<double>& z = sc.z;
       z.resize(ch.size());
       dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
       for (size_t i = 0; i < ch.size(); ++i) {
@@ -225,14 +225,14 @@ class SqueezeSelector : public PartSelector {
   int64_t bound_pass(const float* q, double tau, const Dots& dots, std::vector<double>& score) const {
     const int64_t G = static_cast<int64_t>(children_.size());
     const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
-    Scratch& s = scratch();
-    std::vector<double>&zg = s.zg, &up = s.up, &lo = s.lo;
+    Scratch& sc = scratch();
+    std::vector<double>&zg = sc.zg, &up = sc.up, &lo = sc.lo;
     for (auto* v : {&zg, &up, &lo}) v->resize(static_cast<size_t>(G));
     dots(true, nullptr, G, inv, zg.data());
     double qn = 0, m = -INFINITY;
     for (int64_t t = 0; t < d_; ++t) qn += static_cast<double>(q[t]) * q[t];
     qn = std::sqrt(qn);
-    std::vector<int64_t>& order = s.order;
+    std::vector<int64_t>& order = sc.order;
     order.clear();
     for (int64_t g = 0; g < G; ++g) {
       if (group_size_[g] == 0) continue;
@@ -242,16 +242,17 @@ class SqueezeSelector : public PartSelector {
       m = std::max(m, up[g]);
       order.push_back(g);
     }
-    // By up descending, ties by lower group: a stable sort's order, without its temporary buffer.
+    // By up descending, ties by lower group: a stable sort's order (for the finite bounds of a
+    // finite query), without its temporary buffer.
     std::sort(order.begin(), order.end(),
               [&](int64_t a, int64_t b) { return up[a] > up[b] || (up[a] == up[b] && a < b); });
     const size_t K = order.size();
-    std::vector<double>& rest = s.rest;  // rest[k]: lower bounds of the groups order[k..]
+    std::vector<double>& rest = sc.rest;  // rest[k]: lower bounds of the groups order[k..]
     rest.assign(K + 1, 0.0);
     for (size_t k = K; k-- > 0;) rest[k] = rest[k + 1] + group_size_[order[k]] * std::exp(lo[order[k]] - m);
-    std::vector<double>& zf = s.zf;
+    std::vector<double>& zf = sc.zf;
     zf.assign(static_cast<size_t>(fine_.clusters()), 0.0);
-    std::vector<char>& visited = s.flag;
+    std::vector<char>& visited = sc.flag;
     visited.assign(static_cast<size_t>(G), 0);
     double known = 0;
     int64_t scored = G;
@@ -261,7 +262,7 @@ class SqueezeSelector : public PartSelector {
       const double bar = tau * (known + rest[k]) * (1 - kBoundSlack);
       if (bar >= DBL_MIN && std::exp(up[g] - m) < bar) break;
       const auto& ch = children_[g];
-      std::vector<double>& z = s.z;
+      std::vector<double>& z = sc.z;
       z.resize(ch.size());
       dots(false, ch.data(), static_cast<int64_t>(ch.size()), inv, z.data());
       for (size_t i = 0; i < ch.size(); ++i) {

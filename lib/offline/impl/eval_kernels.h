@@ -13,7 +13,9 @@ namespace kvtool::eval {
 // The softmax of one row of logits in place: p = exp(z - max) / sum; returns max + log(sum).
 // The sum runs in 8 interleaved partial sums (row r in lane r % 8) added in a fixed order at every
 // level, so it does not depend on the level; exp does, by at most an ulp: the AVX-512 and AVX2+FMA
-// paths share one polynomial (Cody-Waite reduction, degree-13 Taylor), the portable one is std::exp.
+// paths share one polynomial (Cody-Waite reduction, degree-13 Taylor) lane for lane, and the
+// values outside [-708, 0] and the n % 8 last ones take std::exp there too; the portable level is
+// std::exp throughout.
 double softmax_row(double* z, int64_t n, scoring::Simd level);
 // out[i] = in[i] (float to double, exact).
 void widen(const float* in, double* out, int64_t n, scoring::Simd level);

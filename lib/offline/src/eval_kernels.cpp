@@ -21,7 +21,7 @@ constexpr int kLanes = 8;
 
 // exp(x) = 2^k exp(r), k = round(x log2 e), r = x - k ln2 (ln2 split in two, fdlibm's constants,
 // so k ln2_hi is exact for |k| < 2^11); |r| <= ln2/2, where the Taylor terms past r^13/13! are
-// below 2^-60 of the result. Inputs in [-708, 0] keep 2^k a normal double (k >= -1022); any other
+// about 2^-57 of the result (under half an ulp). Inputs in [-708, 0] keep 2^k a normal double (k >= -1022); any other
 // (NaN included) takes std::exp.
 constexpr double kLog2e = 1.4426950408889634, kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10,
                  kLowest = -708.0;
@@ -64,22 +64,28 @@ void add_rows_portable(const double* wk, const int64_t* ids, size_t count, const
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+// Lanes outside [-708, 0] (NaN included) take std::exp one by one; the others the polynomial, on
+// the input clamped into the range (a lane's result never depends on its neighbours, so the
+// AVX-512 and AVX2 paths agree lane for lane).
 __attribute__((target("avx512f"))) __m512d exp8_avx512(__m512d v) {
-  if ((_mm512_cmp_pd_mask(v, _mm512_set1_pd(kLowest), _CMP_GE_OQ) &
-       _mm512_cmp_pd_mask(v, _mm512_setzero_pd(), _CMP_LE_OQ)) != 0xff) {
-    alignas(64) double x[kLanes];
-    _mm512_store_pd(x, v);
-    for (double& e : x) e = std::exp(e);
-    return _mm512_load_pd(x);
-  }
+  const __m512d lo = _mm512_set1_pd(kLowest), zero = _mm512_setzero_pd();
+  const __mmask8 in = _mm512_cmp_pd_mask(v, lo, _CMP_GE_OQ) & _mm512_cmp_pd_mask(v, zero, _CMP_LE_OQ);
+  const __m512d x = _mm512_min_pd(_mm512_max_pd(v, lo), zero);
   const __m512d k =
-      _mm512_roundscale_pd(_mm512_mul_pd(v, _mm512_set1_pd(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Lo), _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Hi), v));
+      _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Lo), _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Hi), x));
   __m512d p = _mm512_set1_pd(kInvFactorial[kDegree]);
   for (int j = kDegree - 1; j >= 0; --j) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kInvFactorial[j]));
   const __m512i e =
       _mm512_slli_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(k)), _mm512_set1_epi64(1023)), 52);
-  return _mm512_mul_pd(p, _mm512_castsi512_pd(e));
+  p = _mm512_mul_pd(p, _mm512_castsi512_pd(e));
+  if (in == 0xff) return p;
+  alignas(64) double in_v[kLanes], out[kLanes];
+  _mm512_store_pd(in_v, v);
+  _mm512_store_pd(out, p);
+  for (int j = 0; j < kLanes; ++j)
+    if (!((in >> j) & 1)) out[j] = std::exp(in_v[j]);
+  return _mm512_load_pd(out);
 }
 
 __attribute__((target("avx512f"))) double softmax_avx512(double* z, int64_t n) {
@@ -109,21 +115,25 @@ __attribute__((target("avx512f"))) double softmax_avx512(double* z, int64_t n) {
 
 // The same operations as exp8_avx512, on half the lanes.
 __attribute__((target("avx2,fma"))) __m256d exp4_avx2(__m256d v) {
-  if (_mm256_movemask_pd(_mm256_and_pd(_mm256_cmp_pd(v, _mm256_set1_pd(kLowest), _CMP_GE_OQ),
-                                       _mm256_cmp_pd(v, _mm256_setzero_pd(), _CMP_LE_OQ))) != 0xf) {
-    alignas(32) double x[4];
-    _mm256_store_pd(x, v);
-    for (double& e : x) e = std::exp(e);
-    return _mm256_load_pd(x);
-  }
+  const __m256d lo = _mm256_set1_pd(kLowest), zero = _mm256_setzero_pd();
+  const int in =
+      _mm256_movemask_pd(_mm256_and_pd(_mm256_cmp_pd(v, lo, _CMP_GE_OQ), _mm256_cmp_pd(v, zero, _CMP_LE_OQ)));
+  const __m256d x = _mm256_min_pd(_mm256_max_pd(v, lo), zero);
   const __m256d k =
-      _mm256_round_pd(_mm256_mul_pd(v, _mm256_set1_pd(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(kLn2Lo), _mm256_fnmadd_pd(k, _mm256_set1_pd(kLn2Hi), v));
+      _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(kLn2Lo), _mm256_fnmadd_pd(k, _mm256_set1_pd(kLn2Hi), x));
   __m256d p = _mm256_set1_pd(kInvFactorial[kDegree]);
   for (int j = kDegree - 1; j >= 0; --j) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kInvFactorial[j]));
   const __m256i e =
       _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(k)), _mm256_set1_epi64x(1023)), 52);
-  return _mm256_mul_pd(p, _mm256_castsi256_pd(e));
+  p = _mm256_mul_pd(p, _mm256_castsi256_pd(e));
+  if (in == 0xf) return p;
+  alignas(32) double in_v[4], out[4];
+  _mm256_store_pd(in_v, v);
+  _mm256_store_pd(out, p);
+  for (int j = 0; j < 4; ++j)
+    if (!((in >> j) & 1)) out[j] = std::exp(in_v[j]);
+  return _mm256_load_pd(out);
 }
 
 // Lanes 0-3 and 4-7 of softmax_avx512 in two registers.
