@@ -1,4 +1,9 @@
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include "kvtool/cuda_backend.h"
 #include "kvtool/cuda_kernels.h"
@@ -65,6 +70,50 @@ class CudaBackend : public DeviceBackend {
       return simhash_collisions_device(w, offsets, ids, id_bytes, d, bits, tables, n, base, q, codes, count);
     });
   }
+  // One batch workspace (cuda_kernels.h), grown at publish to the largest shape reserved; batches
+  // take turns on it. The batch is synchronous for the pool: its stream is synchronized before the
+  // answers are read (the kernel-level API leaves that to the caller, for CUDA graphs).
+  void reserve_pq_batches(const PqBatchLimits& l) override {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    PqBatchShape& s = shape_;
+    const PqBatchShape want{std::max(s.max_queries, l.max_queries),
+                            std::max(s.max_rows, l.max_rows),
+                            std::max(s.max_subspaces, l.max_subspaces),
+                            std::max(s.max_centroids, l.max_centroids),
+                            std::max(s.max_dim, l.max_dim),
+                            std::min(kMaxBatchTop, std::max(s.max_top, l.max_top))};
+    if (ws_ && want.max_queries == s.max_queries && want.max_rows == s.max_rows &&
+        want.max_subspaces == s.max_subspaces && want.max_centroids == s.max_centroids && want.max_dim == s.max_dim &&
+        want.max_top == s.max_top)
+      return;
+    try {
+      PqBatchWorkspace* next = pq_batch_workspace_create(want);
+      pq_batch_workspace_destroy(ws_);
+      ws_ = next;
+      s = want;
+    } catch (const std::runtime_error&) {
+      // No batch buffers: batches then go query by query (product_code_top_k_batch returns false).
+    }
+  }
+  bool product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top, void* stream,
+                                int64_t* ids, float* scores) override {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    const int64_t per = std::min(top, p.n), d = p.m * p.dsub;
+    if (!ws_ || count > shape_.max_queries || p.n > shape_.max_rows || p.m > shape_.max_subspaces ||
+        p.k > shape_.max_centroids || d > shape_.max_dim || per > shape_.max_top)
+      return false;
+    std::copy(q, q + count * d, pq_batch_queries(ws_));
+    run([&] {
+      pq_top_k_batch_enqueue(ws_, static_cast<const float*>(p.centroids), p.codes, p.code_bytes, p.m, p.k, p.dsub, p.n,
+                             count, per, stream);
+      check_stream(static_cast<cudaStream_t>(stream));
+      return true;
+    });
+    std::copy(pq_batch_ids(ws_), pq_batch_ids(ws_) + count * per, ids);
+    std::copy(pq_batch_scores(ws_), pq_batch_scores(ws_) + count * per, scores);
+    return true;
+  }
+  ~CudaBackend() override { pq_batch_workspace_destroy(ws_); }
   void product_code_top_k(const ProductCodes& p, const float* q, int64_t k, std::vector<int64_t>& ids,
                           std::vector<float>& scores) override {
     run([&] {
@@ -74,6 +123,13 @@ class CudaBackend : public DeviceBackend {
   }
 
  private:
+  static void check_stream(cudaStream_t st) {
+    const cudaError_t e = cudaStreamSynchronize(st);
+    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA batch failed: ") + cudaGetErrorString(e));
+  }
+  std::mutex batch_mu_;
+  PqBatchShape shape_{0, 0, 0, 0, 0, 0};
+  PqBatchWorkspace* ws_ = nullptr;
   // Kernel failures become Error INTERNAL; a device gone since the pool started, DEVICE_UNAVAILABLE.
   template <typename F>
   static void run(F&& f) {

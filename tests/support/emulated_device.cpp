@@ -26,6 +26,12 @@ struct EmulatedDevice::State {
   std::vector<std::shared_ptr<Copy>> copies;
   int64_t device_live = 0, host_live = 0;
   std::atomic<int64_t> scoring_calls{0};
+  std::mutex batch_mu;  // guards the batch buffers below
+  PqBatchLimits limits;
+  std::vector<float> lut, score;
+  std::vector<int64_t> order;
+  int64_t batch_calls = 0;
+  void* last_stream = nullptr;
   std::vector<std::pair<void*, size_t>> sizes;  // live allocations (device and host)
   void land(Copy& c) {                          // caller holds mu
     if (c.done) return;
@@ -106,6 +112,56 @@ void EmulatedDevice::product_code_top_k(const ProductCodes& p, const float* q, i
   ids = scoring::top_k(score.data(), p.n, k);
   scores.clear();
   for (int64_t i : ids) scores.push_back(score[static_cast<size_t>(i)]);
+}
+
+void EmulatedDevice::reserve_pq_batches(const PqBatchLimits& l) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  PqBatchLimits& b = st_->limits;
+  b = {std::max(b.max_queries, l.max_queries),
+       std::max(b.max_rows, l.max_rows),
+       std::max(b.max_subspaces, l.max_subspaces),
+       std::max(b.max_centroids, l.max_centroids),
+       std::max(b.max_dim, l.max_dim),
+       std::max(b.max_top, l.max_top)};
+  st_->lut.resize(static_cast<size_t>(b.max_subspaces * b.max_centroids));
+  st_->score.resize(static_cast<size_t>(b.max_rows));
+  st_->order.resize(static_cast<size_t>(b.max_top));
+}
+
+bool EmulatedDevice::product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top,
+                                              void* stream, int64_t* ids, float* scores) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  const PqBatchLimits& b = st_->limits;
+  const int64_t per = std::min(top, p.n);
+  if (count > b.max_queries || p.n > b.max_rows || p.m > b.max_subspaces || p.k > b.max_centroids ||
+      p.m * p.dsub > b.max_dim || per > b.max_top)
+    return false;
+  ++st_->batch_calls;
+  st_->last_stream = stream;
+  st_->scoring_calls += count;
+  for (int64_t i = 0; i < count; ++i) {
+    scoring::pq_lut(q + i * p.m * p.dsub, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, st_->lut.data());
+    if (p.code_bytes == 1)
+      scoring::pq_scores_u8(st_->lut.data(), static_cast<const uint8_t*>(p.codes), p.n, p.m, p.k, st_->score.data());
+    else
+      scoring::pq_scores_u16(st_->lut.data(), static_cast<const uint16_t*>(p.codes), p.n, p.m, p.k, st_->score.data());
+    scoring::top_k_into(st_->score.data(), p.n, per, st_->order.data());
+    for (int64_t r = 0; r < per; ++r) {
+      ids[i * per + r] = st_->order[static_cast<size_t>(r)];
+      scores[i * per + r] = st_->score[static_cast<size_t>(st_->order[static_cast<size_t>(r)])];
+    }
+  }
+  return true;
+}
+
+int64_t EmulatedDevice::batch_calls() const {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  return st_->batch_calls;
+}
+
+void* EmulatedDevice::last_stream() const {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  return st_->last_stream;
 }
 
 void EmulatedDevice::dot_scores(const float* centroids, int64_t count, int64_t d, const float* q, float* out) {

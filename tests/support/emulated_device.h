@@ -33,7 +33,14 @@ class EmulatedDevice : public DeviceBackend {
   void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
                           int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
                           uint16_t* count) override;
+  // Batched PQ with buffers sized by reserve_pq_batches (the largest shape reserved so far); a
+  // batch outside them returns false. Batches are serialized, as on one device workspace.
+  void reserve_pq_batches(const PqBatchLimits& limits) override;
+  bool product_code_top_k_batch(const ProductCodes& part, const float* q, int64_t count, int64_t top, void* stream,
+                                int64_t* ids, float* scores) override;
   int64_t scoring_calls() const;  // device scoring calls so far (tests: the device path was taken)
+  int64_t batch_calls() const;    // product_code_top_k_batch calls that answered
+  void* last_stream() const;      // the stream the last answered batch was given
 
   // Test controls. Copies started while auto_complete is off wait for deliver(i) (i = start order).
   size_t started() const;

@@ -96,8 +96,10 @@ void check_queries_equal(const Lease& lease, const std::string& art, const std::
 // Every dumped query at or after the coverage end, one batch per layer (all query heads, all
 // positions), against the same queries one by one: equal candidates, scores and inclusion
 // probabilities, with `threads` threads; then a small capacity truncates but counts every one.
-void check_batch_equals_singles(const Lease& lease, const std::string& dump, const QuerySettings& settings,
-                                int threads) {
+// per_head >= 0: only the first per_head queries of each q head (small enough for the device's
+// batched path); stream: passed in the QueryBatch.
+void check_batch_equals_singles(const Lease& lease, const std::string& dump, const QuerySettings& settings, int threads,
+                                int64_t per_head = -1, void* stream = nullptr) {
   const ArtifactReader& r = lease.artifact();
   DumpReader d(dump);
   const auto& geo = d.info().geo;
@@ -114,8 +116,10 @@ void check_batch_equals_singles(const Lease& lease, const std::string& dump, con
     std::vector<float> q, all(static_cast<size_t>(geo.q_tokens * geo.head_dim));
     for (int64_t h = 0; h < geo.q_heads; ++h) {
       d.read_q(l, h, all.data());
+      int64_t taken = 0;
       for (int64_t i = 0; i < geo.q_tokens; ++i) {
         if (qpos[static_cast<size_t>(i)] < r.source().coverage_end - 1) continue;
+        if (per_head >= 0 && taken++ >= per_head) break;
         heads.push_back(h);
         positions.push_back(qpos[static_cast<size_t>(i)]);
         q.insert(q.end(), all.begin() + i * geo.head_dim, all.begin() + (i + 1) * geo.head_dim);
@@ -126,7 +130,7 @@ void check_batch_equals_singles(const Lease& lease, const std::string& dump, con
     std::vector<int64_t> ids(static_cast<size_t>(n * cap)), counts(static_cast<size_t>(n));
     std::vector<float> scores(ids.size());
     std::vector<double> incl(ids.size(), -1.0);
-    QueryBatch b{l, n, heads.data(), q.data(), positions.data(), kr.data()};
+    QueryBatch b{l, n, heads.data(), q.data(), positions.data(), kr.data(), stream};
     lease.query_batch(b, *params, {cap, ids.data(), counts.data(), scores.data(), incl.data()}, threads);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t h = heads[i];
@@ -556,6 +560,17 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
     const int64_t calls = dev->scoring_calls();
     check_batch_equals_singles(device.acquire(c.art), dump, c.settings, 3);
     CHECK(dev->scoring_calls() > calls);  // the batch was scored on the device tier
+    // A few queries per head: pq's parts are answered by the device's batched path (buffers
+    // reserved at publish), on the caller's stream, with the single queries' answers.
+    const int64_t batches = dev->batch_calls();
+    int stream_tag = 0;
+    check_batch_equals_singles(device.acquire(c.art), dump, c.settings, 2, 5, &stream_tag);
+    if (find_kind(ArtifactReader(c.art).kind())->name == "pq") {
+      CHECK(dev->batch_calls() > batches);
+      CHECK(dev->last_stream() == &stream_tag);
+    } else {
+      CHECK(dev->batch_calls() == batches);  // no batched path: query by query
+    }
   }
   UNSCOPED_INFO("reference comparisons: " << tally.queries << " queries, " << tally.rows << " rows, " << tally.boundary
                                           << " boundary ties");

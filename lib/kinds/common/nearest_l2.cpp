@@ -21,7 +21,7 @@ namespace kvtool {
 void TrainingIndexL2::search(idx_t n, const float* x, idx_t k, float* distances, idx_t* labels,
                              const faiss::SearchParameters* params) const {
   // Another FAISS release may round or break ties otherwise: it answers for itself.
-  constexpr bool kSameFaiss = FAISS_VERSION_MAJOR == 1 && FAISS_VERSION_MINOR == 7 && FAISS_VERSION_PATCH <= 3;
+  constexpr bool kSameFaiss = FAISS_VERSION_MAJOR == 1 && FAISS_VERSION_MINOR == 7 && FAISS_VERSION_PATCH == 3;
   if (!kSameFaiss || k != 1 || params || n < faiss::distance_compute_blas_threshold || ntotal == 0)
     return faiss::IndexFlatL2::search(n, x, k, distances, labels, params);
   if (norms_of_ != x || norms_count_ != n) {

@@ -104,6 +104,25 @@ class PqSelector : public PartSelector {
     for (int64_t i : ids) out.ids.push_back(rows_.begin() + i);
     return true;
   }
+  void reserve_device_batches(const DevicePart& dp, int64_t max_queries) const override {
+    if (dense_ || !dp.find("pq_centroids") || !dp.find("pq_codes")) return;
+    dp.dev->reserve_pq_batches({max_queries, n_, lay_.m, lay_.k, lay_.m * lay_.dsub, std::min<int64_t>(n_, 8192)});
+  }
+  int64_t select_device_batch(const DevicePart& dp, const float* q, int64_t count, const QueryParams& params,
+                              void* stream, std::vector<int64_t>& ids, std::vector<float>& scores) const override {
+    const DeviceSection* c = dp.find("pq_centroids");
+    const DeviceSection* k = dp.find("pq_codes");
+    if (dense_ || !c || !k) return -1;
+    const ProductCodes p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
+    SelectRequest req;
+    req.params = &params;
+    const int64_t per = std::min(params_of<BudgetParams>(req).budget.rows(n_), n_);
+    grow(ids, count * per);  // never shrunk: a warm thread allocates nothing
+    grow(scores, count * per);
+    if (!dp.dev->product_code_top_k_batch(p, q, count, per, stream, ids.data(), scores.data())) return -1;
+    for (int64_t i = 0; i < count * per; ++i) ids[static_cast<size_t>(i)] += rows_.begin();
+    return per;
+  }
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {
     return vector_bytes(centroids_) + vector_bytes(codes8_) + vector_bytes(codes16_);

@@ -25,6 +25,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 constexpr uint64_t kDeviceAlign = 256;
+// Queries of one part per device batch the device's buffers are sized for at publish: one layer's
+// query heads per kv head at several positions (Llama-3-8B: 4 per kv head). A larger group is
+// answered query by query.
+constexpr int64_t kDeviceBatchQueries = 64;
 
 struct Fence {
   size_t slot = 0;
@@ -471,6 +475,10 @@ PublishTicket Pool::begin(const PublishRequest& req) {
           dp.dev = st_->opt.device.get();
           dp.sections.emplace_back(s.name, DeviceSection{g->dev.p + off[i], widened(s) ? "f32" : s.dtype, s.shape});
         }
+      // The device's batch buffers sized now, for the largest batch a layer's query heads make.
+      if (g->sel)
+        for (const auto& [lh, dp] : g->dev_parts)
+          g->sel->part(lh.first, lh.second).reserve_device_batches(dp, kDeviceBatchQueries);
       g->reader->release_sections();
       rc.decompress_s = secs(t2, Clock::now());
       w->copy_start = Clock::now();
@@ -697,15 +705,21 @@ void Lease::query_batch(const QueryBatch& batch, const QueryParams& params, cons
   KVT_CHECK(g_, USAGE, "query through an empty lease");
   KVT_CHECK(g_->sel, USAGE, "artifacts of kind '" << g_->reader->kind() << "' cannot be queried");
   g_->last_used = ++g_->st->tick;
-  const Generation* g = g_.get();  // one pointer: the hook stays within std::function's own storage
+  const Generation* g = g_.get();  // one pointer: the hooks stay within std::function's own storage
   SelectHook hook = nullptr;
+  GroupHook group = nullptr;
   if (!g->dev_parts.empty()) {
     hook = [g](int64_t l, int64_t h, const PartSelector& host, const SelectRequest& req, Selection& sel) {
       auto it = g->dev_parts.find({l, h});
       return it != g->dev_parts.end() && host.select_device(req, it->second, sel);
     };
+    group = [g](int64_t l, int64_t h, const PartSelector& host, const float* q, int64_t count, const QueryParams& p,
+                void* stream, std::vector<int64_t>& ids, std::vector<float>& scores) -> int64_t {
+      auto it = g->dev_parts.find({l, h});
+      return it == g->dev_parts.end() ? -1 : host.select_device_batch(it->second, q, count, p, stream, ids, scores);
+    };
   }
-  g_->sel->query_batch(batch, params, out, threads, hook);
+  g_->sel->query_batch(batch, params, out, threads, hook, group);
 }
 
 }  // namespace kvtool

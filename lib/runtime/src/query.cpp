@@ -132,6 +132,7 @@ struct BatchRun {
   const std::vector<const PartSelector*>& parts;  // per query
   const std::vector<int64_t>& kv_of;              // per query
   int64_t d = 0;
+  const std::vector<char>* answered = nullptr;  // per query: already answered by a group
   BatchRun(const QueryBatch& b, const QueryParams& p, const BatchAnswers& o, const SelectHook& h,
            const std::vector<const PartSelector*>& pa, const std::vector<int64_t>& kv, int64_t dim)
       : batch(b), params(p), out(o), hook(h), parts(pa), kv_of(kv), d(dim) {}
@@ -140,7 +141,7 @@ struct BatchRun {
   std::atomic<bool> failed{false};
 
   void operator()(int64_t i) {
-    if (failed.load(std::memory_order_relaxed)) return;
+    if (failed.load(std::memory_order_relaxed) || (answered && (*answered)[static_cast<size_t>(i)])) return;
     try {
       answer(i);
     } catch (...) {
@@ -177,10 +178,48 @@ struct BatchRun {
   }
 };
 
+// Offers each part's queries of the batch to `group` together (their vectors gathered in batch
+// order) and writes the answers it gives; returns which queries were answered. Per-thread buffers:
+// nothing is allocated once they have reached the batch's sizes.
+const std::vector<char>& answer_groups(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out,
+                                       const GroupHook& group, const std::vector<int64_t>& kv_of,
+                                       const std::vector<const PartSelector*>& parts, int64_t d) {
+  thread_local std::vector<char> answered, seen;
+  thread_local std::vector<int64_t> members, ids;
+  thread_local std::vector<float> q, scores;
+  const auto n = static_cast<size_t>(batch.count);
+  answered.assign(n, 0);
+  seen.assign(n, 0);
+  for (size_t first = 0; first < n; ++first) {
+    if (seen[first]) continue;
+    members.clear();
+    for (size_t i = first; i < n; ++i)
+      if (kv_of[i] == kv_of[first]) {
+        seen[i] = 1;
+        members.push_back(static_cast<int64_t>(i));
+      }
+    q.resize(members.size() * static_cast<size_t>(d));
+    for (size_t j = 0; j < members.size(); ++j)
+      std::copy(batch.q + members[j] * d, batch.q + (members[j] + 1) * d, q.data() + j * static_cast<size_t>(d));
+    const int64_t per = group(batch.layer, kv_of[first], *parts[first], q.data(), static_cast<int64_t>(members.size()),
+                              params, batch.stream, ids, scores);
+    if (per < 0) continue;
+    const int64_t w = std::min(per, out.capacity);
+    for (size_t j = 0; j < members.size(); ++j) {
+      const int64_t i = members[j], at = i * out.capacity, from = static_cast<int64_t>(j) * per;
+      out.counts[i] = per;
+      std::copy(ids.begin() + from, ids.begin() + from + w, out.ids + at);
+      if (out.scores) std::copy(scores.begin() + from, scores.begin() + from + w, out.scores + at);
+      answered[static_cast<size_t>(i)] = 1;
+    }
+  }
+  return answered;
+}
+
 }  // namespace
 
 void SelectorSet::query_batch(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out, int threads,
-                              const SelectHook& hook) {
+                              const SelectHook& hook, const GroupHook& group) {
   KVT_CHECK(batch.count >= 0, USAGE, "a batch has a query count >= 0 (got " << batch.count << ")");
   if (batch.count == 0) return;
   KVT_CHECK(batch.q_heads && batch.q && batch.positions, USAGE, "a batch needs its query heads, vectors and positions");
@@ -200,6 +239,7 @@ void SelectorSet::query_batch(const QueryBatch& batch, const QueryParams& params
     parts[i] = &part(batch.layer, kv_of[i]);
   }
   BatchRun run(batch, params, out, hook, parts, kv_of, src.geo.head_dim);
+  if (group) run.answered = &answer_groups(batch, params, out, group, kv_of, parts, src.geo.head_dim);
   detail::parallel_for(batch.count, threads, run);
   if (run.error) std::rethrow_exception(run.error);
 }

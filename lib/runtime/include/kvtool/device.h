@@ -30,6 +30,11 @@ struct ProductCodes {
   int code_bytes = 1;
 };
 
+// The shape a device backend's batched PQ buffers are sized for (DeviceBackend::reserve_pq_batches).
+struct PqBatchLimits {
+  int64_t max_queries = 0, max_rows = 0, max_subspaces = 0, max_centroids = 0, max_dim = 0, max_top = 0;
+};
+
 // The device operations are scoring primitives (kvtool/scoring.h), not kinds: a kind's
 // PartSelector::select_device composes them (pq: product_code_top_k; clusterkv: dot_scores;
 // squeeze: dot_scores_f64; lsh: simhash_collisions), so a new kind that reuses them touches no
@@ -61,6 +66,20 @@ class DeviceBackend {
   virtual void simhash_collisions(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
                                   int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q,
                                   uint32_t* codes, uint16_t* count) = 0;
+
+  // Batched PQ, a decode step's layer at a time (issue 16, item 3). reserve_pq_batches sizes the
+  // backend's batch buffers once, for the largest batch and part (the pool calls it at publish);
+  // product_code_top_k_batch then answers `count` queries q [count, m * dsub] of one part: query
+  // i's min(top, n) best rows (within the part; score descending, row ascending, as
+  // product_code_top_k) and their scores at ids / scores + i * min(top, n), on `stream` (the
+  // caller's cudaStream_t for the CUDA backend; nullptr: its default), allocating nothing. It
+  // returns false, writing nothing, when the batch is outside the reserved shape or the backend has
+  // no batched path: the caller then answers query by query. Batches may come from several threads.
+  virtual void reserve_pq_batches(const PqBatchLimits&) {}
+  virtual bool product_code_top_k_batch(const ProductCodes&, const float* /*q*/, int64_t /*count*/, int64_t /*top*/,
+                                        void* /*stream*/, int64_t* /*ids*/, float* /*scores*/) {
+    return false;
+  }
 };
 
 }  // namespace kvtool

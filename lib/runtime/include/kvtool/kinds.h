@@ -133,6 +133,18 @@ class PartSelector {
   // The same selection with the scoring done on the device (the pool's device tier): equal ids and
   // scores. Returns false when this part has no device path (it is then answered on the host).
   virtual bool select_device(const SelectRequest&, const DevicePart&, Selection&) const { return false; }
+  // `count` queries of this part at once on the device (q [count, head_dim]): every query's
+  // candidates (absolute row ids) and scores into ids / scores [count, per], per = the rows each
+  // gets (the same for all: kinds with a fixed budget, pq), returned; -1 (nothing written) when the
+  // part or the device has no batched path for them. `stream`: the caller's, passed to the device.
+  // Sizes the device's batch buffers for up to `max_queries` queries of this part per batch (the
+  // pool calls it at publish, so that batches allocate nothing).
+  virtual void reserve_device_batches(const DevicePart&, int64_t /*max_queries*/) const {}
+  virtual int64_t select_device_batch(const DevicePart&, const float* /*q*/, int64_t /*count*/, const QueryParams&,
+                                      void* /*stream*/, std::vector<int64_t>& /*ids*/,
+                                      std::vector<float>& /*scores*/) const {
+    return -1;
+  }
   virtual json describe() const { return json::object(); }
   // Bytes of selector state this part holds in memory (the pool charges them to its host tier).
   virtual int64_t resident_bytes() const = 0;

@@ -41,6 +41,9 @@ struct QueryBatch {
   // Kinds whose receipts need the full keys (lsh): keys[h] holds rows [0, E) of kv head h, one
   // entry per kv head of the dump. nullptr: candidates without inclusion probabilities.
   const KeyRows* keys = nullptr;
+  // The caller's device stream (a cudaStream_t) for a generation on the device tier; nullptr: the
+  // backend's own. The batch has completed when query_batch returns either way.
+  void* stream = nullptr;
 };
 
 // Caller-provided answer buffers of a QueryBatch. Query i's candidates (the receipt's
@@ -61,6 +64,13 @@ struct BatchAnswers {
 using SelectHook = std::function<bool(int64_t layer, int64_t kv_head, const PartSelector& host,
                                       const SelectRequest& req, Selection& out)>;
 
+// Answers all of a batch's queries of one part at once in place of the per-query path (the pool's
+// device tier): q [count, head_dim]; returns the rows each query got, written to ids / scores
+// [count, per], or -1 to leave those queries to the per-query path.
+using GroupHook = std::function<int64_t(int64_t layer, int64_t kv_head, const PartSelector& host, const float* q,
+                                        int64_t count, const QueryParams& params, void* stream,
+                                        std::vector<int64_t>& ids, std::vector<float>& scores)>;
+
 // The loaded selectors of one artifact, one part at a time, cached. After preload() every part is
 // loaded and the set is immutable: concurrent query() calls are then safe.
 class SelectorSet {
@@ -78,8 +88,9 @@ class SelectorSet {
   // Every query of `batch` with the same answers as query() gives one by one, spread over up to
   // `threads` threads (persistent workers; 1: the caller's thread). Writes only `out`: no
   // receipts, and no allocation once the threads are warm and the batch's parts are loaded.
+  // With `group`, each part's queries are offered to it together first (on the caller's thread).
   void query_batch(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out, int threads = 1,
-                   const SelectHook& hook = nullptr);
+                   const SelectHook& hook = nullptr, const GroupHook& group = nullptr);
   std::unique_ptr<QueryParams> params(const QuerySettings& settings = {}) const;
   const KindSpec& kind() const { return *kind_; }
   const ArtifactReader& artifact() const { return r_; }
