@@ -91,9 +91,15 @@ class CudaBackend : public DeviceBackend {
       pq_batch_workspace_destroy(ws_);
       ws_ = next;
       s = want;
-    } catch (const std::runtime_error&) {
-      // No batch buffers: batches then go query by query (product_code_top_k_batch returns false).
+    } catch (const std::exception&) {
+      // No batch buffers: batches then go query by query (pq_batch_capacity is 0).
     }
+  }
+  int64_t pq_batch_capacity(const ProductCodes& p, int64_t top) override {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    const bool fits = ws_ && p.n <= shape_.max_rows && p.m <= shape_.max_subspaces && p.k <= shape_.max_centroids &&
+                      p.m * p.dsub <= shape_.max_dim && std::min(top, p.n) <= shape_.max_top;
+    return fits ? shape_.max_queries : 0;
   }
   bool product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top, void* stream,
                                 int64_t* ids, float* scores) override {
@@ -102,6 +108,14 @@ class CudaBackend : public DeviceBackend {
     if (!ws_ || count > shape_.max_queries || p.n > shape_.max_rows || p.m > shape_.max_subspaces ||
         p.k > shape_.max_centroids || d > shape_.max_dim || per > shape_.max_top)
       return false;
+    // The pool's batch is synchronous: on a stream being captured into a graph its synchronization
+    // would break the capture (capture the kernel-level API of cuda_kernels.h instead).
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    KVT_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing) == cudaSuccess &&
+                  capturing == cudaStreamCaptureStatusNone,
+              USAGE,
+              "QueryBatch::stream is being captured: the pool's batch synchronizes it; capture "
+              "pq_top_k_batch_enqueue (kvtool/cuda_kernels.h) instead");
     std::copy(q, q + count * d, pq_batch_queries(ws_));
     run([&] {
       pq_top_k_batch_enqueue(ws_, static_cast<const float*>(p.centroids), p.codes, p.code_bytes, p.m, p.k, p.dsub, p.n,

@@ -352,8 +352,9 @@ constexpr int kSelectThreads = 1024;
 // One block per query: the b-th smallest of its n unique keys by an MSD radix select (8 bits a
 // pass, a shared histogram), then the b keys at most that one gathered into shared memory, padded
 // to a power of two with the largest key, bitonic-sorted, and written out as row ids and scores.
-__global__ void select_top_kernel(const unsigned long long* keys, const float* score, int64_t n, int64_t b,
-                                  int64_t padded, int64_t* ids, float* out_scores) {
+__global__ void __launch_bounds__(kSelectThreads)
+    select_top_kernel(const unsigned long long* keys, const float* score, int64_t n, int64_t b, int64_t padded,
+                      int64_t* ids, float* out_scores) {
   extern __shared__ unsigned long long kept[];  // [padded]
   __shared__ unsigned int hist[256];
   __shared__ unsigned long long prefix_s;
@@ -443,9 +444,10 @@ void pq_batch_workspace_destroy(PqBatchWorkspace* ws) {
 
 PqBatchWorkspace* pq_batch_workspace_create(const PqBatchShape& s) {
   if (device_count() == 0) return nullptr;
-  if (s.max_queries < 1 || s.max_rows < 1 || s.max_subspaces < 1 || s.max_centroids < 1 || s.max_dim < 1 ||
-      s.max_top < 1 || s.max_top > kMaxBatchTop || s.max_rows > int64_t{UINT32_MAX})
-    throw std::runtime_error("pq batch workspace: a shape value is out of range (max_top at most 8192)");
+  if (s.max_queries < 1 || s.max_queries > 65535 || s.max_rows < 1 || s.max_subspaces < 1 || s.max_centroids < 1 ||
+      s.max_dim < 1 || s.max_top < 1 || s.max_top > kMaxBatchTop || s.max_rows > int64_t{UINT32_MAX})
+    throw std::runtime_error(
+        "pq batch workspace: a shape value is out of range (queries at most 65535: the grid's y; top at most 8192)");
   auto* ws = new PqBatchWorkspace;
   ws->shape = s;
   const size_t nq = static_cast<size_t>(s.max_queries), rows = nq * static_cast<size_t>(s.max_rows),
@@ -465,7 +467,9 @@ PqBatchWorkspace* pq_batch_workspace_create(const PqBatchShape& s) {
     check(cudaMalloc(reinterpret_cast<void**>(&ws->d_ids), top * sizeof(int64_t)), "cudaMalloc");
     check(cudaMalloc(reinterpret_cast<void**>(&ws->d_out_scores), top * sizeof(float)), "cudaMalloc");
     // Up to 64 KiB of keys per block: above the default 48 KiB, so opted in here, outside any capture.
-    const int shared = static_cast<int>(pow2_at_least(s.max_top) * sizeof(unsigned long long));
+    // The attribute is the kernel's, for the whole process: always the largest any workspace needs,
+    // never a smaller one that another workspace's batches would then exceed.
+    const int shared = static_cast<int>(kMaxBatchTop * sizeof(unsigned long long));
     check(cudaFuncSetAttribute(select_top_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared),
           "cudaFuncSetAttribute");
   } catch (...) {

@@ -192,7 +192,10 @@ struct DevicePart {
 // Batched PQ (cuda_kernels.h, "Batched PQ queries"): every query of a batch equals the host's
 // pq_lut + pq_scores + top_k (ids and scores bit for bit), on a caller stream, and again when the
 // batch is captured in a CUDA graph and replayed with new queries written to the same addresses.
-void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t count, int64_t top, bool ties) {
+// roomy: the workspace is larger than the batch (the pool's case), and a second, small workspace is
+// created after it and kept alive (the kernel's shared-memory limit is per process, not per workspace).
+void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t count, int64_t top, bool ties,
+                    bool roomy = false) {
   const int64_t k = int64_t{1} << bits, d = m * dsub;
   const int cb = bits <= 8 ? 1 : 2;
   std::vector<float> cen(static_cast<size_t>(m * k * dsub));
@@ -212,7 +215,16 @@ void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t co
   shape.max_centroids = k;
   shape.max_dim = d;
   shape.max_top = std::min(top, n);
+  if (roomy) {
+    shape.max_queries += 3;
+    shape.max_rows += 100;
+    shape.max_dim += 16;
+    shape.max_top = std::min<int64_t>(cuda::kMaxBatchTop, shape.max_top + 5);
+  }
   cuda::PqBatchWorkspace* ws = cuda::pq_batch_workspace_create(shape);
+  cuda::PqBatchShape small;
+  small.max_top = 16;
+  cuda::PqBatchWorkspace* other = roomy ? cuda::pq_batch_workspace_create(small) : nullptr;
   cudaStream_t stream = nullptr;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   const int64_t b = std::min(top, n);
@@ -250,6 +262,7 @@ void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t co
   if (graph) cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
   cuda::pq_batch_workspace_destroy(ws);
+  cuda::pq_batch_workspace_destroy(other);
   char what[200];
   std::snprintf(what, sizeof what,
                 "PQ batch of %lld queries (m=%lld, %lld bits, n=%lld, top %lld%s) equals the host, on a stream and "
@@ -406,7 +419,9 @@ int main(int argc, char** argv) {
     check_pq_batch(16, 8, 8, 32768, 8, 8192, false);  // the largest selection
     check_pq_batch(4, 10, 16, 5000, 5, 777, false);   // u16 codes, top not a power of two
     check_pq_batch(16, 4, 8, 20000, 4, 2000, true);
-    check_pq_batch(2, 6, 64, 100, 3, 2048, false);  // top above the rows: every row, ranked
+    check_pq_batch(2, 6, 64, 100, 3, 2048, false);          // top above the rows: every row, ranked
+    check_pq_batch(2, 6, 64, 3000, 4, 1, false);            // top 1: no sort passes
+    check_pq_batch(16, 8, 8, 32768, 6, 8192, false, true);  // a larger workspace; another alive
     check_centroids();
     check_simhash();
     if (!std::getenv("KVTOOL_GPU_NO_BENCH")) {

@@ -128,6 +128,14 @@ void EmulatedDevice::reserve_pq_batches(const PqBatchLimits& l) {
   st_->order.resize(static_cast<size_t>(b.max_top));
 }
 
+int64_t EmulatedDevice::pq_batch_capacity(const ProductCodes& p, int64_t top) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  const PqBatchLimits& b = st_->limits;
+  const bool fits = p.n <= b.max_rows && p.m <= b.max_subspaces && p.k <= b.max_centroids &&
+                    p.m * p.dsub <= b.max_dim && std::min(top, p.n) <= b.max_top;
+  return fits ? b.max_queries : 0;
+}
+
 bool EmulatedDevice::product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top,
                                               void* stream, int64_t* ids, float* scores) {
   std::lock_guard<std::mutex> g(st_->batch_mu);

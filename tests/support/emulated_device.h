@@ -36,6 +36,7 @@ class EmulatedDevice : public DeviceBackend {
   // Batched PQ with buffers sized by reserve_pq_batches (the largest shape reserved so far); a
   // batch outside them returns false. Batches are serialized, as on one device workspace.
   void reserve_pq_batches(const PqBatchLimits& limits) override;
+  int64_t pq_batch_capacity(const ProductCodes& part, int64_t top) override;
   bool product_code_top_k_batch(const ProductCodes& part, const float* q, int64_t count, int64_t top, void* stream,
                                 int64_t* ids, float* scores) override;
   int64_t scoring_calls() const;  // device scoring calls so far (tests: the device path was taken)

@@ -116,10 +116,15 @@ class PqSelector : public PartSelector {
     const ProductCodes p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
     SelectRequest req;
     req.params = &params;
-    const int64_t per = std::min(params_of<BudgetParams>(req).budget.rows(n_), n_);
+    const int64_t per = std::min(params_of<BudgetParams>(req).budget.rows(n_), n_), d = lay_.m * lay_.dsub;
+    const int64_t chunk = dp.dev->pq_batch_capacity(p, per);  // larger groups go in several batches
+    if (chunk <= 0) return -1;
     grow(ids, count * per);  // never shrunk: a warm thread allocates nothing
     grow(scores, count * per);
-    if (!dp.dev->product_code_top_k_batch(p, q, count, per, stream, ids.data(), scores.data())) return -1;
+    for (int64_t c0 = 0; c0 < count; c0 += chunk)
+      if (!dp.dev->product_code_top_k_batch(p, q + c0 * d, std::min(chunk, count - c0), per, stream,
+                                            ids.data() + c0 * per, scores.data() + c0 * per))
+        return -1;
     for (int64_t i = 0; i < count * per; ++i) ids[static_cast<size_t>(i)] += rows_.begin();
     return per;
   }

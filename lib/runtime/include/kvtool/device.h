@@ -75,7 +75,12 @@ class DeviceBackend {
   // caller's cudaStream_t for the CUDA backend; nullptr: its default), allocating nothing. It
   // returns false, writing nothing, when the batch is outside the reserved shape or the backend has
   // no batched path: the caller then answers query by query. Batches may come from several threads.
+  // The buffers are the backend's, grown to the largest shape reserved and kept until it is
+  // destroyed, outside the pool's device budget (CUDA: 12 B per row per query, about 25 MB for 64
+  // queries of 32K rows). pq_batch_capacity: the most queries one batch of this part and top can
+  // hold (0: none), so that callers split larger groups.
   virtual void reserve_pq_batches(const PqBatchLimits&) {}
+  virtual int64_t pq_batch_capacity(const ProductCodes&, int64_t /*top*/) { return 0; }
   virtual bool product_code_top_k_batch(const ProductCodes&, const float* /*q*/, int64_t /*count*/, int64_t /*top*/,
                                         void* /*stream*/, int64_t* /*ids*/, float* /*scores*/) {
     return false;
