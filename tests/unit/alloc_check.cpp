@@ -2,7 +2,9 @@
 // is counted while a warm batch runs. Every kind (squeeze with each of its passes: the bound rule,
 // flat, the factor rule) must stay at zero on one thread and spread over two.
 // A separate executable: replacing the global operator new in kvtool_unit would hide ASan's own.
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -57,9 +59,16 @@ int64_t warm_batch_news(const Lease& lease, const QuerySettings& settings, int t
   const QueryBatch b{0, n, heads.data(), q.data(), positions.data(), kr.data()};
   const BatchAnswers out{src.geo.tokens, ids.data(), counts.data(), scores.data(), incl.data()};
   for (int w = 0; w < 10; ++w) lease.query_batch(b, *params, out, threads);  // every thread sees every part
-  const int64_t before = g_news.load();
-  for (int r = 0; r < 20; ++r) lease.query_batch(b, *params, out, threads);
-  return g_news.load() - before;
+  // On a loaded machine a worker may first get work only after the warm-up, and its per-thread
+  // buffers are then made once: the fewest allocations of three rounds of 20 batches is what
+  // recurs, and a hot-path allocation would show in every round.
+  int64_t fewest = INT64_MAX;
+  for (int round = 0; round < 3; ++round) {
+    const int64_t before = g_news.load();
+    for (int r = 0; r < 20; ++r) lease.query_batch(b, *params, out, threads);
+    fewest = std::min(fewest, g_news.load() - before);
+  }
+  return fewest;
 }
 
 }  // namespace
@@ -113,7 +122,7 @@ int main() {
     for (int threads : {1, 2}) {
       const int64_t news = warm_batch_news(lease, c.settings, threads, kr);
       std::printf(
-          "%-9s %-22s threads %d: %lld allocations in 20 warm batches of 32 queries%s\n", c.name,
+          "%-9s %-22s threads %d: %lld allocations in 20 warm batches of 32 queries (fewest of 3 rounds)%s\n", c.name,
           c.settings.empty() ? "(defaults)" : (c.settings.begin()->first + "=" + c.settings.begin()->second).c_str(),
           threads, static_cast<long long>(news), c.gated ? "" : " (not gated)");
       ok &= !c.gated || news == 0;
@@ -129,8 +138,10 @@ int main() {
   const Lease dl = device_pool.acquire("pq");
   for (int threads : {1, 2}) {
     const int64_t news = warm_batch_news(dl, cases[0].settings, threads, kr);
-    std::printf("pq        device tier, batched     threads %d: %lld allocations in 20 warm batches of 32 queries\n",
-                threads, static_cast<long long>(news));
+    std::printf(
+        "pq        device tier, batched     threads %d: %lld allocations in 20 warm batches of 32 queries (fewest of 3 "
+        "rounds)\n",
+        threads, static_cast<long long>(news));
     ok &= news == 0;
   }
   ok &= dev->batch_calls() > 0;  // the batches took the device's batched path
