@@ -75,39 +75,26 @@ class CudaBackend : public DeviceBackend {
   // answers are read (the kernel-level API leaves that to the caller, for CUDA graphs).
   void reserve_pq_batches(const PqBatchLimits& l) override {
     std::lock_guard<std::mutex> g(batch_mu_);
-    PqBatchShape& s = shape_;
-    const PqBatchShape want{std::max(s.max_queries, l.max_queries),
-                            std::max(s.max_rows, l.max_rows),
-                            std::max(s.max_subspaces, l.max_subspaces),
-                            std::max(s.max_centroids, l.max_centroids),
-                            std::max(s.max_dim, l.max_dim),
-                            std::min(kMaxBatchTop, std::max(s.max_top, l.max_top))};
-    if (ws_ && want.max_queries == s.max_queries && want.max_rows == s.max_rows &&
-        want.max_subspaces == s.max_subspaces && want.max_centroids == s.max_centroids && want.max_dim == s.max_dim &&
-        want.max_top == s.max_top)
-      return;
+    const PqBatchLimits want = shape_.merged(l);
+    if (ws_ && shape_.covers(want)) return;
     try {
       PqBatchWorkspace* next = pq_batch_workspace_create(want);
       pq_batch_workspace_destroy(ws_);
       ws_ = next;
-      s = want;
+      shape_ = want;
     } catch (const std::exception&) {
       // No batch buffers: batches then go query by query (pq_batch_capacity is 0).
     }
   }
   int64_t pq_batch_capacity(const ProductCodes& p, int64_t top) override {
     std::lock_guard<std::mutex> g(batch_mu_);
-    const bool fits = ws_ && p.n <= shape_.max_rows && p.m <= shape_.max_subspaces && p.k <= shape_.max_centroids &&
-                      p.m * p.dsub <= shape_.max_dim && std::min(top, p.n) <= shape_.max_top;
-    return fits ? shape_.max_queries : 0;
+    return ws_ && shape_.covers(PqBatchLimits::of(p, 1, top)) ? shape_.max_queries : 0;
   }
   bool product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top, void* stream,
                                 int64_t* ids, float* scores) override {
     std::lock_guard<std::mutex> g(batch_mu_);
     const int64_t per = std::min(top, p.n), d = p.m * p.dsub;
-    if (!ws_ || count > shape_.max_queries || p.n > shape_.max_rows || p.m > shape_.max_subspaces ||
-        p.k > shape_.max_centroids || d > shape_.max_dim || per > shape_.max_top)
-      return false;
+    if (!ws_ || !shape_.covers(PqBatchLimits::of(p, count, top))) return false;
     // The pool's batch is synchronous: on a stream being captured into a graph its synchronization
     // would break the capture (capture the kernel-level API of cuda_kernels.h instead).
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -142,7 +129,7 @@ class CudaBackend : public DeviceBackend {
     if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA batch failed: ") + cudaGetErrorString(e));
   }
   std::mutex batch_mu_;
-  PqBatchShape shape_{0, 0, 0, 0, 0, 0};
+  PqBatchLimits shape_;
   PqBatchWorkspace* ws_ = nullptr;
   // Kernel failures become Error INTERNAL; a device gone since the pool started, DEVICE_UNAVAILABLE.
   template <typename F>

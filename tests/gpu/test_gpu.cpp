@@ -222,8 +222,7 @@ void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t co
     shape.max_top = std::min<int64_t>(cuda::kMaxBatchTop, shape.max_top + 5);
   }
   cuda::PqBatchWorkspace* ws = cuda::pq_batch_workspace_create(shape);
-  cuda::PqBatchShape small;
-  small.max_top = 16;
+  const cuda::PqBatchShape small{1, 16, 1, 2, 8, 16};
   cuda::PqBatchWorkspace* other = roomy ? cuda::pq_batch_workspace_create(small) : nullptr;
   cudaStream_t stream = nullptr;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);

@@ -117,12 +117,7 @@ void EmulatedDevice::product_code_top_k(const ProductCodes& p, const float* q, i
 void EmulatedDevice::reserve_pq_batches(const PqBatchLimits& l) {
   std::lock_guard<std::mutex> g(st_->batch_mu);
   PqBatchLimits& b = st_->limits;
-  b = {std::max(b.max_queries, l.max_queries),
-       std::max(b.max_rows, l.max_rows),
-       std::max(b.max_subspaces, l.max_subspaces),
-       std::max(b.max_centroids, l.max_centroids),
-       std::max(b.max_dim, l.max_dim),
-       std::max(b.max_top, l.max_top)};
+  b = b.merged(l);
   st_->lut.resize(static_cast<size_t>(b.max_subspaces * b.max_centroids));
   st_->score.resize(static_cast<size_t>(b.max_rows));
   st_->order.resize(static_cast<size_t>(b.max_top));
@@ -130,20 +125,14 @@ void EmulatedDevice::reserve_pq_batches(const PqBatchLimits& l) {
 
 int64_t EmulatedDevice::pq_batch_capacity(const ProductCodes& p, int64_t top) {
   std::lock_guard<std::mutex> g(st_->batch_mu);
-  const PqBatchLimits& b = st_->limits;
-  const bool fits = p.n <= b.max_rows && p.m <= b.max_subspaces && p.k <= b.max_centroids &&
-                    p.m * p.dsub <= b.max_dim && std::min(top, p.n) <= b.max_top;
-  return fits ? b.max_queries : 0;
+  return st_->limits.covers(PqBatchLimits::of(p, 1, top)) ? st_->limits.max_queries : 0;
 }
 
 bool EmulatedDevice::product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top,
                                               void* stream, int64_t* ids, float* scores) {
   std::lock_guard<std::mutex> g(st_->batch_mu);
-  const PqBatchLimits& b = st_->limits;
   const int64_t per = std::min(top, p.n);
-  if (count > b.max_queries || p.n > b.max_rows || p.m > b.max_subspaces || p.k > b.max_centroids ||
-      p.m * p.dsub > b.max_dim || per > b.max_top)
-    return false;
+  if (!st_->limits.covers(PqBatchLimits::of(p, count, top))) return false;
   ++st_->batch_calls;
   st_->last_stream = stream;
   st_->scoring_calls += count;

@@ -1,6 +1,6 @@
 // CUDA mirrors of kvtool/scoring.h (lib/runtime) and the half conversions of kvtool/half.h. This
 // header and cuda/src/kernels.cu depend on the CUDA runtime, the C++ standard library and the
-// dependency-free kvtool/half.h and kvtool/scoring.h only, so
+// dependency-free kvtool/half.h, kvtool/scoring.h and kvtool/device.h only, so
 // tests/gpu can build them standalone on a machine that has nothing but the CUDA toolkit.
 //
 // Every function returns false when no CUDA device is usable and throws std::runtime_error on a
@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "kvtool/device.h"  // PqBatchLimits, kMaxDeviceTop
 
 namespace kvtool::cuda {
 
@@ -75,12 +77,9 @@ namespace kvtool::cuda {
 // Selection is exact (score descending, row ascending: the host's top_k order) for up to
 // kMaxBatchTop rows per query, without thrust or any temporary allocation: a block-wide radix
 // select of the k-th smallest (score, row) key, then a bitonic sort of the k kept keys in shared memory.
-constexpr int64_t kMaxBatchTop = 8192;
+constexpr int64_t kMaxBatchTop = kMaxDeviceTop;  // kvtool/device.h
 
-struct PqBatchShape {
-  int64_t max_queries = 32, max_rows = 32768, max_subspaces = 16, max_centroids = 256, max_dim = 128,
-          max_top = 2048;  // at most kMaxBatchTop
-};
+using PqBatchShape = PqBatchLimits;  // max_top at most kMaxBatchTop, max_queries at most 65535
 struct PqBatchWorkspace;
 // nullptr when no device is usable; throws std::runtime_error on a CUDA failure or a bad shape.
 PqBatchWorkspace* pq_batch_workspace_create(const PqBatchShape& shape);

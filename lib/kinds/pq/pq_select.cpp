@@ -106,7 +106,8 @@ class PqSelector : public PartSelector {
   }
   void reserve_device_batches(const DevicePart& dp, int64_t max_queries) const override {
     if (dense_ || !dp.find("pq_centroids") || !dp.find("pq_codes")) return;
-    dp.dev->reserve_pq_batches({max_queries, n_, lay_.m, lay_.k, lay_.m * lay_.dsub, std::min<int64_t>(n_, 8192)});
+    dp.dev->reserve_pq_batches(
+        {max_queries, n_, lay_.m, lay_.k, lay_.m * lay_.dsub, std::min<int64_t>(n_, kMaxDeviceTop)});
   }
   int64_t select_device_batch(const DevicePart& dp, const float* q, int64_t count, const QueryParams& params,
                               void* stream, std::vector<int64_t>& ids, std::vector<float>& scores) const override {

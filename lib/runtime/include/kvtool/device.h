@@ -31,8 +31,27 @@ struct ProductCodes {
 };
 
 // The shape a device backend's batched PQ buffers are sized for (DeviceBackend::reserve_pq_batches).
+// The most rows one query's device selection returns (engines select 2,048-4,096; FAISS's GPU
+// selection stops at 2,048).
+constexpr int64_t kMaxDeviceTop = 8192;
+
 struct PqBatchLimits {
   int64_t max_queries = 0, max_rows = 0, max_subspaces = 0, max_centroids = 0, max_dim = 0, max_top = 0;
+  // The larger of each field.
+  PqBatchLimits merged(const PqBatchLimits& o) const {
+    auto hi = [](int64_t a, int64_t b) { return a > b ? a : b; };
+    return {hi(max_queries, o.max_queries),     hi(max_rows, o.max_rows), hi(max_subspaces, o.max_subspaces),
+            hi(max_centroids, o.max_centroids), hi(max_dim, o.max_dim),   hi(max_top, o.max_top)};
+  }
+  // Every field at least o's.
+  bool covers(const PqBatchLimits& o) const {
+    return max_queries >= o.max_queries && max_rows >= o.max_rows && max_subspaces >= o.max_subspaces &&
+           max_centroids >= o.max_centroids && max_dim >= o.max_dim && max_top >= o.max_top;
+  }
+  // What a batch of `count` queries of `part`, `top` rows each, needs.
+  static PqBatchLimits of(const ProductCodes& part, int64_t count, int64_t top) {
+    return {count, part.n, part.m, part.k, part.m * part.dsub, top < part.n ? top : part.n};
+  }
 };
 
 // The device operations are scoring primitives (kvtool/scoring.h), not kinds: a kind's
