@@ -30,7 +30,17 @@ struct EmulatedDevice::State {
   PqBatchLimits limits;
   std::vector<float> lut, score;
   std::vector<int64_t> order;
+  ScoreBatchLimits score_limits;
+  std::vector<uint32_t> codes, wide_ids;  // a SimHash batch's codes and one table's ids as u32
   int64_t batch_calls = 0;
+  // A batch the reserved buffers hold is counted and answered (caller holds batch_mu).
+  bool take_score_batch(const ScoreBatchLimits& need, void* stream) {
+    if (!score_limits.covers(need)) return false;
+    ++batch_calls;
+    last_stream = stream;
+    scoring_calls += need.max_queries;
+    return true;
+  }
   void* last_stream = nullptr;
   std::vector<std::pair<void*, size_t>> sizes;  // live allocations (device and host)
   void land(Copy& c) {                          // caller holds mu
@@ -146,6 +156,60 @@ bool EmulatedDevice::product_code_top_k_batch(const ProductCodes& p, const float
     for (int64_t r = 0; r < per; ++r) {
       ids[i * per + r] = st_->order[static_cast<size_t>(r)];
       scores[i * per + r] = st_->score[static_cast<size_t>(st_->order[static_cast<size_t>(r)])];
+    }
+  }
+  return true;
+}
+
+void EmulatedDevice::reserve_score_batches(const ScoreBatchLimits& l) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  ScoreBatchLimits& b = st_->score_limits;
+  b = b.merged(l);
+  st_->codes.resize(static_cast<size_t>(b.max_hash_columns));  // tables <= bits x tables
+  st_->wide_ids.resize(static_cast<size_t>(b.max_rows));
+}
+
+int64_t EmulatedDevice::score_batch_capacity(const ScoreBatchLimits& one) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  ScoreBatchLimits single = one;
+  single.max_queries = 1;
+  return st_->score_limits.covers(single) ? st_->score_limits.max_queries : 0;
+}
+
+bool EmulatedDevice::dot_scores_batch(const float* centroids, int64_t rows, int64_t d, const float* q, int64_t count,
+                                      void* stream, float* out) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  if (!st_->take_score_batch({count, d, rows, 0}, stream)) return false;
+  for (int64_t i = 0; i < count; ++i) scoring::dot_scores(q + i * d, centroids, rows, d, out + i * rows);
+  return true;
+}
+
+bool EmulatedDevice::dot_scores_f64_batch(const float* centroids, int64_t rows, int64_t d, double scale, const float* q,
+                                          int64_t count, void* stream, double* out) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  if (!st_->take_score_batch({count, d, rows, 0}, stream)) return false;
+  for (int64_t i = 0; i < count; ++i)
+    scoring::dot_scores_f64(q + i * d, centroids, nullptr, rows, d, scale, out + i * rows);
+  return true;
+}
+
+bool EmulatedDevice::simhash_collisions_batch(const float* w, const uint32_t* offsets, const void* ids, int id_bytes,
+                                              int64_t d, int64_t bits, int64_t tables, int64_t n, int64_t base,
+                                              const float* q, int64_t count, void* stream, uint16_t* counts,
+                                              int64_t stride) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  if (!st_->take_score_batch({count, d, n, bits * tables}, stream)) return false;
+  const int64_t buckets = int64_t{1} << bits;
+  for (int64_t i = 0; i < count; ++i) {
+    uint16_t* c = counts + i * stride;
+    std::fill(c, c + n, uint16_t{0});
+    scoring::simhash_codes(q + i * d, d, w, bits, tables, st_->codes.data());
+    for (int64_t t = 0; t < tables; ++t) {  // one table at a time: its ids widened to the host's u32
+      for (int64_t r = 0; r < n; ++r)
+        st_->wide_ids[static_cast<size_t>(r)] =
+            id_bytes == 2 ? static_cast<const uint16_t*>(ids)[t * n + r] : static_cast<const uint32_t*>(ids)[t * n + r];
+      scoring::collision_counts(st_->codes.data() + t, offsets + t * (buckets + 1), st_->wide_ids.data(), 1, buckets, n,
+                                base, c);
     }
   }
   return true;

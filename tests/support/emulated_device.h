@@ -39,8 +39,18 @@ class EmulatedDevice : public DeviceBackend {
   int64_t pq_batch_capacity(const ProductCodes& part, int64_t top) override;
   bool product_code_top_k_batch(const ProductCodes& part, const float* q, int64_t count, int64_t top, void* stream,
                                 int64_t* ids, float* scores) override;
+  // Batched scoring primitives with buffers sized by reserve_score_batches (as above).
+  void reserve_score_batches(const ScoreBatchLimits& limits) override;
+  int64_t score_batch_capacity(const ScoreBatchLimits& one) override;
+  bool dot_scores_batch(const float* centroids, int64_t rows, int64_t d, const float* q, int64_t count, void* stream,
+                        float* out) override;
+  bool dot_scores_f64_batch(const float* centroids, int64_t rows, int64_t d, double scale, const float* q,
+                            int64_t count, void* stream, double* out) override;
+  bool simhash_collisions_batch(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
+                                int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, int64_t count,
+                                void* stream, uint16_t* counts, int64_t stride) override;
   int64_t scoring_calls() const;  // device scoring calls so far (tests: the device path was taken)
-  int64_t batch_calls() const;    // product_code_top_k_batch calls that answered
+  int64_t batch_calls() const;    // batched calls that answered (PQ and scoring primitives)
   void* last_stream() const;      // the stream the last answered batch was given
 
   // Test controls. Copies started while auto_complete is off wait for deliver(i) (i = start order).

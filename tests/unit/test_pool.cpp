@@ -560,17 +560,13 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
     const int64_t calls = dev->scoring_calls();
     check_batch_equals_singles(device.acquire(c.art), dump, c.settings, 3);
     CHECK(dev->scoring_calls() > calls);  // the batch was scored on the device tier
-    // A few queries per head: pq's parts are answered by the device's batched path (buffers
-    // reserved at publish), on the caller's stream, with the single queries' answers.
+    // A few queries per head: every kind's parts are answered by the device's batched path
+    // (buffers reserved at publish), on the caller's stream, with the single queries' answers.
     const int64_t batches = dev->batch_calls();
     int stream_tag = 0;
     check_batch_equals_singles(device.acquire(c.art), dump, c.settings, 2, 5, &stream_tag);
-    if (find_kind(ArtifactReader(c.art).kind())->name == "pq") {
-      CHECK(dev->batch_calls() > batches);
-      CHECK(dev->last_stream() == &stream_tag);
-    } else {
-      CHECK(dev->batch_calls() == batches);  // no batched path: query by query
-    }
+    CHECK(dev->batch_calls() > batches);
+    CHECK(dev->last_stream() == &stream_tag);
   }
   UNSCOPED_INFO("reference comparisons: " << tally.queries << " queries, " << tally.rows << " rows, " << tally.boundary
                                           << " boundary ties");

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/cluster_set.h"
+#include "common/device_batch.h"
 #include "kvtool/artifact.h"
 #include "kvtool/device.h"
 #include "kvtool/error.h"
@@ -40,7 +41,7 @@ class ClusterKvSelector : public PartSelector {
     std::vector<float>& score = scratch().score;
     score.resize(static_cast<size_t>(set_.clusters()));
     scoring::dot_scores(req.q, set_.centroids.data(), set_.clusters(), set_.d, score.data());
-    take(score, out.budget_rows, out);
+    take(score.data(), out.budget_rows, out);
   }
   bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
     const DeviceSection* c = dp.find("ckv_centroids");
@@ -49,15 +50,39 @@ class ClusterKvSelector : public PartSelector {
     score.resize(static_cast<size_t>(set_.clusters()));
     out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
     dp.dev->dot_scores(static_cast<const float*>(c->ptr), set_.clusters(), set_.d, req.q, score.data());
-    take(score, out.budget_rows, out);
+    take(score.data(), out.budget_rows, out);
     return true;
   }
+  void reserve_device_batches(const DevicePart& dp, int64_t max_queries) const override {
+    if (!dense_ && dp.find("ckv_centroids")) dp.dev->reserve_score_batches({max_queries, set_.d, set_.clusters(), 0});
+  }
+  // Every query's centroid scores in one device batch, then each query's ranking on the host.
+  void select_device_batch(const DevicePart& dp, const DeviceQueries& qs, GroupAnswers& answers) const override {
+    const DeviceSection* c = dp.find("ckv_centroids");
+    if (dense_ || !c) return;
+    const int64_t C = set_.clusters(), budget = params_of<BudgetParams>(qs.request(0)).budget.rows(n_);
+    const int64_t capacity = dp.dev->score_batch_capacity({1, set_.d, C, 0});
+    if (capacity <= 0) return;
+    auto& s = DeviceBatchScratch<float>::of_this_thread();
+    const float* q = qs.contiguous(s.q);
+    float* score = s.out_for(capacity * C);
+    run_device_batches(
+        qs, capacity, answers, s,
+        [&](int64_t first, int64_t count) {
+          return dp.dev->dot_scores_batch(static_cast<const float*>(c->ptr), C, set_.d, q + first * qs.d, count,
+                                          qs.stream, score);
+        },
+        [&](int64_t, int64_t i, Selection& sel) {
+          sel.budget_rows = budget;
+          take(score + i * C, budget, sel);
+        });
+  }
   // Whole clusters best first (the last one cut) until the budget is spent.
-  void take(const std::vector<float>& score, int64_t budget, Selection& out) const {
+  void take(const float* score, int64_t budget, Selection& out) const {
     // Full ranking of every cluster (the reference's 256-slot kernel breaks beyond 256 clusters).
     std::vector<int64_t>& order = scratch().order;
     order.resize(static_cast<size_t>(set_.clusters()));
-    scoring::top_k_into(score.data(), set_.clusters(), set_.clusters(), order.data());
+    scoring::top_k_into(score, set_.clusters(), set_.clusters(), order.data());
     int64_t taken = 0;
     for (int64_t c : order) {
       if (taken >= budget) break;

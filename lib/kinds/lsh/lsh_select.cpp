@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kvtool/artifact.h"
+#include "common/device_batch.h"
 #include "kvtool/device.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
@@ -101,7 +102,7 @@ class LshSelector : public PartSelector {
       scoring::collision_counts(qcodes.data(), t_.seg_offsets(s, lay_), t_.ids.data() + t_.seg_ids(s, rb, lay_),
                                 lay_.tables, lay_.buckets, g.hi - g.lo, g.lo - g.base, count.data() + (g.lo - rb));
     }
-    emit(req, count, out);
+    emit(req, count.data(), out);
   }
   // The device primitive counts one CSR block at a time: one call per segment (the query's codes
   // are recomputed per call; they are a d·K·L product, small next to the tables).
@@ -122,8 +123,44 @@ class LshSelector : public PartSelector {
                                  lay_.tables, g.hi - g.lo, g.lo - g.base, req.q, qcodes.data(),
                                  count.data() + (g.lo - rb));
     }
-    emit(req, count, out);
+    emit(req, count.data(), out);
     return true;
+  }
+  void reserve_device_batches(const DevicePart& dp, int64_t max_queries) const override {
+    if (n_ > 0 && dp.find("lsh_projections") && dp.find("lsh_offsets") && dp.find("lsh_ids"))
+      dp.dev->reserve_score_batches({max_queries, lay_.d, n_, lay_.bits * lay_.tables});
+  }
+  // Every query's collision counts in one device batch per segment, then each query's rows (and
+  // inclusion probabilities) on the host.
+  void select_device_batch(const DevicePart& dp, const DeviceQueries& qs, GroupAnswers& answers) const override {
+    const DeviceSection* w = dp.find("lsh_projections");
+    const DeviceSection* off = dp.find("lsh_offsets");
+    const DeviceSection* ids = dp.find("lsh_ids");
+    if (n_ == 0 || !w || !off || !ids) return;
+    check(qs.request(0));
+    const int64_t capacity = dp.dev->score_batch_capacity({1, lay_.d, n_, lay_.bits * lay_.tables});
+    if (capacity <= 0) return;
+    auto& s = DeviceBatchScratch<uint16_t>::of_this_thread();
+    const float* q = qs.contiguous(s.q);
+    uint16_t* count = s.out_for(capacity * n_);
+    const int id_bytes = ids->dtype == "u16" ? 2 : 4;
+    const int64_t rb = rows_.begin();
+    auto score = [&](int64_t first, int64_t batch) {
+      std::fill(count, count + batch * n_, uint16_t{0});  // rows outside every segment collide nowhere
+      for (size_t g = 0; g < t_.segs.size(); ++g) {
+        const lsh::Segment& seg = t_.segs[g];
+        const uint32_t* seg_off =
+            static_cast<const uint32_t*>(off->ptr) + (t_.seg_offsets(g, lay_) - t_.offsets.data());
+        const void* seg_ids = static_cast<const uint8_t*>(ids->ptr) + t_.seg_ids(g, rb, lay_) * id_bytes;
+        if (!dp.dev->simhash_collisions_batch(static_cast<const float*>(w->ptr), seg_off, seg_ids, id_bytes, lay_.d,
+                                              lay_.bits, lay_.tables, seg.hi - seg.lo, seg.lo - seg.base,
+                                              q + first * qs.d, batch, qs.stream, count + (seg.lo - rb), n_))
+          return false;
+      }
+      return true;
+    };
+    run_device_batches(qs, capacity, answers, s, score,
+                       [&](int64_t j, int64_t i, Selection& sel) { emit(qs.request(j), count + i * n_, sel); });
   }
   // Per-thread buffers reused across queries: counts zeroed, codes written before they are read.
   static std::pair<std::vector<uint16_t>, std::vector<uint32_t>>& scratch(int64_t n, int64_t tables) {
@@ -137,7 +174,7 @@ class LshSelector : public PartSelector {
     KVT_CHECK(c >= 1 && c <= lay_.tables, USAGE, "--min-collisions must be in 1.." << lay_.tables);
   }
   // Every row with >= c collisions, with its inclusion probability when the full keys are given.
-  void emit(const SelectRequest& req, const std::vector<uint16_t>& count, Selection& out) const {
+  void emit(const SelectRequest& req, const uint16_t* count, Selection& out) const {
     const int64_t rb = rows_.begin(), c = params_of<LshParams>(req).min_collisions;
     double qn = 0;
     for (int64_t j = 0; j < lay_.d; ++j) qn += static_cast<double>(req.q[j]) * req.q[j];

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kvtool/artifact.h"
+#include "common/device_batch.h"
 #include "kvtool/device.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
@@ -109,25 +110,32 @@ class PqSelector : public PartSelector {
     dp.dev->reserve_pq_batches(
         {max_queries, n_, lay_.m, lay_.k, lay_.m * lay_.dsub, std::min<int64_t>(n_, kMaxDeviceTop)});
   }
-  int64_t select_device_batch(const DevicePart& dp, const float* q, int64_t count, const QueryParams& params,
-                              void* stream, std::vector<int64_t>& ids, std::vector<float>& scores) const override {
+  void select_device_batch(const DevicePart& dp, const DeviceQueries& qs, GroupAnswers& answers) const override {
     const DeviceSection* c = dp.find("pq_centroids");
     const DeviceSection* k = dp.find("pq_codes");
-    if (dense_ || !c || !k) return -1;
+    if (dense_ || !c || !k) return;
     const ProductCodes p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
-    SelectRequest req;
-    req.params = &params;
-    const int64_t per = std::min(params_of<BudgetParams>(req).budget.rows(n_), n_), d = lay_.m * lay_.dsub;
-    const int64_t chunk = dp.dev->pq_batch_capacity(p, per);  // larger groups go in several batches
-    if (chunk <= 0) return -1;
-    grow(ids, count * per);  // never shrunk: a warm thread allocates nothing
-    grow(scores, count * per);
-    for (int64_t c0 = 0; c0 < count; c0 += chunk)
-      if (!dp.dev->product_code_top_k_batch(p, q + c0 * d, std::min(chunk, count - c0), per, stream,
-                                            ids.data() + c0 * per, scores.data() + c0 * per))
-        return -1;
-    for (int64_t i = 0; i < count * per; ++i) ids[static_cast<size_t>(i)] += rows_.begin();
-    return per;
+    const int64_t budget = params_of<BudgetParams>(qs.request(0)).budget.rows(n_), per = std::min(budget, n_);
+    if (per <= 0) return;
+    auto& s = DeviceBatchScratch<int64_t>::of_this_thread();
+    thread_local std::vector<float> scores;
+    const float* q = qs.contiguous(s.q);
+    const int64_t capacity = dp.dev->pq_batch_capacity(p, per), base = rows_.begin();
+    if (capacity <= 0) return;
+    int64_t* ids = s.out_for(capacity * per);
+    grow(scores, capacity * per);
+    run_device_batches(
+        qs, capacity, answers, s,
+        [&](int64_t first, int64_t count) {
+          return dp.dev->product_code_top_k_batch(p, q + first * qs.d, count, per, qs.stream, ids, scores.data());
+        },
+        [&](int64_t, int64_t i, Selection& sel) {
+          sel.budget_rows = budget;
+          for (int64_t r = i * per; r < (i + 1) * per; ++r) {
+            sel.ids.push_back(base + ids[r]);
+            sel.scores.push_back(scores[static_cast<size_t>(r)]);
+          }
+        });
   }
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {

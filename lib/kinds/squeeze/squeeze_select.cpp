@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "common/cluster_set.h"
+#include "common/device_batch.h"
 #include "kvtool/artifact.h"
 #include "kvtool/device.h"
 #include "kvtool/error.h"
@@ -129,6 +130,41 @@ class SqueezeSelector : public PartSelector {
     });
     return true;
   }
+  void reserve_device_batches(const DevicePart& dp, int64_t max_queries) const override {
+    if (n_ > 0 && dp.find("sq_fine_centroids") && dp.find("sq_coarse_centroids"))
+      dp.dev->reserve_score_batches({max_queries, d_, std::max<int64_t>(fine_.clusters(), coarse_groups()), 0});
+  }
+  // Every query's fine (and, two-level, coarse) centroid scores in device batches, then each query's
+  // pass on the host reading the scores it asks for from them: the same values as select_device's
+  // per-call products, so the same selection. The device scores every fine centroid, the pruned
+  // ones too: one batch instead of a round trip per query and level.
+  void select_device_batch(const DevicePart& dp, const DeviceQueries& qs, GroupAnswers& answers) const override {
+    const DeviceSection* f = dp.find("sq_fine_centroids");
+    const DeviceSection* c = dp.find("sq_coarse_centroids");
+    if (n_ == 0 || !f || !c) return;
+    const bool flat = params_of<SqueezeParams>(qs.request(0)).flat;
+    const int64_t C = fine_.clusters(), G = flat ? 0 : coarse_groups();
+    const int64_t capacity = dp.dev->score_batch_capacity({1, d_, std::max(C, G), 0});
+    if (capacity <= 0) return;
+    auto& s = DeviceBatchScratch<double>::of_this_thread();
+    const float* q = qs.contiguous(s.q);
+    double* zf = s.out_for(capacity * (C + G));
+    double* zg = zf + capacity * C;
+    const double inv = 1.0 / std::sqrt(static_cast<double>(d_));
+    auto score = [&](int64_t first, int64_t count) {
+      const float* qb = q + first * qs.d;
+      return dp.dev->dot_scores_f64_batch(static_cast<const float*>(f->ptr), C, d_, inv, qb, count, qs.stream, zf) &&
+             (flat ||
+              dp.dev->dot_scores_f64_batch(static_cast<const float*>(c->ptr), G, d_, inv, qb, count, qs.stream, zg));
+    };
+    run_device_batches(qs, capacity, answers, s, score, [&](int64_t j, int64_t i, Selection& sel) {
+      select_with(qs.request(j), sel, [&](bool coarse, const int64_t* rows, int64_t count, double scale, double* z) {
+        KVT_CHECK(scale == inv, INTERNAL, "squeeze's device batch holds scores scaled by 1/sqrt(d) only");
+        const double* all = coarse ? zg + i * G : zf + i * C;
+        for (int64_t r = 0; r < count; ++r) z[r] = all[rows ? rows[r] : r];
+      });
+    });
+  }
   template <typename Dots>
   void select_with(const SelectRequest& req, Selection& out, const Dots& dots) const {
     const SqueezeParams& p = params_of<SqueezeParams>(req);
@@ -155,7 +191,8 @@ class SqueezeSelector : public PartSelector {
     pick(score, tau, out);
   }
 
-  json describe() const override { return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", children_.size()}}; }
+  int64_t coarse_groups() const { return static_cast<int64_t>(children_.size()); }
+  json describe() const override { return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", coarse_groups()}}; }
   int64_t resident_bytes() const override {
     int64_t b = fine_.resident_bytes() + vector_bytes(coarse_) + vector_bytes(parent_) + vector_bytes(group_size_) +
                 vector_bytes(children_) + vector_bytes(bounds_.radius) + vector_bytes(bounds_.mean_offset) +

@@ -180,6 +180,13 @@ void check_query_settings(const KindSpec& kind, const QuerySettings& s) {
   }
 }
 
+const float* DeviceQueries::contiguous(std::vector<float>& scratch) const {
+  if (count > 0 && members[count - 1] - members[0] == count - 1) return q(0);  // increasing, so consecutive
+  if (scratch.size() < static_cast<size_t>(count * d)) scratch.resize(static_cast<size_t>(count * d));
+  for (int64_t j = 0; j < count; ++j) std::copy(q(j), q(j) + d, scratch.data() + j * d);
+  return scratch.data();
+}
+
 std::string setting_or_default(const KindSpec& kind, const QuerySettings& s, const std::string& name) {
   auto it = s.find(name);
   if (it != s.end()) return it->second;

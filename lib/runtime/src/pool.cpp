@@ -713,10 +713,9 @@ void Lease::query_batch(const QueryBatch& batch, const QueryParams& params, cons
       auto it = g->dev_parts.find({l, h});
       return it != g->dev_parts.end() && host.select_device(req, it->second, sel);
     };
-    group = [g](int64_t l, int64_t h, const PartSelector& host, const float* q, int64_t count, const QueryParams& p,
-                void* stream, std::vector<int64_t>& ids, std::vector<float>& scores) -> int64_t {
+    group = [g](int64_t l, int64_t h, const PartSelector& host, const DeviceQueries& qs, GroupAnswers& answers) {
       auto it = g->dev_parts.find({l, h});
-      return it == g->dev_parts.end() ? -1 : host.select_device_batch(it->second, q, count, p, stream, ids, scores);
+      if (it != g->dev_parts.end()) host.select_device_batch(it->second, qs, answers);
     };
   }
   g_->sel->query_batch(batch, params, out, threads, hook, group);

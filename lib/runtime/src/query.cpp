@@ -123,6 +123,34 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
 
 namespace {
 
+// Query i's answer into the caller's buffers (at most `capacity` of its rows; its full count).
+void write_answer(const BatchAnswers& out, int64_t i, const Selection& sel) {
+  const int64_t n = static_cast<int64_t>(sel.ids.size()), w = std::min(n, out.capacity), at = i * out.capacity;
+  out.counts[i] = n;
+  std::copy(sel.ids.begin(), sel.ids.begin() + w, out.ids + at);
+  if (out.scores) std::copy(sel.scores.begin(), sel.scores.begin() + w, out.scores + at);
+  if (out.inclusion && !sel.inclusion.empty())
+    std::copy(sel.inclusion.begin(), sel.inclusion.begin() + w, out.inclusion + at);
+}
+
+// The first error of a batch's worker calls, kept for the caller (workers must not throw).
+struct FirstError {
+  std::mutex mu;
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  template <typename F>
+  void guard(F&& f) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+      std::lock_guard<std::mutex> g(mu);
+      if (!error) error = std::current_exception();
+      failed = true;
+    }
+  }
+};
+
 // Everything one batch shares across its worker threads; the first error wins.
 struct BatchRun {
   const QueryBatch& batch;
@@ -133,22 +161,11 @@ struct BatchRun {
   const std::vector<int64_t>& kv_of;              // per query
   int64_t d = 0;
   const std::vector<char>* answered = nullptr;  // per query: already answered by a group
-  BatchRun(const QueryBatch& b, const QueryParams& p, const BatchAnswers& o, const SelectHook& h,
-           const std::vector<const PartSelector*>& pa, const std::vector<int64_t>& kv, int64_t dim)
-      : batch(b), params(p), out(o), hook(h), parts(pa), kv_of(kv), d(dim) {}
-  std::mutex mu;
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
+  FirstError& err;
 
   void operator()(int64_t i) {
-    if (failed.load(std::memory_order_relaxed) || (answered && (*answered)[static_cast<size_t>(i)])) return;
-    try {
-      answer(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> g(mu);
-      if (!error) error = std::current_exception();
-      failed = true;
-    }
+    if (answered && (*answered)[static_cast<size_t>(i)]) return;
+    err.guard([&] { answer(i); });
   }
   void answer(int64_t i) {
     thread_local Selection sel;  // cleared, never shrunk: warm threads allocate nothing
@@ -156,63 +173,76 @@ struct BatchRun {
     // Room for every indexed row (no kind returns more), so the first query on a part this size
     // sizes the buffers for all later ones, whatever their candidate counts.
     const size_t most = static_cast<size_t>(part.indexed_rows());
-    sel.ids.clear();
-    sel.scores.clear();
-    sel.inclusion.clear();
+    sel.clear();
     sel.ids.reserve(most);
     sel.scores.reserve(most);
     if (batch.keys) sel.inclusion.reserve(most);
-    sel.centroids_scored = -1;
-    sel.budget_rows = -1;
     SelectRequest req;
     req.q = batch.q + i * d;
     req.params = &params;
     req.keys = batch.keys ? &batch.keys[kv_of[static_cast<size_t>(i)]] : nullptr;
     if (!hook || !hook(batch.layer, kv_of[static_cast<size_t>(i)], part, req, sel)) part.select(req, sel);
-    const int64_t n = static_cast<int64_t>(sel.ids.size()), w = std::min(n, out.capacity), at = i * out.capacity;
-    out.counts[i] = n;
-    std::copy(sel.ids.begin(), sel.ids.begin() + w, out.ids + at);
-    if (out.scores) std::copy(sel.scores.begin(), sel.scores.begin() + w, out.scores + at);
-    if (out.inclusion && !sel.inclusion.empty())
-      std::copy(sel.inclusion.begin(), sel.inclusion.begin() + w, out.inclusion + at);
+    write_answer(out, i, sel);
   }
 };
 
-// Offers each part's queries of the batch to `group` together (their vectors gathered in batch
-// order) and writes the answers it gives; returns which queries were answered. Per-thread buffers:
-// nothing is allocated once they have reached the batch's sizes.
+// A group's answers into the batch's: query j of the group is the batch's members[j].
+class GroupWriter final : public GroupAnswers {
+ public:
+  GroupWriter(const BatchAnswers& out, const int64_t* members, std::vector<char>& answered)
+      : out_(out), members_(members), answered_(answered) {}
+  void put(int64_t j, const Selection& sel) override {
+    write_answer(out_, members_[j], sel);
+    answered_[static_cast<size_t>(members_[j])] = 1;
+  }
+
+ private:
+  const BatchAnswers& out_;
+  const int64_t* members_;
+  std::vector<char>& answered_;
+};
+
+// Offers each part's queries of the batch to `group` together, the parts spread over the threads;
+// returns which queries were answered. The groups are a counting sort of the queries by kv head
+// (members in batch order) in per-thread buffers: nothing is allocated once they have reached the
+// batch's sizes.
 const std::vector<char>& answer_groups(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out,
                                        const GroupHook& group, const std::vector<int64_t>& kv_of,
-                                       const std::vector<const PartSelector*>& parts, int64_t d) {
-  thread_local std::vector<char> answered, seen;
-  thread_local std::vector<int64_t> members, ids;
-  thread_local std::vector<float> q, scores;
+                                       const std::vector<const PartSelector*>& parts, int64_t d, int64_t kv_heads,
+                                       int threads, FirstError& err) {
+  thread_local std::vector<char> answered_buf;
+  thread_local std::vector<int64_t> start_buf, members_buf;
+  // The workers see this thread's buffers through these references (a thread_local named inside
+  // the lambda would be each worker's own).
+  std::vector<char>& answered = answered_buf;
+  std::vector<int64_t>&start = start_buf, &members = members_buf;
   const auto n = static_cast<size_t>(batch.count);
   answered.assign(n, 0);
-  seen.assign(n, 0);
-  for (size_t first = 0; first < n; ++first) {
-    if (seen[first]) continue;
-    members.clear();
-    for (size_t i = first; i < n; ++i)
-      if (kv_of[i] == kv_of[first]) {
-        seen[i] = 1;
-        members.push_back(static_cast<int64_t>(i));
-      }
-    q.resize(members.size() * static_cast<size_t>(d));
-    for (size_t j = 0; j < members.size(); ++j)
-      std::copy(batch.q + members[j] * d, batch.q + (members[j] + 1) * d, q.data() + j * static_cast<size_t>(d));
-    const int64_t per = group(batch.layer, kv_of[first], *parts[first], q.data(), static_cast<int64_t>(members.size()),
-                              params, batch.stream, ids, scores);
-    if (per < 0) continue;
-    const int64_t w = std::min(per, out.capacity);
-    for (size_t j = 0; j < members.size(); ++j) {
-      const int64_t i = members[j], at = i * out.capacity, from = static_cast<int64_t>(j) * per;
-      out.counts[i] = per;
-      std::copy(ids.begin() + from, ids.begin() + from + w, out.ids + at);
-      if (out.scores) std::copy(scores.begin() + from, scores.begin() + from + w, out.scores + at);
-      answered[static_cast<size_t>(i)] = 1;
-    }
-  }
+  start.assign(static_cast<size_t>(kv_heads + 1), 0);
+  members.resize(n);
+  for (size_t i = 0; i < n; ++i) ++start[static_cast<size_t>(kv_of[i]) + 1];
+  for (size_t h = 0; h < static_cast<size_t>(kv_heads); ++h) start[h + 1] += start[h];
+  for (size_t i = 0; i < n; ++i)
+    members[static_cast<size_t>(start[static_cast<size_t>(kv_of[i])]++)] = static_cast<int64_t>(i);
+  for (size_t h = static_cast<size_t>(kv_heads); h > 0; --h) start[h] = start[h - 1];  // back to each group's start
+  start[0] = 0;
+  auto one = [&](int64_t h) {
+    const int64_t b = start[static_cast<size_t>(h)], e = start[static_cast<size_t>(h) + 1];
+    if (b == e) return;
+    err.guard([&] {
+      DeviceQueries dq;
+      dq.batch_q = batch.q;
+      dq.members = members.data() + b;
+      dq.count = e - b;
+      dq.d = d;
+      dq.params = &params;
+      dq.keys = batch.keys ? &batch.keys[h] : nullptr;
+      dq.stream = batch.stream;
+      GroupWriter w(out, dq.members, answered);
+      group(batch.layer, h, *parts[static_cast<size_t>(dq.members[0])], dq, w);
+    });
+  };
+  detail::parallel_for(kv_heads, threads, one);
   return answered;
 }
 
@@ -238,10 +268,13 @@ void SelectorSet::query_batch(const QueryBatch& batch, const QueryParams& params
     kv_of[i] = src.id.q_to_kv_head[static_cast<size_t>(batch.q_heads[i])];
     parts[i] = &part(batch.layer, kv_of[i]);
   }
-  BatchRun run(batch, params, out, hook, parts, kv_of, src.geo.head_dim);
-  if (group) run.answered = &answer_groups(batch, params, out, group, kv_of, parts, src.geo.head_dim);
-  detail::parallel_for(batch.count, threads, run);
-  if (run.error) std::rethrow_exception(run.error);
+  FirstError err;
+  BatchRun run{batch, params, out, hook, parts, kv_of, src.geo.head_dim, nullptr, err};
+  if (group)
+    run.answered =
+        &answer_groups(batch, params, out, group, kv_of, parts, src.geo.head_dim, src.geo.kv_heads, threads, err);
+  if (!err.failed) detail::parallel_for(batch.count, threads, run);
+  if (err.error) std::rethrow_exception(err.error);
 }
 
 }  // namespace kvtool

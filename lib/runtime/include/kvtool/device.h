@@ -54,6 +54,23 @@ struct PqBatchLimits {
   }
 };
 
+// The shape a device backend's batched scoring buffers are sized for (reserve_score_batches): the
+// batched mirrors of dot_scores, dot_scores_f64 and simhash_collisions, `max_queries` queries at a
+// time, each scoring up to `max_rows` rows (centroids scored or rows counted) of `max_dim` floats;
+// `max_hash_columns`: bits x tables of a SimHash batch (0 for dot products).
+struct ScoreBatchLimits {
+  int64_t max_queries = 0, max_dim = 0, max_rows = 0, max_hash_columns = 0;
+  ScoreBatchLimits merged(const ScoreBatchLimits& o) const {
+    auto hi = [](int64_t a, int64_t b) { return a > b ? a : b; };
+    return {hi(max_queries, o.max_queries), hi(max_dim, o.max_dim), hi(max_rows, o.max_rows),
+            hi(max_hash_columns, o.max_hash_columns)};
+  }
+  bool covers(const ScoreBatchLimits& o) const {
+    return max_queries >= o.max_queries && max_dim >= o.max_dim && max_rows >= o.max_rows &&
+           max_hash_columns >= o.max_hash_columns;
+  }
+};
+
 // The device operations are scoring primitives (kvtool/scoring.h), not kinds: a kind's
 // PartSelector::select_device composes them (pq: product_code_top_k; clusterkv: dot_scores;
 // squeeze: dot_scores_f64; lsh: simhash_collisions), so a new kind that reuses them touches no
@@ -102,6 +119,34 @@ class DeviceBackend {
   virtual int64_t pq_batch_capacity(const ProductCodes&, int64_t /*top*/) { return 0; }
   virtual bool product_code_top_k_batch(const ProductCodes&, const float* /*q*/, int64_t /*count*/, int64_t /*top*/,
                                         void* /*stream*/, int64_t* /*ids*/, float* /*scores*/) {
+    return false;
+  }
+
+  // Batched scoring primitives for the kinds whose selection finishes on the host (clusterkv,
+  // squeeze, lsh): `count` queries q [count, d] at once, on `stream`, allocating nothing once
+  // reserve_score_batches has sized the buffers (the pool calls it at publish, like
+  // reserve_pq_batches). Each returns false, writing nothing, when the batch is outside the reserved
+  // shape or the backend has no batched path; score_batch_capacity: the most queries one batch of
+  // shape `one` (its max_queries ignored) can hold (0: none). The results equal the single-query
+  // primitives' bit for bit:
+  //   dot_scores_batch:       out [count, rows] (float), query i's dot_scores at out + i * rows;
+  //   dot_scores_f64_batch:   out [count, rows] (double), every row (rows == nullptr);
+  //   simhash_collisions_batch: query i's collision counts of the n rows at counts + i * stride.
+  // The buffers are the backend's, like the PQ batch buffers.
+  virtual void reserve_score_batches(const ScoreBatchLimits&) {}
+  virtual int64_t score_batch_capacity(const ScoreBatchLimits& /*one*/) { return 0; }
+  virtual bool dot_scores_batch(const float* /*centroids*/, int64_t /*rows*/, int64_t /*d*/, const float* /*q*/,
+                                int64_t /*count*/, void* /*stream*/, float* /*out*/) {
+    return false;
+  }
+  virtual bool dot_scores_f64_batch(const float* /*centroids*/, int64_t /*rows*/, int64_t /*d*/, double /*scale*/,
+                                    const float* /*q*/, int64_t /*count*/, void* /*stream*/, double* /*out*/) {
+    return false;
+  }
+  virtual bool simhash_collisions_batch(const float* /*w*/, const uint32_t* /*offsets*/, const void* /*ids*/,
+                                        int /*id_bytes*/, int64_t /*d*/, int64_t /*bits*/, int64_t /*tables*/,
+                                        int64_t /*n*/, int64_t /*base*/, const float* /*q*/, int64_t /*count*/,
+                                        void* /*stream*/, uint16_t* /*counts*/, int64_t /*stride*/) {
     return false;
   }
 };

@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvtool/error.h"
@@ -95,6 +96,13 @@ struct Selection {
   std::vector<double> inclusion;  // sampling kinds: inclusion probability of each id
   int64_t centroids_scored = -1;  // centroid kinds: how many centroids this query scored
   int64_t budget_rows = -1;       // budget kinds: the rows the budget allowed this part
+  void clear() {                  // empty, its buffers kept
+    ids.clear();
+    scores.clear();
+    inclusion.clear();
+    centroids_scored = -1;
+    budget_rows = -1;
+  }
 };
 
 class DeviceBackend;
@@ -110,11 +118,41 @@ struct DeviceSection {
 struct DevicePart {
   DeviceBackend* dev = nullptr;
   std::vector<std::pair<std::string, DeviceSection>> sections;
-  const DeviceSection* find(const std::string& name) const {
+  const DeviceSection* find(std::string_view name) const {  // a view: no string made per query
     for (const auto& [n, s] : sections)
       if (n == name) return &s;
     return nullptr;
   }
+};
+
+// The queries of one batch that share a part, for PartSelector::select_device_batch: query j of
+// the group is the batch's query members[j] (increasing).
+struct DeviceQueries {
+  const float* batch_q = nullptr;    // the whole batch's vectors [batch count, d]
+  const int64_t* members = nullptr;  // [count]
+  int64_t count = 0, d = 0;
+  const QueryParams* params = nullptr;  // the part's kind's own type
+  const KeyRows* keys = nullptr;        // full key rows of the part's kv head (lsh inclusion) or nullptr
+  void* stream = nullptr;               // the caller's device stream (QueryBatch::stream)
+  const float* q(int64_t j) const { return batch_q + members[j] * d; }
+  // The group's vectors [count, d] in one block: in place when the members are consecutive (a
+  // batch laid out by kv head), else gathered into `scratch` (grown, never shrunk).
+  const float* contiguous(std::vector<float>& scratch) const;
+  // Query j as a SelectRequest (for the host half of a selection the device scored).
+  SelectRequest request(int64_t j) const {
+    SelectRequest r;
+    r.q = q(j);
+    r.params = params;
+    r.keys = keys;
+    return r;
+  }
+};
+
+// Where select_device_batch puts its answers: query j of the group's selection.
+class GroupAnswers {
+ public:
+  virtual ~GroupAnswers() = default;
+  virtual void put(int64_t j, const Selection& sel) = 0;
 };
 
 template <typename T>
@@ -133,18 +171,13 @@ class PartSelector {
   // The same selection with the scoring done on the device (the pool's device tier): equal ids and
   // scores. Returns false when this part has no device path (it is then answered on the host).
   virtual bool select_device(const SelectRequest&, const DevicePart&, Selection&) const { return false; }
-  // `count` queries of this part at once on the device (q [count, head_dim]): every query's
-  // candidates (absolute row ids) and scores into ids / scores [count, per], per = the rows each
-  // gets (the same for all: kinds with a fixed budget, pq), returned; -1 (nothing written) when the
-  // part or the device has no batched path for them. `stream`: the caller's, passed to the device.
   // Sizes the device's batch buffers for up to `max_queries` queries of this part per batch (the
   // pool calls it at publish, so that batches allocate nothing).
   virtual void reserve_device_batches(const DevicePart&, int64_t /*max_queries*/) const {}
-  virtual int64_t select_device_batch(const DevicePart&, const float* /*q*/, int64_t /*count*/, const QueryParams&,
-                                      void* /*stream*/, std::vector<int64_t>& /*ids*/,
-                                      std::vector<float>& /*scores*/) const {
-    return -1;
-  }
+  // A batch's queries of this part at once on the device (the pool's device tier): put()s each
+  // query's selection, equal to what select() gives it. Queries it does not put (no batched path
+  // for this part or device, a batch outside the reserved shape) are answered one by one.
+  virtual void select_device_batch(const DevicePart&, const DeviceQueries&, GroupAnswers&) const {}
   virtual json describe() const { return json::object(); }
   // Bytes of selector state this part holds in memory (the pool charges them to its host tier).
   virtual int64_t resident_bytes() const = 0;

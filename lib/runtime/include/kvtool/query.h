@@ -64,12 +64,10 @@ struct BatchAnswers {
 using SelectHook = std::function<bool(int64_t layer, int64_t kv_head, const PartSelector& host,
                                       const SelectRequest& req, Selection& out)>;
 
-// Answers all of a batch's queries of one part at once in place of the per-query path (the pool's
-// device tier): q [count, head_dim]; returns the rows each query got, written to ids / scores
-// [count, per], or -1 to leave those queries to the per-query path.
-using GroupHook = std::function<int64_t(int64_t layer, int64_t kv_head, const PartSelector& host, const float* q,
-                                        int64_t count, const QueryParams& params, void* stream,
-                                        std::vector<int64_t>& ids, std::vector<float>& scores)>;
+// Answers a batch's queries of one part at once in place of the per-query path (the pool's device
+// tier), putting each answer it has into `answers`; the queries it does not put go the per-query way.
+using GroupHook = std::function<void(int64_t layer, int64_t kv_head, const PartSelector& host,
+                                     const DeviceQueries& queries, GroupAnswers& answers)>;
 
 // The loaded selectors of one artifact, one part at a time, cached. After preload() every part is
 // loaded and the set is immutable: concurrent query() calls are then safe.
@@ -88,7 +86,8 @@ class SelectorSet {
   // Every query of `batch` with the same answers as query() gives one by one, spread over up to
   // `threads` threads (persistent workers; 1: the caller's thread). Writes only `out`: no
   // receipts, and no allocation once the threads are warm and the batch's parts are loaded.
-  // With `group`, each part's queries are offered to it together first (on the caller's thread).
+  // With `group`, each part's queries are offered to it together first (the parts spread over the
+  // threads).
   void query_batch(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out, int threads = 1,
                    const SelectHook& hook = nullptr, const GroupHook& group = nullptr);
   std::unique_ptr<QueryParams> params(const QuerySettings& settings = {}) const;
