@@ -95,14 +95,7 @@ class CudaBackend : public DeviceBackend {
     std::lock_guard<std::mutex> g(batch_mu_);
     const int64_t per = std::min(top, p.n), d = p.m * p.dsub;
     if (!ws_ || !shape_.covers(PqBatchLimits::of(p, count, top))) return false;
-    // The pool's batch is synchronous: on a stream being captured into a graph its synchronization
-    // would break the capture (capture the kernel-level API of cuda_kernels.h instead).
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    KVT_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing) == cudaSuccess &&
-                  capturing == cudaStreamCaptureStatusNone,
-              USAGE,
-              "QueryBatch::stream is being captured: the pool's batch synchronizes it; capture "
-              "pq_top_k_batch_enqueue (kvtool/cuda_kernels.h) instead");
+    refuse_capture(stream);
     std::copy(q, q + count * d, pq_batch_queries(ws_));
     run([&] {
       pq_top_k_batch_enqueue(ws_, static_cast<const float*>(p.centroids), p.codes, p.code_bytes, p.m, p.k, p.dsub, p.n,
@@ -114,7 +107,48 @@ class CudaBackend : public DeviceBackend {
     std::copy(pq_batch_scores(ws_), pq_batch_scores(ws_) + count * per, scores);
     return true;
   }
-  ~CudaBackend() override { pq_batch_workspace_destroy(ws_); }
+  // The scoring primitives' batches: one more workspace, the same rules.
+  void reserve_score_batches(const ScoreBatchLimits& l) override {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    const ScoreBatchLimits want = score_shape_.merged(l);
+    if (score_ws_ && score_shape_.covers(want)) return;
+    try {
+      ScoreBatchWorkspace* next = score_batch_workspace_create(want);
+      score_batch_workspace_destroy(score_ws_);
+      score_ws_ = next;
+      score_shape_ = want;
+    } catch (const std::exception&) {
+      // No batch buffers: batches then go query by query (score_batch_capacity is 0).
+    }
+  }
+  int64_t score_batch_capacity(const ScoreBatchLimits& one) override {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    ScoreBatchLimits single = one;
+    single.max_queries = 1;
+    return score_ws_ && score_shape_.covers(single) ? score_shape_.max_queries : 0;
+  }
+  bool dot_scores_batch(const float* centroids, int64_t rows, int64_t d, const float* q, int64_t count, void* stream,
+                        float* out) override {
+    return score_batch<float>({count, d, rows, 0}, q, stream, out, rows, rows,
+                              [&] { dot_scores_batch_enqueue(score_ws_, centroids, rows, d, count, stream); });
+  }
+  bool dot_scores_f64_batch(const float* centroids, int64_t rows, int64_t d, double scale, const float* q,
+                            int64_t count, void* stream, double* out) override {
+    return score_batch<double>({count, d, rows, 0}, q, stream, out, rows, rows, [&] {
+      dot_scores_f64_batch_enqueue(score_ws_, centroids, rows, d, scale, count, stream);
+    });
+  }
+  bool simhash_collisions_batch(const float* w, const uint32_t* offsets, const void* ids, int id_bytes, int64_t d,
+                                int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, int64_t count,
+                                void* stream, uint16_t* counts, int64_t stride) override {
+    return score_batch<uint16_t>({count, d, n, bits * tables}, q, stream, counts, n, stride, [&] {
+      simhash_collisions_batch_enqueue(score_ws_, w, offsets, ids, id_bytes, d, bits, tables, n, base, count, stream);
+    });
+  }
+  ~CudaBackend() override {
+    pq_batch_workspace_destroy(ws_);
+    score_batch_workspace_destroy(score_ws_);
+  }
   void product_code_top_k(const ProductCodes& p, const float* q, int64_t k, std::vector<int64_t>& ids,
                           std::vector<float>& scores) override {
     run([&] {
@@ -128,9 +162,40 @@ class CudaBackend : public DeviceBackend {
     const cudaError_t e = cudaStreamSynchronize(st);
     if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA batch failed: ") + cudaGetErrorString(e));
   }
-  std::mutex batch_mu_;
+  // The pool's batch is synchronous: on a stream being captured into a graph its synchronization
+  // would break the capture (capture the kernel-level API of cuda_kernels.h instead).
+  static void refuse_capture(void* stream) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    KVT_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing) == cudaSuccess &&
+                  capturing == cudaStreamCaptureStatusNone,
+              USAGE,
+              "QueryBatch::stream is being captured: the pool's batch synchronizes it; capture the "
+              "batch enqueue functions of kvtool/cuda_kernels.h instead");
+  }
+  // One scoring batch: `need` against the workspace, the queries [count, d] to its page-locked
+  // buffer, enqueue() on the stream, a synchronization, then `per` results of each query to
+  // out + i * stride.
+  template <typename T, typename Enqueue>
+  bool score_batch(const ScoreBatchLimits& need, const float* q, void* stream, T* out, int64_t per, int64_t stride,
+                   Enqueue&& enqueue) {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    if (!score_ws_ || !score_shape_.covers(need)) return false;
+    refuse_capture(stream);
+    std::copy(q, q + need.max_queries * need.max_dim, score_batch_queries(score_ws_));
+    run([&] {
+      enqueue();
+      check_stream(static_cast<cudaStream_t>(stream));
+      return true;
+    });
+    const T* r = static_cast<const T*>(score_batch_results(score_ws_));
+    for (int64_t i = 0; i < need.max_queries; ++i) std::copy(r + i * per, r + (i + 1) * per, out + i * stride);
+    return true;
+  }
+  std::mutex batch_mu_;  // guards both workspaces
   PqBatchLimits shape_;
   PqBatchWorkspace* ws_ = nullptr;
+  ScoreBatchLimits score_shape_;
+  ScoreBatchWorkspace* score_ws_ = nullptr;
   // Kernel failures become Error INTERNAL; a device gone since the pool started, DEVICE_UNAVAILABLE.
   template <typename F>
   static void run(F&& f) {

@@ -72,50 +72,87 @@ __global__ void pq_score_kernel(const float* lut, const Code* codes, int64_t n, 
   }
 }
 
+// The centroid and SimHash kernels score query blockIdx.y of a batch (q at q + qi * d, results at
+// out + qi * count): a single query is a grid of height 1. Rows are grid-strided.
 __global__ void dot_f64_kernel(const float* q, const float* cen, const int64_t* rows, int64_t count, int64_t d,
                                double scale, double* out) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= count) return;
-  const float* c = cen + (rows ? rows[i] : i) * d;
-  double z = 0;
-  for (int64_t t = 0; t < d; ++t) z = __dadd_rn(z, __dmul_rn(static_cast<double>(q[t]), static_cast<double>(c[t])));
-  out[i] = __dmul_rn(z, scale);
+  const int64_t qi = blockIdx.y;
+  const float* qq = q + qi * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* c = cen + (rows ? rows[i] : i) * d;
+    double z = 0;
+    for (int64_t t = 0; t < d; ++t) z = __dadd_rn(z, __dmul_rn(static_cast<double>(qq[t]), static_cast<double>(c[t])));
+    out[qi * count + i] = __dmul_rn(z, scale);
+  }
 }
 
 __global__ void dot_f32_kernel(const float* q, const float* cen, int64_t count, int64_t d, float* out) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= count) return;
-  const float* c = cen + i * d;
-  float s = 0.f;
-  for (int64_t t = 0; t < d; ++t) s = __fadd_rn(s, __fmul_rn(q[t], c[t]));
-  out[i] = s;
+  const int64_t qi = blockIdx.y;
+  const float* qq = q + qi * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* c = cen + i * d;
+    float s = 0.f;
+    for (int64_t t = 0; t < d; ++t) s = __fadd_rn(s, __fmul_rn(qq[t], c[t]));
+    out[qi * count + i] = s;
+  }
 }
 
+// s[qi][c] = q[qi] · w[:, c] for every hash column c = t * bits + b.
 __global__ void simhash_kernel(const float* q, int64_t d, const float* w, int64_t cols, float* s) {
-  int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= cols) return;
-  float acc = 0.f;
-  for (int64_t j = 0; j < d; ++j) acc = __fadd_rn(acc, __fmul_rn(q[j], w[j * cols + c]));
-  s[c] = acc;
+  const int64_t qi = blockIdx.y;
+  const float* qq = q + qi * d;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    for (int64_t j = 0; j < d; ++j) acc = __fadd_rn(acc, __fmul_rn(qq[j], w[j * cols + c]));
+    s[qi * cols + c] = acc;
+  }
 }
 
+// One block per (table blockIdx.x, query blockIdx.y): the query's code in that table, then a count
+// for every member of its bucket.
 template <typename Id>
 __global__ void collide_kernel(const float* s, int64_t bits, int64_t tables, const uint32_t* offsets, const Id* ids,
                                int64_t buckets, int64_t n, int64_t base, uint32_t* codes, unsigned* count) {
-  int64_t t = blockIdx.x;
+  const int64_t t = blockIdx.x, qi = blockIdx.y;
   if (t >= tables) return;
+  const float* sq = s + qi * bits * tables;
   uint32_t code = 0;
-  for (int64_t b = 0; b < bits; ++b) code |= static_cast<uint32_t>(s[t * bits + b] > 0.f) << b;
-  if (threadIdx.x == 0) codes[t] = code;
+  for (int64_t b = 0; b < bits; ++b) code |= static_cast<uint32_t>(sq[t * bits + b] > 0.f) << b;
+  if (threadIdx.x == 0) codes[qi * tables + t] = code;
   const uint32_t* off = offsets + t * (buckets + 1);
   const Id* tid = ids + t * n;
+  unsigned* cq = count + qi * n;
   for (uint32_t i = off[code] + threadIdx.x; i < off[code + 1]; i += blockDim.x)
-    atomicAdd(&count[static_cast<int64_t>(tid[i]) - base], 1u);
+    atomicAdd(&cq[static_cast<int64_t>(tid[i]) - base], 1u);
 }
 
 __global__ void widen_count_kernel(const unsigned* in, uint16_t* out, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = static_cast<uint16_t>(in[i]);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = static_cast<uint16_t>(in[i]);
+}
+
+// Codes and collision counts of `count` queries (u16 counts [count, n]) on `st`; d_q [count, d],
+// d_s [count, bits * tables], d_codes [count, tables], d_count [count, n] are the caller's buffers.
+void enqueue_simhash(const float* d_q, int64_t count, int64_t d, const float* d_w, int64_t bits, int64_t tables,
+                     const uint32_t* d_offsets, const void* d_ids, int id_bytes, int64_t n, int64_t base, float* d_s,
+                     uint32_t* d_codes, unsigned* d_count, uint16_t* d_c16, cudaStream_t st) {
+  const int64_t cols = bits * tables, buckets = int64_t{1} << bits;
+  const auto qs = static_cast<unsigned>(count);
+  if (n) check(cudaMemsetAsync(d_count, 0, count * n * sizeof(unsigned), st), "cudaMemsetAsync");
+  simhash_kernel<<<dim3(blocks_for(cols), qs), 256, 0, st>>>(d_q, d, d_w, cols, d_s);
+  const dim3 grid(static_cast<unsigned>(tables), qs);
+  if (id_bytes == 2)
+    collide_kernel<<<grid, 128, 0, st>>>(d_s, bits, tables, d_offsets, static_cast<const uint16_t*>(d_ids), buckets, n,
+                                         base, d_codes, d_count);
+  else
+    collide_kernel<<<grid, 128, 0, st>>>(d_s, bits, tables, d_offsets, static_cast<const uint32_t*>(d_ids), buckets, n,
+                                         base, d_codes, d_count);
+  if (n) widen_count_kernel<<<blocks_for(count * n), 256, 0, st>>>(d_count, d_c16, count * n);
+  check(cudaGetLastError(), "simhash kernels");
 }
 
 }  // namespace
@@ -223,21 +260,13 @@ bool simhash_collisions_device(const float* d_w, const uint32_t* d_offsets, cons
                                int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
                                uint16_t* count) {
   if (device_count() == 0) return false;
-  const int64_t cols = bits * tables, buckets = int64_t{1} << bits;
+  const int64_t cols = bits * tables;
   DevBuf<float> dq(q, static_cast<size_t>(d)), ds(static_cast<size_t>(cols));
   DevBuf<uint32_t> dcodes(static_cast<size_t>(tables));
   DevBuf<unsigned> dcount(static_cast<size_t>(n));
   DevBuf<uint16_t> dc16(static_cast<size_t>(n));
-  check(cudaMemset(dcount.p, 0, (n ? n : 1) * sizeof(unsigned)), "cudaMemset");
-  simhash_kernel<<<blocks_for(cols), 256>>>(dq.p, d, d_w, cols, ds.p);
-  if (id_bytes == 2)
-    collide_kernel<<<static_cast<unsigned>(tables), 128>>>(
-        ds.p, bits, tables, d_offsets, static_cast<const uint16_t*>(d_ids), buckets, n, base, dcodes.p, dcount.p);
-  else
-    collide_kernel<<<static_cast<unsigned>(tables), 128>>>(
-        ds.p, bits, tables, d_offsets, static_cast<const uint32_t*>(d_ids), buckets, n, base, dcodes.p, dcount.p);
-  if (n) widen_count_kernel<<<blocks_for(n), 256>>>(dcount.p, dc16.p, n);
-  check(cudaGetLastError(), "simhash kernels");
+  enqueue_simhash(dq.p, 1, d, d_w, bits, tables, d_offsets, d_ids, id_bytes, n, base, ds.p, dcodes.p, dcount.p, dc16.p,
+                  nullptr);
   check(cudaMemcpy(codes, dcodes.p, tables * sizeof(uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   if (n) check(cudaMemcpy(count, dc16.p, n * sizeof(uint16_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   return true;
@@ -511,6 +540,105 @@ void pq_top_k_batch_enqueue(PqBatchWorkspace* ws, const float* d_centroids, cons
         "cudaMemcpyAsync D2H");
   check(cudaMemcpyAsync(ws->scores, ws->d_out_scores, count * b * sizeof(float), cudaMemcpyDeviceToHost, st),
         "cudaMemcpyAsync D2H");
+}
+
+// ---- Batched scoring primitives (cuda_kernels.h, "Batched scoring primitives") -----------------
+
+struct ScoreBatchWorkspace {
+  ScoreBatchShape shape;
+  float* q = nullptr;    // page-locked host [max_queries, max_dim]
+  void* out = nullptr;   // page-locked host [max_queries, max_rows] of up to 8 bytes (double scores)
+  float* d_q = nullptr;  // device copies of the above
+  void* d_out = nullptr;
+  float* d_s = nullptr;         // SimHash only: projections [max_queries, max_hash_columns]
+  uint32_t* d_codes = nullptr;  // codes [max_queries, max_hash_columns] (tables <= columns)
+  unsigned* d_count = nullptr;  // counts [max_queries, max_rows] before narrowing to u16
+};
+
+void score_batch_workspace_destroy(ScoreBatchWorkspace* ws) {
+  if (!ws) return;
+  cudaFreeHost(ws->q);
+  cudaFreeHost(ws->out);
+  for (void* p : {static_cast<void*>(ws->d_q), ws->d_out, static_cast<void*>(ws->d_s), static_cast<void*>(ws->d_codes),
+                  static_cast<void*>(ws->d_count)})
+    cudaFree(p);
+  delete ws;
+}
+
+ScoreBatchWorkspace* score_batch_workspace_create(const ScoreBatchShape& s) {
+  if (device_count() == 0) return nullptr;
+  if (s.max_queries < 1 || s.max_queries > 65535 || s.max_dim < 1 || s.max_rows < 1 || s.max_hash_columns < 0)
+    throw std::runtime_error("score batch workspace: a shape value is out of range (queries 1..65535: the grid's y)");
+  auto* ws = new ScoreBatchWorkspace;
+  ws->shape = s;
+  const size_t nq = static_cast<size_t>(s.max_queries), rows = nq * static_cast<size_t>(s.max_rows),
+               cols = nq * static_cast<size_t>(s.max_hash_columns);
+  try {
+    check(cudaHostAlloc(reinterpret_cast<void**>(&ws->q), nq * s.max_dim * sizeof(float), cudaHostAllocDefault),
+          "cudaHostAlloc");
+    check(cudaHostAlloc(&ws->out, rows * sizeof(double), cudaHostAllocDefault), "cudaHostAlloc");
+    check(cudaMalloc(reinterpret_cast<void**>(&ws->d_q), nq * s.max_dim * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(&ws->d_out, rows * sizeof(double)), "cudaMalloc");
+    if (cols) {
+      check(cudaMalloc(reinterpret_cast<void**>(&ws->d_s), cols * sizeof(float)), "cudaMalloc");
+      check(cudaMalloc(reinterpret_cast<void**>(&ws->d_codes), cols * sizeof(uint32_t)), "cudaMalloc");
+      check(cudaMalloc(reinterpret_cast<void**>(&ws->d_count), rows * sizeof(unsigned)), "cudaMalloc");
+    }
+  } catch (...) {
+    score_batch_workspace_destroy(ws);
+    throw;
+  }
+  return ws;
+}
+
+float* score_batch_queries(ScoreBatchWorkspace* ws) { return ws->q; }
+const void* score_batch_results(const ScoreBatchWorkspace* ws) { return ws->out; }
+
+namespace {
+// The batch's shape against the workspace's; the queries' copy in.
+cudaStream_t start_score_batch(ScoreBatchWorkspace* ws, const ScoreBatchShape& need, void* stream) {
+  const ScoreBatchShape& s = ws->shape;
+  if (need.max_queries < 0 || need.max_dim < 0 || need.max_rows < 0 || !s.covers(need))
+    throw std::runtime_error("score batch: the batch exceeds the workspace's shape");
+  auto st = static_cast<cudaStream_t>(stream);
+  check(cudaMemcpyAsync(ws->d_q, ws->q, need.max_queries * need.max_dim * sizeof(float), cudaMemcpyHostToDevice, st),
+        "cudaMemcpyAsync H2D");
+  return st;
+}
+void finish_score_batch(ScoreBatchWorkspace* ws, size_t bytes, cudaStream_t st) {
+  check(cudaGetLastError(), "score batch kernels");
+  check(cudaMemcpyAsync(ws->out, ws->d_out, bytes, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync D2H");
+}
+}  // namespace
+
+void dot_scores_batch_enqueue(ScoreBatchWorkspace* ws, const float* d_centroids, int64_t rows, int64_t d, int64_t count,
+                              void* stream) {
+  cudaStream_t st = start_score_batch(ws, {count, d, rows, 0}, stream);
+  if (count == 0 || rows == 0) return;
+  dot_f32_kernel<<<dim3(blocks_for(rows), static_cast<unsigned>(count)), 256, 0, st>>>(ws->d_q, d_centroids, rows, d,
+                                                                                       static_cast<float*>(ws->d_out));
+  finish_score_batch(ws, count * rows * sizeof(float), st);
+}
+
+void dot_scores_f64_batch_enqueue(ScoreBatchWorkspace* ws, const float* d_centroids, int64_t rows, int64_t d,
+                                  double scale, int64_t count, void* stream) {
+  cudaStream_t st = start_score_batch(ws, {count, d, rows, 0}, stream);
+  if (count == 0 || rows == 0) return;
+  dot_f64_kernel<<<dim3(blocks_for(rows), static_cast<unsigned>(count)), 256, 0, st>>>(
+      ws->d_q, d_centroids, nullptr, rows, d, scale, static_cast<double*>(ws->d_out));
+  finish_score_batch(ws, count * rows * sizeof(double), st);
+}
+
+void simhash_collisions_batch_enqueue(ScoreBatchWorkspace* ws, const float* d_w, const uint32_t* d_offsets,
+                                      const void* d_ids, int id_bytes, int64_t d, int64_t bits, int64_t tables,
+                                      int64_t n, int64_t base, int64_t count, void* stream) {
+  if (bits < 1 || bits > 31 || tables < 1 || (id_bytes != 2 && id_bytes != 4))
+    throw std::runtime_error("simhash batch: bits 1..31, tables >= 1 and 2- or 4-byte ids");
+  cudaStream_t st = start_score_batch(ws, {count, d, n, bits * tables}, stream);
+  if (count == 0) return;
+  enqueue_simhash(ws->d_q, count, d, d_w, bits, tables, d_offsets, d_ids, id_bytes, n, base, ws->d_s, ws->d_codes,
+                  ws->d_count, static_cast<uint16_t*>(ws->d_out), st);
+  finish_score_batch(ws, count * n * sizeof(uint16_t), st);
 }
 
 }  // namespace kvtool::cuda

@@ -14,6 +14,7 @@ Example::
         r["candidates"], r["scores"]  # np.int64, np.float32
 """
 import json
+import operator
 import threading
 import weakref
 
@@ -27,6 +28,20 @@ __all__ = ["Pool", "Lease"]
 
 def _usage(msg):
     return UsageError(msg, "USAGE", 2)
+
+
+def _stream(stream):
+    """A CUDA stream handle (cudaStream_t as an int) from None, an int or a torch.cuda.Stream."""
+    if stream is None:
+        return 0
+    handle = getattr(stream, "cuda_stream", stream)
+    try:
+        value = None if isinstance(handle, bool) else operator.index(handle)
+    except TypeError:
+        value = None
+    if value is None or not 0 <= value < 2**64:
+        raise _usage(f"stream must be None, a CUDA stream (with .cuda_stream) or its handle as an int, got {stream!r}")
+    return value
 
 
 def _key(key):
@@ -112,7 +127,7 @@ class Lease:
                                            _int(position, "position"), _keys_array(keys), _settings(settings))
         return [_receipt(a) for a in answers]
 
-    def select(self, layer, q_heads, Q, positions, *, capacity=None, threads=1, keys=None, **settings):
+    def select(self, layer, q_heads, Q, positions, *, capacity=None, threads=1, keys=None, stream=None, **settings):
         """The batched decode-time call: the candidates of every row of ``Q`` ([n, d]; row i is a
         query of head ``q_heads[i]`` at ``positions[i]``, or all at ``positions`` when it is one
         int) in ``layer``, without receipts, spread over ``threads`` threads with the GIL released.
@@ -121,7 +136,9 @@ class Lease:
         [n, capacity] (padded with 0), ``counts`` np.int64 [n] (how many row i has; above
         ``capacity`` the rest are cut), ``inclusion`` np.float64 [n, capacity] with ``keys``
         ([kv_heads, E, d], lsh), else None. ``capacity`` defaults to the artifact's covered rows
-        (room for every candidate).
+        (room for every candidate). ``stream``: the CUDA stream the device tier scores on (a
+        ``torch.cuda.Stream``, anything with a ``cuda_stream`` handle, or the handle as an int;
+        None: the device's default stream); the call still returns with the answers in place.
         """
         try:
             heads = [_int(h, "q_heads[i]") for h in q_heads]
@@ -133,7 +150,8 @@ class Lease:
             pos = [_int(positions, "positions")] * len(heads)
         cap = -1 if capacity is None else _int(capacity, "capacity", 0)
         return self._native.select(_int(layer, "layer"), heads, as_float32(Q, "Q", ndim=2), pos, cap,
-                                   _int(threads, "threads", 1), _keys_array(keys), _settings(settings))
+                                   _int(threads, "threads", 1), _keys_array(keys), _settings(settings),
+                                   _stream(stream))
 
 
 class Pool:

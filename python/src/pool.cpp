@@ -97,7 +97,7 @@ class PyLease {
   // [kv_heads, E, d] are given (padded with 0; None without keys).
   py::tuple select(int64_t layer, const std::vector<int64_t>& q_heads, const FloatArray& batch,
                    const std::vector<int64_t>& positions, int64_t capacity, int threads,
-                   std::optional<FloatArray> keys_array, const QuerySettings& settings) const {
+                   std::optional<FloatArray> keys_array, const QuerySettings& settings, uintptr_t stream) const {
     const Lease l = get();  // a copy: another thread may release() this lease while the query runs
     const auto& src = l.artifact().source();
     const int64_t dim = src.geo.head_dim, n = static_cast<int64_t>(q_heads.size());
@@ -128,7 +128,13 @@ class PyLease {
     {
       py::gil_scoped_release nogil;
       const auto params = l.params(settings);
-      const QueryBatch b{layer, n, q_heads.data(), batch.data(), positions.data(), kr.empty() ? nullptr : kr.data()};
+      const QueryBatch b{layer,
+                         n,
+                         q_heads.data(),
+                         batch.data(),
+                         positions.data(),
+                         kr.empty() ? nullptr : kr.data(),
+                         reinterpret_cast<void*>(stream)};
       l.query_batch(b, *params,
                     {capacity, ids.mutable_data(), counts.mutable_data(), scores.mutable_data(),
                      keys_array ? incl.mutable_data() : nullptr},
@@ -190,7 +196,7 @@ void bind_pool(py::module_& m) {
       .def("query_batch", &PyLease::query_batch, py::arg("layer"), py::arg("q_heads"), py::arg("Q"),
            py::arg("position"), py::arg("keys"), py::arg("settings"))
       .def("select", &PyLease::select, py::arg("layer"), py::arg("q_heads"), py::arg("Q"), py::arg("positions"),
-           py::arg("capacity"), py::arg("threads"), py::arg("keys"), py::arg("settings"));
+           py::arg("capacity"), py::arg("threads"), py::arg("keys"), py::arg("settings"), py::arg("stream"));
   py::class_<Pool>(m, "Pool")
       .def(py::init(&make_pool), py::arg("host_budget"), py::arg("device_budget"), py::arg("device"))
       .def("publish", &publish, py::arg("key"), py::arg("artifact"), py::arg("expected_content_digest"),

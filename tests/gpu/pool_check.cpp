@@ -16,6 +16,10 @@
 #include <tuple>
 #include <vector>
 
+#ifdef KVTOOL_GPU_POOL_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "kvtool/artifact.h"
 #include "kvtool/half.h"
 #include "kvtool/pool.h"
@@ -342,7 +346,8 @@ float bits_up(float x) { return std::nextafter(x, INFINITY); }
 // smallest amount the receipts can show.
 class FaultyDevice : public DeviceBackend {
  public:
-  FaultyDevice(std::shared_ptr<DeviceBackend> in, Fault f) : in_(std::move(in)), f_(f) {}
+  FaultyDevice(std::shared_ptr<DeviceBackend> in, Fault f, bool in_batches_only)
+      : in_(std::move(in)), f_(f), singles_(!in_batches_only) {}
   std::string name() const override { return in_->name(); }
   void* host_alloc(size_t b) override { return in_->host_alloc(b); }
   void host_free(void* p) override { in_->host_free(p); }
@@ -355,27 +360,65 @@ class FaultyDevice : public DeviceBackend {
   void product_code_top_k(const ProductCodes& p, const float* q, int64_t k, std::vector<int64_t>& ids,
                           std::vector<float>& scores) override {
     in_->product_code_top_k(p, q, k, ids, scores);
-    if (f_ == Fault::pq && !scores.empty()) scores.back() = bits_up(scores.back());  // 1 ulp at the boundary
+    if (singles_ && f_ == Fault::pq && !scores.empty())
+      scores.back() = bits_up(scores.back());  // 1 ulp at the boundary
   }
   void dot_scores(const float* c, int64_t count, int64_t d, const float* q, float* out) override {
     in_->dot_scores(c, count, d, q, out);
-    if (f_ == Fault::clusterkv && count > 0) out[count - 1] = bits_up(out[count - 1]);  // 1 ulp, last cluster
+    if (singles_ && f_ == Fault::clusterkv && count > 0) out[count - 1] = bits_up(out[count - 1]);  // last cluster
   }
   void dot_scores_f64(const float* c, const int64_t* rows, int64_t count, int64_t d, double scale, const float* q,
                       double* out) override {
     in_->dot_scores_f64(c, rows, count, d, scale, q, out);
-    if (f_ == Fault::squeeze && count > 0) out[0] += 1e-6 * std::fabs(out[0]) + 1e-12;  // about 8 f32 ulps
+    if (singles_ && f_ == Fault::squeeze && count > 0) out[0] = nudge(out[0]);
   }
   void simhash_collisions(const float* w, const uint32_t* off, const void* ids, int id_bytes, int64_t d, int64_t bits,
                           int64_t tables, int64_t n, int64_t base, const float* q, uint32_t* codes,
                           uint16_t* count) override {
     in_->simhash_collisions(w, off, ids, id_bytes, d, bits, tables, n, base, q, codes, count);
-    if (f_ == Fault::lsh && n > 0) ++count[n / 2];  // one extra collision for one row
+    if (singles_ && f_ == Fault::lsh && n > 0) ++count[n / 2];  // one extra collision for one row
+  }
+  // The batched paths, with the same error in every query of a batch.
+  void reserve_pq_batches(const PqBatchLimits& l) override { in_->reserve_pq_batches(l); }
+  int64_t pq_batch_capacity(const ProductCodes& p, int64_t top) override { return in_->pq_batch_capacity(p, top); }
+  bool product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top, void* stream,
+                                int64_t* ids, float* scores) override {
+    if (!in_->product_code_top_k_batch(p, q, count, top, stream, ids, scores)) return false;
+    const int64_t per = std::min(top, p.n);
+    for (int64_t i = 0; f_ == Fault::pq && per > 0 && i < count; ++i)
+      scores[(i + 1) * per - 1] = bits_up(scores[(i + 1) * per - 1]);
+    return true;
+  }
+  void reserve_score_batches(const ScoreBatchLimits& l) override { in_->reserve_score_batches(l); }
+  int64_t score_batch_capacity(const ScoreBatchLimits& one) override { return in_->score_batch_capacity(one); }
+  bool dot_scores_batch(const float* c, int64_t rows, int64_t d, const float* q, int64_t count, void* stream,
+                        float* out) override {
+    if (!in_->dot_scores_batch(c, rows, d, q, count, stream, out)) return false;
+    for (int64_t i = 0; f_ == Fault::clusterkv && rows > 0 && i < count; ++i)
+      out[(i + 1) * rows - 1] = bits_up(out[(i + 1) * rows - 1]);
+    return true;
+  }
+  bool dot_scores_f64_batch(const float* c, int64_t rows, int64_t d, double scale, const float* q, int64_t count,
+                            void* stream, double* out) override {
+    if (!in_->dot_scores_f64_batch(c, rows, d, scale, q, count, stream, out)) return false;
+    for (int64_t i = 0; f_ == Fault::squeeze && rows > 0 && i < count; ++i) out[i * rows] = nudge(out[i * rows]);
+    return true;
+  }
+  bool simhash_collisions_batch(const float* w, const uint32_t* off, const void* ids, int id_bytes, int64_t d,
+                                int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q, int64_t count,
+                                void* stream, uint16_t* counts, int64_t stride) override {
+    if (!in_->simhash_collisions_batch(w, off, ids, id_bytes, d, bits, tables, n, base, q, count, stream, counts,
+                                       stride))
+      return false;
+    for (int64_t i = 0; f_ == Fault::lsh && n > 0 && i < count; ++i) ++counts[i * stride + n / 2];
+    return true;
   }
 
  private:
+  static double nudge(double x) { return x + 1e-6 * std::fabs(x) + 1e-12; }  // about 8 f32 ulps
   std::shared_ptr<DeviceBackend> in_;
   Fault f_;
+  bool singles_;
 };
 
 // How two answers relate: identical; equal but for ids tied at the selection boundary (same score,
@@ -444,6 +487,7 @@ std::vector<float> Queries::of(int64_t layer, int64_t head, int64_t d_art) const
 }
 
 struct Tally {
+  int64_t batched = 0, batch_different = 0;  // queries of device batches; those unequal to single queries
   int64_t queries = 0, dev_host_identical = 0, dev_host_ties = 0, dev_brute_identical = 0, dev_brute_ties = 0;
   int64_t host_brute_identical = 0, host_brute_ties = 0, wrong_tier = 0, different = 0;
   std::string first_problem;
@@ -453,6 +497,49 @@ void count(Match m, int64_t& identical, int64_t& ties, Tally& t, const std::stri
   if (m == Match::identical) ++identical;
   if (m == Match::boundary_ties) ++ties;
   if (m == Match::different && t.different++ == 0) t.first_problem = what;
+}
+
+// A decode step's batch per layer on the device tier (Lease::query_batch: every query head at four
+// positions, grouped per kv head into the CUDA backend's batches), on a caller's stream; each
+// answer must equal that query's single device query (ids and scores).
+void check_batches(const Art& a, const Queries& qs, Pool& dev, const QuerySettings& settings, Tally& t) {
+  const Lease lease = dev.acquire(a.kind);
+  const auto params = lease.params(settings);
+  void* stream = nullptr;  // the emulated device's batches take the default
+#ifdef KVTOOL_GPU_POOL_CUDA
+  cudaStream_t cs = nullptr;
+  if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) == cudaSuccess) stream = cs;
+#endif
+  const int64_t layer1 = a.params["layers"][1].get<int64_t>(), heads = static_cast<int64_t>(a.q2kv.size());
+  for (int64_t layer = a.layer0; layer <= layer1; ++layer) {
+    std::vector<int64_t> hs, pos;
+    std::vector<float> q;
+    for (int64_t h = 0; h < heads; ++h) {
+      const std::vector<float> qv = qs.of(layer, h, a.d);
+      for (int64_t i = 0; i < 4 && (i + 1) * a.d <= static_cast<int64_t>(qv.size()); ++i) {
+        hs.push_back(h);
+        pos.push_back(a.E - 1 + i * 3);
+        q.insert(q.end(), qv.begin() + i * a.d, qv.begin() + (i + 1) * a.d);
+      }
+    }
+    const int64_t n = static_cast<int64_t>(hs.size()), cap = a.E;
+    std::vector<int64_t> ids(static_cast<size_t>(n * cap)), counts(static_cast<size_t>(n));
+    std::vector<float> scores(ids.size());
+    lease.query_batch({layer, n, hs.data(), q.data(), pos.data(), nullptr, stream}, *params,
+                      {cap, ids.data(), counts.data(), scores.data(), nullptr}, 2);
+    for (int64_t i = 0; i < n; ++i) {
+      const CandidateReceipt one = lease.query(layer, hs[i], q.data() + i * a.d, pos[i], *params);
+      const bool same = counts[i] == static_cast<int64_t>(one.candidates.size()) &&
+                        std::equal(one.candidates.begin(), one.candidates.end(), ids.begin() + i * cap) &&
+                        std::equal(one.scores.begin(), one.scores.end(), scores.begin() + i * cap);
+      ++t.batched;
+      if (!same && t.batch_different++ == 0 && t.first_problem.empty())
+        t.first_problem = "batch vs single, layer " + std::to_string(layer) + " query " + std::to_string(i);
+    }
+  }
+#ifdef KVTOOL_GPU_POOL_CUDA
+  if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+#endif
 }
 
 // One (artifact, setting): every (layer, q head) and query vector through both pools and the brute force.
@@ -479,6 +566,7 @@ Tally check_setting(const Art& a, const Queries& qs, Pool& host, Pool& dev, cons
         count(compare(bf, rh), t.host_brute_identical, t.host_brute_ties, t, "host vs brute force, " + where.str());
       }
     }
+  check_batches(a, qs, dev, settings, t);
   return t;
 }
 
@@ -487,8 +575,8 @@ const char* kKinds[] = {"pq", "clusterkv", "lsh", "squeeze"};
 }  // namespace
 
 int run_pool_checks(std::shared_ptr<DeviceBackend> device, const std::string& data_dir, std::ostream& report,
-                    Fault fault, const std::string& only_kind) {
-  if (fault != Fault::none) device = std::make_shared<FaultyDevice>(device, fault);
+                    Fault fault, const std::string& only_kind, bool in_batches_only) {
+  if (fault != Fault::none) device = std::make_shared<FaultyDevice>(device, fault, in_batches_only);
   const Queries qs = load_queries(data_dir + "/queries.bin");
   Pool host(PoolOptions{int64_t{256} << 20, 0, nullptr});
   Pool dev(PoolOptions{int64_t{256} << 20, int64_t{256} << 20, device});
@@ -506,12 +594,14 @@ int run_pool_checks(std::shared_ptr<DeviceBackend> device, const std::string& da
     const bool on_device = dev.acquire(kind).on_device() && rc.device_bytes > 0;
     for (const Setting& s : settings_of(a)) {
       const Tally t = check_setting(a, qs, host, dev, s);
-      const bool ok = on_device && t.different == 0 && t.wrong_tier == 0 && t.queries > 0;
+      const bool ok = on_device && t.different == 0 && t.wrong_tier == 0 && t.queries > 0 && t.batched > 0 &&
+                      t.batch_different == 0;
       failures += !ok;
       report << (ok ? "ok   " : "FAIL ") << "pool " << kind << " " << s.label << ": " << t.queries
              << " queries; device=host identical " << t.dev_host_identical << ", boundary ties " << t.dev_host_ties
              << "; device=brute force identical " << t.dev_brute_identical << ", boundary ties " << t.dev_brute_ties
              << "; host=brute force identical " << t.host_brute_identical << ", boundary ties " << t.host_brute_ties;
+      report << "; device batches: " << t.batched << " queries, " << t.batch_different << " unequal to single queries";
       if (t.wrong_tier) report << "; " << t.wrong_tier << " receipts from the wrong tier";
       if (!on_device) report << "; the generation is not device resident";
       if (t.different) report << "; " << t.different << " differ (first: " << t.first_problem << ")";
@@ -523,15 +613,17 @@ int run_pool_checks(std::shared_ptr<DeviceBackend> device, const std::string& da
 
 int run_fault_self_test(std::shared_ptr<DeviceBackend> device, const std::string& data_dir, std::ostream& report) {
   int missed = 0;
-  for (Fault f : {Fault::pq, Fault::clusterkv, Fault::lsh, Fault::squeeze}) {
-    const char* kind = kKinds[static_cast<int>(f) - 1];
-    std::ostringstream detail;
-    const int caught = run_pool_checks(device, data_dir, detail, f, kind);
-    const int settings = static_cast<int>(settings_of(load_art(data_dir + "/" + kind + ".kvi")).size());
-    missed += caught == 0;
-    report << (caught ? "ok   " : "FAIL ") << "self-test: an error injected into the device's " << kind
-           << " answers is caught by " << caught << " of " << settings << " checks\n";
-  }
+  for (bool in_batches_only : {false, true})
+    for (Fault f : {Fault::pq, Fault::clusterkv, Fault::lsh, Fault::squeeze}) {
+      const char* kind = kKinds[static_cast<int>(f) - 1];
+      std::ostringstream detail;
+      const int caught = run_pool_checks(device, data_dir, detail, f, kind, in_batches_only);
+      const int settings = static_cast<int>(settings_of(load_art(data_dir + "/" + kind + ".kvi")).size());
+      missed += caught == 0;
+      report << (caught ? "ok   " : "FAIL ") << "self-test: an error injected into the device's " << kind
+             << (in_batches_only ? " batched answers" : " answers") << " is caught by " << caught << " of " << settings
+             << " checks\n";
+    }
   return missed;
 }
 

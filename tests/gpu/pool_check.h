@@ -19,12 +19,14 @@ namespace kvtool::gpucheck {
 enum class Fault { none, pq, clusterkv, lsh, squeeze };
 
 // Runs every check (of every kind, or of `only_kind`), writes one "ok"/"FAIL" line per (artifact,
-// setting) to `report`; returns the number of failed checks.
+// setting) to `report`; returns the number of failed checks. `in_batches_only`: the fault is
+// injected into the device's batched answers only (single queries stay right).
 int run_pool_checks(std::shared_ptr<DeviceBackend> device, const std::string& data_dir, std::ostream& report,
-                    Fault fault = Fault::none, const std::string& only_kind = "");
+                    Fault fault = Fault::none, const std::string& only_kind = "", bool in_batches_only = false);
 
-// Runs each kind's checks once more with that kind's fault injected; returns the number of faults
-// the checks did NOT detect (0 = every injected error was caught).
+// Runs each kind's checks once more with that kind's fault injected, into every device answer and
+// then into the batched ones only; returns the number of faults the checks did NOT detect (0 =
+// every injected error was caught).
 int run_fault_self_test(std::shared_ptr<DeviceBackend> device, const std::string& data_dir, std::ostream& report);
 
 }  // namespace kvtool::gpucheck

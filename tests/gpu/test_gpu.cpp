@@ -125,28 +125,55 @@ void check_centroids() {
          "clusterkv centroid scoring (f32) equals the host bit for bit; the cluster ranking agrees");
 }
 
-void check_simhash() {
-  const int64_t d = 64, bits = 8, tables = 16, n = 5000, buckets = int64_t{1} << bits, base = 32;
-  std::vector<float> w(static_cast<size_t>(d * bits * tables)), keys(static_cast<size_t>(n * d));
-  for (auto& x : w) x = next_f();
-  for (auto& x : keys) x = next_f();
-  // Build CSR tables from the keys' codes, as lsh.cpp does.
-  std::vector<uint32_t> offsets(static_cast<size_t>(tables * (buckets + 1)), 0), ids(static_cast<size_t>(tables * n));
-  std::vector<uint32_t> kc(static_cast<size_t>(n * tables));
-  for (int64_t i = 0; i < n; ++i)
-    sc::simhash_codes(keys.data() + i * d, d, w.data(), bits, tables, kc.data() + i * tables);
-  for (int64_t t = 0; t < tables; ++t) {
-    uint32_t* off = offsets.data() + t * (buckets + 1);
-    for (int64_t i = 0; i < n; ++i) ++off[kc[i * tables + t] + 1];
-    for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
-    std::vector<uint32_t> fill(off, off + buckets);
-    for (int64_t i = 0; i < n; ++i) ids[t * n + fill[kc[i * tables + t]]++] = static_cast<uint32_t>(base + i);
+// SimHash tables over random keys as lsh builds them: projections w [d, bits * tables], CSR offsets
+// [tables, 2^bits + 1] and ids [tables, n] (row ids from `base`).
+struct SimhashTables {
+  int64_t d, bits, tables, n, buckets, base;
+  std::vector<float> w, keys;
+  std::vector<uint32_t> offsets, ids;
+  SimhashTables(int64_t d_, int64_t bits_, int64_t tables_, int64_t n_, int64_t base_)
+      : d(d_), bits(bits_), tables(tables_), n(n_), buckets(int64_t{1} << bits_), base(base_) {
+    w.resize(static_cast<size_t>(d * bits * tables));
+    keys.resize(static_cast<size_t>(n * d));
+    for (auto& x : w) x = next_f();
+    for (auto& x : keys) x = next_f();
+    offsets.assign(static_cast<size_t>(tables * (buckets + 1)), 0);
+    ids.resize(static_cast<size_t>(tables * n));
+    std::vector<uint32_t> kc(static_cast<size_t>(n * tables));
+    for (int64_t i = 0; i < n; ++i)
+      sc::simhash_codes(keys.data() + i * d, d, w.data(), bits, tables, kc.data() + i * tables);
+    for (int64_t t = 0; t < tables; ++t) {
+      uint32_t* off = offsets.data() + t * (buckets + 1);
+      for (int64_t i = 0; i < n; ++i) ++off[kc[i * tables + t] + 1];
+      for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
+      std::vector<uint32_t> fill(off, off + buckets);
+      for (int64_t i = 0; i < n; ++i) ids[t * n + fill[kc[i * tables + t]]++] = static_cast<uint32_t>(base + i);
+    }
   }
+  // A query near a random key.
+  void query(float* q) const {
+    const float* near = keys.data() + (next_u64() % n) * d;
+    for (int64_t j = 0; j < d; ++j) q[j] = near[j] + 0.3f * next_f();
+  }
+  // The host's collision counts of q.
+  std::vector<uint16_t> host_counts(const float* q) const {
+    std::vector<uint32_t> codes(static_cast<size_t>(tables));
+    std::vector<uint16_t> count(static_cast<size_t>(n), 0);
+    sc::simhash_codes(q, d, w.data(), bits, tables, codes.data());
+    sc::collision_counts(codes.data(), offsets.data(), ids.data(), tables, buckets, n, base, count.data());
+    return count;
+  }
+};
+
+void check_simhash() {
+  const SimhashTables st(64, 8, 16, 5000, 32);
+  const int64_t d = st.d, bits = st.bits, tables = st.tables, n = st.n, buckets = st.buckets, base = st.base;
+  const std::vector<float>& w = st.w;
+  const std::vector<uint32_t>&offsets = st.offsets, &ids = st.ids;
   int bad = 0;
   for (int rep = 0; rep < 20; ++rep) {
     std::vector<float> q(static_cast<size_t>(d));
-    const float* near = keys.data() + (next_u64() % n) * d;
-    for (int64_t j = 0; j < d; ++j) q[j] = near[j] + 0.3f * next_f();
+    st.query(q.data());
     std::vector<uint32_t> hc(tables), gc(tables);
     std::vector<uint16_t> hn(n, 0), gn(n, 0);
     sc::simhash_codes(q.data(), d, w.data(), bits, tables, hc.data());
@@ -171,6 +198,118 @@ void check_simhash() {
     cuda::device_free(did);
   }
   expect(bad == 0, "SimHash codes of the query and collision counts (u32 and device-resident u16 ids) equal the host");
+}
+
+// Device memory holding a copy of a host vector (freed with the object).
+template <typename T>
+struct DeviceCopy {
+  T* p = nullptr;
+  explicit DeviceCopy(const std::vector<T>& v) {
+    p = static_cast<T*>(cuda::device_alloc(v.size() * sizeof(T)));
+    cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  ~DeviceCopy() { cuda::device_free(p); }
+};
+
+// Runs `enqueue` on `stream` directly and then replayed from a captured CUDA graph, calling
+// fill() before and compare() after each run (the inputs change between runs at fixed addresses);
+// returns whether the capture worked.
+template <typename Fill, typename Enqueue, typename Compare>
+bool direct_and_replayed(cudaStream_t stream, Fill&& fill, Enqueue&& enqueue, Compare&& compare) {
+  for (int i = 0; i < 2; ++i) {
+    fill();
+    enqueue();
+    cudaStreamSynchronize(stream);
+    compare();
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool captured = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (captured) enqueue();
+  captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess && captured &&
+             cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0) == cudaSuccess;
+  for (int replay = 0; captured && replay < 2; ++replay) {
+    fill();
+    cudaGraphLaunch(exec, stream);
+    cudaStreamSynchronize(stream);
+    compare();
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  return captured;
+}
+
+// Batched scoring primitives (cuda_kernels.h, "Batched scoring primitives"): every query of a batch
+// equals the single-query host arithmetic bit for bit, on a caller stream and replayed from a
+// graph: clusterkv's f32 and squeeze's f64 centroid products, lsh's collision counts (u16 and u32
+// ids, a base offset), in a workspace larger than the batches.
+void check_score_batches() {
+  const int64_t C = 2000, d = 128, count = 7;
+  cuda::ScoreBatchShape shape{16, 128, 6000, 8 * 16};
+  cuda::ScoreBatchWorkspace* ws = cuda::score_batch_workspace_create(shape);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  float* q = cuda::score_batch_queries(ws);
+  std::vector<float> cen(static_cast<size_t>(C * d));
+  for (auto& x : cen) x = next_f();
+  const DeviceCopy<float> dcen(cen);
+  const double scale = 1.0 / std::sqrt(128.0);
+  int bad = 0;
+  auto fill = [&] {
+    for (int64_t i = 0; i < count * d; ++i) q[i] = next_f();
+  };
+  auto compare_f32 = [&] {
+    std::vector<float> host(static_cast<size_t>(C));
+    for (int64_t i = 0; i < count; ++i) {
+      sc::dot_scores(q + i * d, cen.data(), C, d, host.data());
+      bad += !std::equal(host.begin(), host.end(), static_cast<const float*>(cuda::score_batch_results(ws)) + i * C);
+    }
+  };
+  auto compare_f64 = [&] {
+    std::vector<double> host(static_cast<size_t>(C));
+    for (int64_t i = 0; i < count; ++i) {
+      sc::dot_scores_f64(q + i * d, cen.data(), nullptr, C, d, scale, host.data());
+      bad += !std::equal(host.begin(), host.end(), static_cast<const double*>(cuda::score_batch_results(ws)) + i * C);
+    }
+  };
+  bool captured = direct_and_replayed(
+      stream, fill, [&] { cuda::dot_scores_batch_enqueue(ws, dcen.p, C, d, count, stream); }, compare_f32);
+  captured &= direct_and_replayed(
+      stream, fill, [&] { cuda::dot_scores_f64_batch_enqueue(ws, dcen.p, C, d, scale, count, stream); }, compare_f64);
+  expect(bad == 0 && captured,
+         "centroid scoring batches of 7 queries (clusterkv f32, squeeze f64) equal the host bit for bit, on a stream "
+         "and replayed from a CUDA graph");
+  bad = 0;
+  const SimhashTables st(64, 8, 16, 5000, 32);
+  const std::vector<uint16_t> ids16(st.ids.begin(), st.ids.end());
+  const DeviceCopy<float> dw(st.w);
+  const DeviceCopy<uint32_t> doff(st.offsets), did32(st.ids);
+  const DeviceCopy<uint16_t> did16(ids16);
+  for (int id_bytes : {2, 4}) {
+    auto fill_near = [&] {
+      for (int64_t i = 0; i < count; ++i) st.query(q + i * st.d);
+    };
+    auto compare = [&] {
+      const auto* got = static_cast<const uint16_t*>(cuda::score_batch_results(ws));
+      for (int64_t i = 0; i < count; ++i) {
+        const std::vector<uint16_t> want = st.host_counts(q + i * st.d);
+        bad += !std::equal(want.begin(), want.end(), got + i * st.n);
+      }
+    };
+    const void* ids = id_bytes == 2 ? static_cast<const void*>(did16.p) : static_cast<const void*>(did32.p);
+    captured &= direct_and_replayed(
+        stream, fill_near,
+        [&] {
+          cuda::simhash_collisions_batch_enqueue(ws, dw.p, doff.p, ids, id_bytes, st.d, st.bits, st.tables, st.n,
+                                                 st.base, count, stream);
+        },
+        compare);
+  }
+  expect(bad == 0 && captured,
+         "SimHash collision batches of 7 queries (u16 and u32 ids) equal the host, on a stream and replayed from a "
+         "CUDA graph");
+  cudaStreamDestroy(stream);
+  cuda::score_batch_workspace_destroy(ws);
 }
 
 // A part's centroids and codes in device memory (freed with the object).
@@ -228,11 +367,11 @@ void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t co
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   const int64_t b = std::min(top, n);
   int bad = 0;
-  auto fill_and_compare = [&](auto&& run) {
-    float* q = cuda::pq_batch_queries(ws);
+  float* q = cuda::pq_batch_queries(ws);
+  auto fill = [&] {
     for (int64_t i = 0; i < count * d; ++i) q[i] = ties ? std::round(next_f() * 2) / 2 : next_f();
-    run();
-    cudaStreamSynchronize(stream);
+  };
+  auto compare = [&] {
     for (int64_t qi = 0; qi < count; ++qi) {
       std::vector<float> lut(static_cast<size_t>(m * k)), host(static_cast<size_t>(n));
       sc::pq_lut(q + qi * d, cen.data(), m, k, dsub, lut.data());
@@ -248,17 +387,7 @@ void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t co
     }
   };
   auto enqueue = [&] { cuda::pq_top_k_batch_enqueue(ws, part.cen, part.codes, cb, m, k, dsub, n, count, top, stream); };
-  fill_and_compare(enqueue);
-  fill_and_compare(enqueue);  // the same workspace again
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  bool captured = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-  if (captured) enqueue();
-  captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess && captured &&
-             cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0) == cudaSuccess;
-  for (int replay = 0; captured && replay < 2; ++replay) fill_and_compare([&] { cudaGraphLaunch(exec, stream); });
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
+  const bool captured = direct_and_replayed(stream, fill, enqueue, compare);  // the same workspace twice, then a graph
   cudaStreamDestroy(stream);
   cuda::pq_batch_workspace_destroy(ws);
   cuda::pq_batch_workspace_destroy(other);
@@ -423,6 +552,7 @@ int main(int argc, char** argv) {
     check_pq_batch(16, 8, 8, 32768, 6, 8192, false, true);  // a larger workspace; another alive
     check_centroids();
     check_simhash();
+    check_score_batches();
     if (!std::getenv("KVTOOL_GPU_NO_BENCH")) {
       bench(report);
       bench_batches(report);

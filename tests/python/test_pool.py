@@ -117,6 +117,14 @@ def test_same_answers(pool, q, keys):
             ids2, _, counts2, _ = lease.select(1, heads, q[1], [POSITION] * len(heads), capacity=2, **kw)
             check(counts2.tolist() == counts.tolist() and ids2.tolist() == ids[:, :2].tolist(),
                   f"{kind}: select with capacity 2")
+            # A CUDA stream (a handle, or an object with .cuda_stream) is the device tier's: a host
+            # generation gives the same answers with one.
+            class FakeStream:
+                cuda_stream = 12345
+            for stream in (FakeStream(), 0x7f00):
+                ids3, _, counts3, _ = lease.select(1, heads, q[1], POSITION, stream=stream, **kw)
+                check(counts3.tolist() == counts.tolist() and ids3.tolist() == ids.tolist(),
+                      f"{kind}: select with stream {stream!r}")
         # Pool.query: one lease for the call, same answer.
         one = pool.query(kind, 1, 2, q[1, 2], POSITION, keys=k, **kw)
         check(one["candidates"].tolist() == singles[2]["candidates"].tolist(), f"{kind}: Pool.query")
@@ -220,6 +228,9 @@ def test_errors(q):
         expect_error(lambda: lease.select(0, [0, 1], q[0][:2], POSITION, capacity=10**9), "USAGE", 2, "capacity")
         expect_error(lambda: lease.select(0, [0, 99], q[0][:2], POSITION), "USAGE", 2, "select q_head 99")
         expect_error(lambda: lease.select(0, [0, 1], q[0][:2], ["x", 1]), "USAGE", 2, "positions not ints")
+        for bad_stream in ("s", -1, 2**64, True, 1.5):
+            expect_error(lambda: lease.select(0, [0, 1], q[0][:2], POSITION, stream=bad_stream), "USAGE", 2,
+                         f"stream {bad_stream!r}")
 
 
 def test_gil_released(pool, q):

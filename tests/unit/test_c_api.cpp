@@ -94,6 +94,13 @@ TEST_CASE("c api: publish, acquire, query, retire, errors carry a status and a p
     CHECK(std::equal(one.candidates.begin(), one.candidates.end(), bids.begin() + i * 64));
     CHECK(std::equal(one.scores.begin(), one.scores.end(), bscores.begin() + i * 64));
   }
+  // On a caller's stream: a host-tier generation answers the same (the stream is the device tier's).
+  std::vector<int64_t> sids(bids.size(), -1), scounts(3, -1);
+  int stream_tag = 0;
+  REQUIRE(kvtool_lease_query_batch_on_stream(lease, 1, 3, heads, qs.data(), pos, qp, 2, sids.data(), nullptr, 64,
+                                             scounts.data(), &stream_tag) == KVTOOL_OK);
+  CHECK(scounts == counts);
+  CHECK(sids == bids);
   CHECK(kvtool_lease_query_batch(lease, 1, 3, heads, qs.data(), pos, qp, 1, bids.data(), nullptr, 4, counts.data()) ==
         KVTOOL_OK);
   CHECK(counts[0] > 4);

@@ -568,6 +568,26 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
     CHECK(dev->batch_calls() > batches);
     CHECK(dev->last_stream() == &stream_tag);
   }
+  // PoolOptions::device_batch_queries sizes the batch buffers: groups of 5 queries per part above a
+  // reservation of 2 go in several batches, and 0 reserves nothing (query by query); the answers
+  // stay the single queries'. squeeze's two-level pass by the factor rule is checked here too.
+  for (int64_t reserved : {2, 0}) {
+    auto small = std::make_shared<EmulatedDevice>();
+    PoolOptions so = o;
+    so.device = small;
+    so.device_batch_queries = reserved;
+    Pool p(so);
+    for (const std::string& art : {pq, ck, lsh, sq}) {
+      INFO(art << " with " << reserved << " queries reserved per part");
+      p.publish(publish_request(art, art, true));
+      const int64_t before = small->batch_calls();
+      const QuerySettings factor = {{"coarse_rule", "factor"}};
+      check_batch_equals_singles(p.acquire(art), dump, art == sq ? factor : QuerySettings{}, 2, 5);
+      CHECK((small->batch_calls() > before) == (reserved > 0));
+    }
+  }
+  o.device_batch_queries = -1;
+  CHECK_THROWS_WITH(Pool(o), Catch::Contains("device_batch_queries must be in 0..65535"));
   UNSCOPED_INFO("reference comparisons: " << tally.queries << " queries, " << tally.rows << " rows, " << tally.boundary
                                           << " boundary ties");
   CHECK(tally.queries == 10 * 2 * 2 * 4 * 61);  // cases x tiers x layers x q heads x queries

@@ -97,4 +97,27 @@ const float* pq_batch_scores(const PqBatchWorkspace* ws);
 void pq_top_k_batch_enqueue(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes, int code_bytes,
                             int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count, int64_t top, void* stream);
 
+// ---- Batched scoring primitives (the device tier of clusterkv, squeeze and lsh) ------------------
+// The batched mirrors of dot_scores, dot_scores_f64 (every row) and simhash_collisions, with the
+// workspace's buffers allocated once, at fixed page-locked host addresses, and everything enqueued
+// on the caller's stream without a host synchronization (as the PQ batch above). The selection of
+// these kinds finishes on the host, which reads the results once the stream has reached them.
+using ScoreBatchShape = ScoreBatchLimits;  // kvtool/device.h; max_queries at most 65535
+struct ScoreBatchWorkspace;
+// nullptr when no device is usable; throws std::runtime_error on a CUDA failure or a bad shape.
+ScoreBatchWorkspace* score_batch_workspace_create(const ScoreBatchShape& shape);
+void score_batch_workspace_destroy(ScoreBatchWorkspace* ws);
+// Query i's vector at i * d (room for max_queries × max_dim); the last batch's results, row-major
+// [count, rows]: float (dot_scores), double (dot_scores_f64) or u16 collision counts [count, n].
+float* score_batch_queries(ScoreBatchWorkspace* ws);
+const void* score_batch_results(const ScoreBatchWorkspace* ws);
+// Each throws std::runtime_error when the batch exceeds the workspace's shape or a launch fails.
+void dot_scores_batch_enqueue(ScoreBatchWorkspace* ws, const float* d_centroids, int64_t rows, int64_t d, int64_t count,
+                              void* stream);
+void dot_scores_f64_batch_enqueue(ScoreBatchWorkspace* ws, const float* d_centroids, int64_t rows, int64_t d,
+                                  double scale, int64_t count, void* stream);
+void simhash_collisions_batch_enqueue(ScoreBatchWorkspace* ws, const float* d_w, const uint32_t* d_offsets,
+                                      const void* d_ids, int id_bytes, int64_t d, int64_t bits, int64_t tables,
+                                      int64_t n, int64_t base, int64_t count, void* stream);
+
 }  // namespace kvtool::cuda

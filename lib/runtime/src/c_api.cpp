@@ -185,6 +185,14 @@ void kvtool_query_params_free(kvtool_query_params* params) { delete params; }
 int kvtool_lease_query_batch(const kvtool_lease* lease, int64_t layer, int64_t count, const int64_t* q_heads,
                              const float* q, const int64_t* positions, const kvtool_query_params* params, int threads,
                              int64_t* ids, float* scores, int64_t capacity, int64_t* counts) {
+  return kvtool_lease_query_batch_on_stream(lease, layer, count, q_heads, q, positions, params, threads, ids, scores,
+                                            capacity, counts, nullptr);
+}
+
+int kvtool_lease_query_batch_on_stream(const kvtool_lease* lease, int64_t layer, int64_t count, const int64_t* q_heads,
+                                       const float* q, const int64_t* positions, const kvtool_query_params* params,
+                                       int threads, int64_t* ids, float* scores, int64_t capacity, int64_t* counts,
+                                       void* stream) {
   return guarded([&] {
     need(lease, "lease");
     std::unique_ptr<kvtool::QueryParams> defaults;
@@ -192,7 +200,7 @@ int kvtool_lease_query_batch(const kvtool_lease* lease, int64_t layer, int64_t c
     KVT_CHECK(!params || params->kind == lease->lease.artifact().kind(), USAGE,
               "query params for kind '" << params->kind << "' used with a lease of kind '"
                                         << lease->lease.artifact().kind() << "'");
-    const kvtool::QueryBatch batch{layer, count, q_heads, q, positions, nullptr};
+    const kvtool::QueryBatch batch{layer, count, q_heads, q, positions, nullptr, stream};
     lease->lease.query_batch(batch, params ? *params->params : *defaults, {capacity, ids, counts, scores, nullptr},
                              threads);
   });

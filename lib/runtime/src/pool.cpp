@@ -25,10 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 constexpr uint64_t kDeviceAlign = 256;
-// Queries of one part per device batch the device's buffers are sized for at publish: one layer's
-// query heads per kv head at several positions (Llama-3-8B: 4 per kv head). A larger group is
-// answered query by query.
-constexpr int64_t kDeviceBatchQueries = 64;
 
 struct Fence {
   size_t slot = 0;
@@ -313,6 +309,8 @@ PublishTicket& PublishTicket::operator=(PublishTicket&& o) noexcept {
 
 Pool::Pool(PoolOptions opt) : st_(std::make_shared<State>()) {
   KVT_CHECK(opt.host_budget >= 0 && opt.device_budget >= 0, USAGE, "pool budgets must be >= 0");
+  KVT_CHECK(opt.device_batch_queries >= 0 && opt.device_batch_queries <= 65535, USAGE,
+            "device_batch_queries must be in 0..65535 (got " << opt.device_batch_queries << ")");
   if (!opt.device) opt.device_budget = 0;
   st_->opt = std::move(opt);
 }
@@ -476,9 +474,9 @@ PublishTicket Pool::begin(const PublishRequest& req) {
           dp.sections.emplace_back(s.name, DeviceSection{g->dev.p + off[i], widened(s) ? "f32" : s.dtype, s.shape});
         }
       // The device's batch buffers sized now, for the largest batch a layer's query heads make.
-      if (g->sel)
+      if (g->sel && st_->opt.device_batch_queries > 0)
         for (const auto& [lh, dp] : g->dev_parts)
-          g->sel->part(lh.first, lh.second).reserve_device_batches(dp, kDeviceBatchQueries);
+          g->sel->part(lh.first, lh.second).reserve_device_batches(dp, st_->opt.device_batch_queries);
       g->reader->release_sections();
       rc.decompress_s = secs(t2, Clock::now());
       w->copy_start = Clock::now();

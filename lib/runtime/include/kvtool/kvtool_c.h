@@ -108,6 +108,16 @@ KVTOOL_C_API int kvtool_lease_query_batch(const kvtool_lease* lease, int64_t lay
                                           const int64_t* q_heads, const float* q, const int64_t* positions,
                                           const kvtool_query_params* params, int threads, int64_t* ids, float* scores,
                                           int64_t capacity, int64_t* counts);
+/* kvtool_lease_query_batch on the caller's CUDA stream `stream` (a cudaStream_t; NULL: the device's
+ * default stream): the parts of a generation on the device tier are scored on it, after the work
+ * already queued there. The call still returns with the answers in place (it waits for the
+ * stream), so a stream being captured into a CUDA graph is refused (KVTOOL_ERR_USAGE); graphs
+ * capture the kernels' batch API (cuda/include/kvtool/cuda_kernels.h). Parts on the host tier
+ * ignore it. */
+KVTOOL_C_API int kvtool_lease_query_batch_on_stream(const kvtool_lease* lease, int64_t layer, int64_t count,
+                                                    const int64_t* q_heads, const float* q, const int64_t* positions,
+                                                    const kvtool_query_params* params, int threads, int64_t* ids,
+                                                    float* scores, int64_t capacity, int64_t* counts, void* stream);
 
 #ifdef __cplusplus
 }

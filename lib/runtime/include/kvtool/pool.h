@@ -56,6 +56,11 @@ struct PoolOptions {
   int64_t host_budget = int64_t{4} << 30;
   int64_t device_budget = 0;
   std::shared_ptr<DeviceBackend> device;  // nullptr: host tier only
+  // Queries of one part per device batch, the size the device's batch buffers are reserved for
+  // at publish (a layer's query heads per kv head times the positions asked at once; Llama-3-8B:
+  // 4 per kv head). Larger groups go in several batches; 0: no batch buffers (query by query).
+  // The buffers are the backend's, outside device_budget (DeviceBackend::reserve_pq_batches).
+  int64_t device_batch_queries = 64;
 };
 
 struct PoolStats {
