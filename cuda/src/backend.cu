@@ -121,6 +121,11 @@ class CudaBackend : public DeviceBackend {
       // No batch buffers: batches then go query by query (score_batch_capacity is 0).
     }
   }
+  int64_t batch_buffer_bytes() override {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    return static_cast<int64_t>((ws_ ? pq_batch_workspace_bytes(shape_) : 0) +
+                                (score_ws_ ? score_batch_workspace_bytes(score_shape_) : 0));
+  }
   int64_t score_batch_capacity(const ScoreBatchLimits& one) override {
     std::lock_guard<std::mutex> g(batch_mu_);
     ScoreBatchLimits single = one;

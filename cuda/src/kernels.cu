@@ -508,6 +508,13 @@ PqBatchWorkspace* pq_batch_workspace_create(const PqBatchShape& s) {
   return ws;
 }
 
+size_t pq_batch_workspace_bytes(const PqBatchShape& s) {
+  const size_t nq = static_cast<size_t>(s.max_queries), rows = nq * static_cast<size_t>(s.max_rows),
+               top = nq * static_cast<size_t>(s.max_top);
+  return 2 * nq * s.max_dim * sizeof(float) + 2 * top * (sizeof(int64_t) + sizeof(float)) +
+         nq * s.max_subspaces * s.max_centroids * sizeof(float) + rows * (sizeof(float) + sizeof(unsigned long long));
+}
+
 float* pq_batch_queries(PqBatchWorkspace* ws) { return ws->q; }
 const int64_t* pq_batch_ids(const PqBatchWorkspace* ws) { return ws->ids; }
 const float* pq_batch_scores(const PqBatchWorkspace* ws) { return ws->scores; }
@@ -589,6 +596,13 @@ ScoreBatchWorkspace* score_batch_workspace_create(const ScoreBatchShape& s) {
     throw;
   }
   return ws;
+}
+
+size_t score_batch_workspace_bytes(const ScoreBatchShape& s) {
+  const size_t nq = static_cast<size_t>(s.max_queries), rows = nq * static_cast<size_t>(s.max_rows),
+               cols = nq * static_cast<size_t>(s.max_hash_columns);
+  return 2 * nq * s.max_dim * sizeof(float) + 2 * rows * sizeof(double) +
+         (cols ? cols * (sizeof(float) + sizeof(uint32_t)) + rows * sizeof(unsigned) : 0);
 }
 
 float* score_batch_queries(ScoreBatchWorkspace* ws) { return ws->q; }

@@ -169,6 +169,13 @@ void EmulatedDevice::reserve_score_batches(const ScoreBatchLimits& l) {
   st_->wide_ids.resize(static_cast<size_t>(b.max_rows));
 }
 
+int64_t EmulatedDevice::batch_buffer_bytes() {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  const State& s = *st_;
+  return static_cast<int64_t>((s.lut.size() + s.score.size()) * sizeof(float) + s.order.size() * sizeof(int64_t) +
+                              (s.codes.size() + s.wide_ids.size()) * sizeof(uint32_t));
+}
+
 int64_t EmulatedDevice::score_batch_capacity(const ScoreBatchLimits& one) {
   std::lock_guard<std::mutex> g(st_->batch_mu);
   ScoreBatchLimits single = one;

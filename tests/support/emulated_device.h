@@ -42,6 +42,7 @@ class EmulatedDevice : public DeviceBackend {
   // Batched scoring primitives with buffers sized by reserve_score_batches (as above).
   void reserve_score_batches(const ScoreBatchLimits& limits) override;
   int64_t score_batch_capacity(const ScoreBatchLimits& one) override;
+  int64_t batch_buffer_bytes() override;
   bool dot_scores_batch(const float* centroids, int64_t rows, int64_t d, const float* q, int64_t count, void* stream,
                         float* out) override;
   bool dot_scores_f64_batch(const float* centroids, int64_t rows, int64_t d, double scale, const float* q,

@@ -568,6 +568,11 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
     CHECK(dev->batch_calls() > batches);
     CHECK(dev->last_stream() == &stream_tag);
   }
+  // The batch buffers are the backend's, shown beside the device budget (not charged to it).
+  CHECK(device.stats().device_batch_bytes > 0);
+  CHECK(device.stats().device_batch_bytes == dev->batch_buffer_bytes());
+  CHECK(device.stats().to_json()["device"]["batch_buffers"] == dev->batch_buffer_bytes());
+  CHECK(host.stats().device_batch_bytes == 0);
   // PoolOptions::device_batch_queries sizes the batch buffers: groups of 5 queries per part above a
   // reservation of 2 go in several batches, and 0 reserves nothing (query by query); the answers
   // stay the single queries'. squeeze's two-level pass by the factor rule is checked here too.
@@ -585,6 +590,7 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
       check_batch_equals_singles(p.acquire(art), dump, art == sq ? factor : QuerySettings{}, 2, 5);
       CHECK((small->batch_calls() > before) == (reserved > 0));
     }
+    CHECK((p.stats().device_batch_bytes > 0) == (reserved > 0));
   }
   o.device_batch_queries = -1;
   CHECK_THROWS_WITH(Pool(o), Catch::Contains("device_batch_queries must be in 0..65535"));

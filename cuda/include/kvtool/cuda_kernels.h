@@ -84,6 +84,7 @@ struct PqBatchWorkspace;
 // nullptr when no device is usable; throws std::runtime_error on a CUDA failure or a bad shape.
 PqBatchWorkspace* pq_batch_workspace_create(const PqBatchShape& shape);
 void pq_batch_workspace_destroy(PqBatchWorkspace* ws);
+size_t pq_batch_workspace_bytes(const PqBatchShape& shape);  // device + page-locked host
 // The fixed host addresses: q (query i at i * m * dsub, room for max_queries × max_dim), and the
 // last batch's answers, ids and scores [count, min(top, n)] row-major (row ids within the part).
 float* pq_batch_queries(PqBatchWorkspace* ws);
@@ -107,6 +108,7 @@ struct ScoreBatchWorkspace;
 // nullptr when no device is usable; throws std::runtime_error on a CUDA failure or a bad shape.
 ScoreBatchWorkspace* score_batch_workspace_create(const ScoreBatchShape& shape);
 void score_batch_workspace_destroy(ScoreBatchWorkspace* ws);
+size_t score_batch_workspace_bytes(const ScoreBatchShape& shape);  // device + page-locked host
 // Query i's vector at i * d (room for max_queries × max_dim); the last batch's results, row-major
 // [count, rows]: float (dot_scores), double (dot_scores_f64) or u16 collision counts [count, n].
 float* score_batch_queries(ScoreBatchWorkspace* ws);

@@ -285,7 +285,7 @@ json PublishReceipt::to_json() const {
 
 json PoolStats::to_json() const {
   return {{"host", {{"used", host_used}, {"budget", host_budget}}},
-          {"device", {{"used", device_used}, {"budget", device_budget}}},
+          {"device", {{"used", device_used}, {"budget", device_budget}, {"batch_buffers", device_batch_bytes}}},
           {"published", published},
           {"retiring", retiring},
           {"in_flight", in_flight},
@@ -647,8 +647,9 @@ size_t Pool::reap() {
 
 PoolStats Pool::stats() {
   reap();
-  std::lock_guard<std::mutex> l(st_->mu);
   PoolStats s;
+  if (st_->opt.device) s.device_batch_bytes = st_->opt.device->batch_buffer_bytes();  // the backend's own lock
+  std::lock_guard<std::mutex> l(st_->mu);
   s.host_used = st_->host_used;
   s.host_budget = st_->opt.host_budget;
   s.device_used = st_->device_used;

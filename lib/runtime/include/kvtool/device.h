@@ -134,6 +134,8 @@ class DeviceBackend {
   //   simhash_collisions_batch: query i's collision counts of the n rows at counts + i * stride.
   // The buffers are the backend's, like the PQ batch buffers.
   virtual void reserve_score_batches(const ScoreBatchLimits&) {}
+  // Bytes the batch buffers hold now (device and page-locked host memory; PoolStats shows them).
+  virtual int64_t batch_buffer_bytes() { return 0; }
   virtual int64_t score_batch_capacity(const ScoreBatchLimits& /*one*/) { return 0; }
   virtual bool dot_scores_batch(const float* /*centroids*/, int64_t /*rows*/, int64_t /*d*/, const float* /*q*/,
                                 int64_t /*count*/, void* /*stream*/, float* /*out*/) {

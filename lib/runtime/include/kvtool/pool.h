@@ -65,6 +65,7 @@ struct PoolOptions {
 
 struct PoolStats {
   int64_t host_used = 0, host_budget = 0, device_used = 0, device_budget = 0;
+  int64_t device_batch_bytes = 0;  // the device backend's batch buffers, outside device_budget
   int64_t published = 0, retiring = 0, in_flight = 0, orphaned_transfers = 0;
   json to_json() const;
 };
