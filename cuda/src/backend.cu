@@ -74,17 +74,7 @@ class CudaBackend : public DeviceBackend {
   // take turns on it. The batch is synchronous for the pool: its stream is synchronized before the
   // answers are read (the kernel-level API leaves that to the caller, for CUDA graphs).
   void reserve_pq_batches(const PqBatchLimits& l) override {
-    std::lock_guard<std::mutex> g(batch_mu_);
-    const PqBatchLimits want = shape_.merged(l);
-    if (ws_ && shape_.covers(want)) return;
-    try {
-      PqBatchWorkspace* next = pq_batch_workspace_create(want);
-      pq_batch_workspace_destroy(ws_);
-      ws_ = next;
-      shape_ = want;
-    } catch (const std::exception&) {
-      // No batch buffers: batches then go query by query (pq_batch_capacity is 0).
-    }
+    grow(shape_, ws_, l, pq_batch_workspace_create, pq_batch_workspace_destroy);
   }
   int64_t pq_batch_capacity(const ProductCodes& p, int64_t top) override {
     std::lock_guard<std::mutex> g(batch_mu_);
@@ -109,17 +99,7 @@ class CudaBackend : public DeviceBackend {
   }
   // The scoring primitives' batches: one more workspace, the same rules.
   void reserve_score_batches(const ScoreBatchLimits& l) override {
-    std::lock_guard<std::mutex> g(batch_mu_);
-    const ScoreBatchLimits want = score_shape_.merged(l);
-    if (score_ws_ && score_shape_.covers(want)) return;
-    try {
-      ScoreBatchWorkspace* next = score_batch_workspace_create(want);
-      score_batch_workspace_destroy(score_ws_);
-      score_ws_ = next;
-      score_shape_ = want;
-    } catch (const std::exception&) {
-      // No batch buffers: batches then go query by query (score_batch_capacity is 0).
-    }
+    grow(score_shape_, score_ws_, l, score_batch_workspace_create, score_batch_workspace_destroy);
   }
   int64_t batch_buffer_bytes() override {
     std::lock_guard<std::mutex> g(batch_mu_);
@@ -176,6 +156,20 @@ class CudaBackend : public DeviceBackend {
               USAGE,
               "QueryBatch::stream is being captured: the pool's batch synchronizes it; capture the "
               "batch enqueue functions of kvtool/cuda_kernels.h instead");
+  }
+  // Grows a workspace to the larger of its shape and `l`. When the new one cannot be made the old
+  // one stays (batches outside it go query by query; with none, the capacity is 0).
+  template <typename Shape, typename Workspace, typename Create, typename Destroy>
+  void grow(Shape& shape, Workspace*& ws, const Shape& l, Create create, Destroy destroy) {
+    std::lock_guard<std::mutex> g(batch_mu_);
+    const Shape want = shape.merged(l);
+    if (ws && shape.covers(want)) return;
+    try {
+      Workspace* next = create(want);
+      destroy(ws);
+      ws = next;
+      shape = want;
+    } catch (const std::exception&) {}
   }
   // One scoring batch: `need` against the workspace, the queries [count, d] to its page-locked
   // buffer, enqueue() on the stream, a synchronization, then `per` results of each query to
