@@ -400,62 +400,83 @@ void check_pq_batch(int64_t m, int64_t bits, int64_t dsub, int64_t n, int64_t co
   expect(bad == 0 && captured, what);
 }
 
-// Per-batch latency of a decode step's layer: 32 queries against one 32K-row part, enqueued on a
-// stream and synchronized, and the same replayed from a captured graph; p50 / p99 of 200 batches.
+// p50 / p99 of 200 runs (after 20 warm-ups) of `enqueue` on `stream` and synchronized, and of the
+// same captured in a CUDA graph and replayed, as text.
+template <typename Enqueue>
+std::string batch_latency(cudaStream_t stream, Enqueue&& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  enqueue();
+  cudaStreamEndCapture(stream, &graph);
+  cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0);
+  std::vector<double> direct, replayed;
+  for (int i = 0; i < 220; ++i) {
+    auto t0 = Clock::now();
+    enqueue();
+    cudaStreamSynchronize(stream);
+    if (i >= 20) direct.push_back(secs(t0));
+    t0 = Clock::now();
+    cudaGraphLaunch(exec, stream);
+    cudaStreamSynchronize(stream);
+    if (i >= 20) replayed.push_back(secs(t0));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(direct.begin(), direct.end());
+  std::sort(replayed.begin(), replayed.end());
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "p50 %.3f ms p99 %.3f ms on a stream, p50 %.3f ms p99 %.3f ms replayed from a CUDA graph",
+                direct[direct.size() / 2] * 1e3, direct[direct.size() * 99 / 100] * 1e3,
+                replayed[replayed.size() / 2] * 1e3, replayed[replayed.size() * 99 / 100] * 1e3);
+  return line;
+}
+
+// Per-batch latency of a decode step's layer: 32 queries against one 32K-row part (PQ selection;
+// clusterkv's centroid scores at 80 rows per cluster; lsh's collision counts at K=10, L=150).
 void bench_batches(std::ostringstream& out) {
+  const int64_t n = 32768, count = 32;
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   for (auto [m, bits, top] : {std::tuple<int64_t, int64_t, int64_t>{2, 6, 3277}, {16, 8, 2048}, {2, 6, 8192}}) {
-    const int64_t k = int64_t{1} << bits, dsub = 128 / m, n = 32768, count = 32;
+    const int64_t k = int64_t{1} << bits, dsub = 128 / m;
     std::vector<float> cen(static_cast<size_t>(m * k * dsub));
     std::vector<uint8_t> codes(static_cast<size_t>(n * m));
     for (auto& x : cen) x = next_f();
     for (auto& x : codes) x = static_cast<uint8_t>(next_u64() % static_cast<uint64_t>(k));
     DevicePart part(cen, codes.data(), codes.size());
-    cuda::PqBatchShape shape;
-    shape.max_queries = count;
-    shape.max_rows = n;
-    shape.max_subspaces = m;
-    shape.max_centroids = k;
-    shape.max_dim = 128;
-    shape.max_top = top;
+    const cuda::PqBatchShape shape{count, n, m, k, 128, top};
     cuda::PqBatchWorkspace* ws = cuda::pq_batch_workspace_create(shape);
     for (int64_t i = 0; i < count * 128; ++i) cuda::pq_batch_queries(ws)[i] = next_f();
-    cudaStream_t stream = nullptr;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    auto enqueue = [&] {
-      cuda::pq_top_k_batch_enqueue(ws, part.cen, part.codes, 1, m, k, dsub, n, count, top, stream);
-    };
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-    enqueue();
-    cudaStreamEndCapture(stream, &graph);
-    cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0);
-    std::vector<double> direct, replayed;
-    for (int i = 0; i < 220; ++i) {
-      auto t0 = Clock::now();
-      enqueue();
-      cudaStreamSynchronize(stream);
-      if (i >= 20) direct.push_back(secs(t0));
-      t0 = Clock::now();
-      cudaGraphLaunch(exec, stream);
-      cudaStreamSynchronize(stream);
-      if (i >= 20) replayed.push_back(secs(t0));
-    }
-    std::sort(direct.begin(), direct.end());
-    std::sort(replayed.begin(), replayed.end());
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "PQ batch of %lld queries, top-%lld of %lld rows (m=%lld, %lld bits): per batch p50 %.3f ms p99 %.3f "
-                  "ms on a stream, p50 %.3f ms p99 %.3f ms replayed from a CUDA graph\n",
-                  (long long)count, (long long)top, (long long)n, (long long)m, (long long)bits,
-                  direct[direct.size() / 2] * 1e3, direct[direct.size() * 99 / 100] * 1e3,
-                  replayed[replayed.size() / 2] * 1e3, replayed[replayed.size() * 99 / 100] * 1e3);
-    out << line;
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    out << "PQ batch of " << count << " queries, top-" << top << " of " << n << " rows (m=" << m << ", " << bits
+        << " bits): per batch "
+        << batch_latency(
+               stream,
+               [&] { cuda::pq_top_k_batch_enqueue(ws, part.cen, part.codes, 1, m, k, dsub, n, count, top, stream); })
+        << "\n";
     cuda::pq_batch_workspace_destroy(ws);
   }
+  const SimhashTables st(128, 10, 150, n, 0);
+  const int64_t clusters = n / 80;
+  std::vector<float> cen(static_cast<size_t>(clusters * 128));
+  for (auto& x : cen) x = next_f();
+  const DeviceCopy<float> dcen(cen), dw(st.w);
+  const DeviceCopy<uint32_t> doff(st.offsets), dids(st.ids);
+  cuda::ScoreBatchWorkspace* ws = cuda::score_batch_workspace_create({count, 128, n, 10 * 150});
+  for (int64_t i = 0; i < count; ++i) st.query(cuda::score_batch_queries(ws) + i * 128);
+  out << "clusterkv batch of " << count << " queries, " << clusters << " centroid scores each: per batch "
+      << batch_latency(stream, [&] { cuda::dot_scores_batch_enqueue(ws, dcen.p, clusters, 128, count, stream); })
+      << "\n";
+  out << "lsh batch of " << count << " queries, collision counts of " << n << " rows (K=10, L=150): per batch "
+      << batch_latency(stream,
+                       [&] {
+                         cuda::simhash_collisions_batch_enqueue(ws, dw.p, doff.p, dids.p, 4, 128, 10, 150, n, 0, count,
+                                                                stream);
+                       })
+      << "\n";
+  cuda::score_batch_workspace_destroy(ws);
+  cudaStreamDestroy(stream);
 }
 
 void bench(std::ostringstream& out) {
