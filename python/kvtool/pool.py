@@ -160,12 +160,14 @@ class Pool:
     ``host_budget``: bytes the host tier may hold (publishing past it evicts unleased generations
     in LRU order, else raises kvtool.Error HOST_BUDGET_EXCEEDED). ``device=True`` adds the CUDA
     device tier (``device_budget`` bytes); it raises DEVICE_UNAVAILABLE where there is no usable
-    GPU or this module was built without CUDA.
+    GPU or this module was built without CUDA. ``device_batch_queries``: queries of one part the
+    device's batch buffers are sized for at publish (:meth:`Lease.select` sends each part's queries
+    to the device together; more go in several batches; 0: one by one).
     """
 
-    def __init__(self, host_budget=4 << 30, device=False, *, device_budget=4 << 30):
+    def __init__(self, host_budget=4 << 30, device=False, *, device_budget=4 << 30, device_batch_queries=64):
         self._native = _kvtool.Pool(_int(host_budget, "host_budget", 1), _int(device_budget, "device_budget", 0),
-                                    bool(device))
+                                    bool(device), _int(device_batch_queries, "device_batch_queries", 0))
         self._leases = weakref.WeakSet()
 
     @property
@@ -222,7 +224,8 @@ class Pool:
                              f"{generation} would wait forever; release the lease first or pass wait=False")
 
     def stats(self):
-        """Bytes used and budgets per tier, published / retiring generations, in-flight copies (dict)."""
+        """Bytes used and budgets per tier (``device.batch_buffers``: the device backend's batch buffers,
+        outside its budget), published / retiring generations, in-flight copies (dict)."""
         return json.loads(self._native.stats())
 
     def keys(self):

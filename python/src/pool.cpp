@@ -147,11 +147,12 @@ class PyLease {
   Lease l_;
 };
 
-std::unique_ptr<Pool> make_pool(int64_t host_budget, int64_t device_budget, bool device) {
+std::unique_ptr<Pool> make_pool(int64_t host_budget, int64_t device_budget, bool device, int64_t batch_queries) {
   KVT_CHECK(host_budget > 0 && device_budget >= 0, USAGE, "host_budget must be > 0 and device_budget >= 0");
   PoolOptions o;
   o.host_budget = host_budget;
   o.device_budget = device_budget;
+  o.device_batch_queries = batch_queries;
   if (device) {
 #ifdef KVTOOL_WITH_CUDA
     o.device = cuda::make_backend();
@@ -198,7 +199,8 @@ void bind_pool(py::module_& m) {
       .def("select", &PyLease::select, py::arg("layer"), py::arg("q_heads"), py::arg("Q"), py::arg("positions"),
            py::arg("capacity"), py::arg("threads"), py::arg("keys"), py::arg("settings"), py::arg("stream"));
   py::class_<Pool>(m, "Pool")
-      .def(py::init(&make_pool), py::arg("host_budget"), py::arg("device_budget"), py::arg("device"))
+      .def(py::init(&make_pool), py::arg("host_budget"), py::arg("device_budget"), py::arg("device"),
+           py::arg("device_batch_queries"))
       .def("publish", &publish, py::arg("key"), py::arg("artifact"), py::arg("expected_content_digest"),
            py::arg("tenant"), py::arg("trusted_keys"), py::arg("require_signature"), py::arg("device"))
       .def("acquire",

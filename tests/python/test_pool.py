@@ -203,6 +203,9 @@ def test_errors(q):
     expect_error(lambda: pool.acquire("nothing"), "NOT_PUBLISHED", 1, "acquire unknown key")
     expect_error(lambda: kvtool.Pool(host_budget=-1), "USAGE", 2, "negative budget")
     expect_error(lambda: kvtool.Pool(host_budget="big"), "USAGE", 2, "budget as a string")
+    expect_error(lambda: kvtool.Pool(device_batch_queries=-1), "USAGE", 2, "negative device_batch_queries")
+    expect_error(lambda: kvtool.Pool(device_batch_queries=1 << 20), "USAGE", 2, "device_batch_queries above 65535")
+    check(kvtool.Pool(device_batch_queries=0).stats()["device"]["batch_buffers"] == 0, "no device: no batch buffers")
     pool.publish("k", "pq.kvi")
     with pool.acquire("k") as lease:
         expect_error(lambda: lease.query(0, 0, q[0, 0][:7], POSITION), "USAGE", 2, "short vector")
