@@ -35,14 +35,32 @@ class CudaTransfer : public Transfer {
   CopyHandle* h_;
 };
 
+// Every entry point first makes the backend's device current on the calling thread: the pool calls
+// it from its own worker threads too, whose current device is otherwise 0.
 class CudaBackend : public DeviceBackend {
  public:
+  CudaBackend() {
+    if (cudaGetDevice(&device_) != cudaSuccess) cudaGetLastError();
+  }
   std::string name() const override { return "cuda"; }
-  void* host_alloc(size_t bytes) override { return pinned_alloc(bytes); }
-  void host_free(void* p) override { pinned_free(p); }
-  void* device_alloc(size_t bytes) override { return cuda::device_alloc(bytes); }
-  void device_free(void* p) override { cuda::device_free(p); }
+  void* host_alloc(size_t bytes) override {
+    bind();
+    return pinned_alloc(bytes);
+  }
+  void host_free(void* p) override {
+    bind();
+    pinned_free(p);
+  }
+  void* device_alloc(size_t bytes) override {
+    bind();
+    return cuda::device_alloc(bytes);
+  }
+  void device_free(void* p) override {
+    bind();
+    cuda::device_free(p);
+  }
   std::unique_ptr<Transfer> copy_to_device(void* dst, const void* src, size_t bytes) override {
+    bind();
     try {
       return std::make_unique<CudaTransfer>(copy_async(dst, src, bytes));
     } catch (const std::runtime_error& e) {
@@ -50,6 +68,7 @@ class CudaBackend : public DeviceBackend {
     }
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    bind();
     try {
       cuda::copy_to_host(dst, src, bytes);
     } catch (const std::runtime_error& e) {
@@ -87,15 +106,17 @@ class CudaBackend : public DeviceBackend {
     if (!ws_ || !shape_.covers(PqBatchLimits::of(p, count, top))) return false;
     refuse_capture(stream);
     std::copy(q, q + count * d, pq_batch_queries(ws_));
-    run([&] {
+    run_batch(stream, [&] {
       pq_top_k_batch_enqueue(ws_, static_cast<const float*>(p.centroids), p.codes, p.code_bytes, p.m, p.k, p.dsub, p.n,
                              count, per, stream);
-      check_stream(static_cast<cudaStream_t>(stream));
-      return true;
     });
     std::copy(pq_batch_ids(ws_), pq_batch_ids(ws_) + count * per, ids);
     std::copy(pq_batch_scores(ws_), pq_batch_scores(ws_) + count * per, scores);
     return true;
+  }
+  void prepare_stream(void* stream) override {
+    refuse_capture(stream);
+    run_batch(stream, [] {});  // waits for the caller's queued work
   }
   // The scoring primitives' batches: one more workspace, the same rules.
   void reserve_score_batches(const ScoreBatchLimits& l) override {
@@ -143,17 +164,38 @@ class CudaBackend : public DeviceBackend {
   }
 
  private:
-  static void check_stream(cudaStream_t st) {
-    const cudaError_t e = cudaStreamSynchronize(st);
-    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA batch failed: ") + cudaGetErrorString(e));
+  void bind() const {
+    if (cudaSetDevice(device_) != cudaSuccess) cudaGetLastError();  // a lost device fails the call itself
+  }
+  // Enqueues a batch on `stream` and waits for it. On a failure it still waits for whatever was
+  // queued, so that no copy or kernel of the batch is left reading buffers the next batch reuses.
+  template <typename Enqueue>
+  void run_batch(void* stream, Enqueue&& enqueue) {
+    const auto st = static_cast<cudaStream_t>(stream);
+    run([&] {
+      try {
+        enqueue();
+      } catch (...) {
+        cudaStreamSynchronize(st);
+        cudaGetLastError();
+        throw;
+      }
+      const cudaError_t e = cudaStreamSynchronize(st);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        throw std::runtime_error(std::string("CUDA batch failed: ") + cudaGetErrorString(e));
+      }
+      return true;
+    });
   }
   // The pool's batch is synchronous: on a stream being captured into a graph its synchronization
   // would break the capture (capture the kernel-level API of cuda_kernels.h instead).
-  static void refuse_capture(void* stream) {
+  void refuse_capture(void* stream) {
+    bind();
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    KVT_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing) == cudaSuccess &&
-                  capturing == cudaStreamCaptureStatusNone,
-              USAGE,
+    const bool asked = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing) == cudaSuccess;
+    if (!asked) cudaGetLastError();  // not left behind for the next call on this thread
+    KVT_CHECK(asked && capturing == cudaStreamCaptureStatusNone, USAGE,
               "QueryBatch::stream is being captured: the pool's batch synchronizes it; capture the "
               "batch enqueue functions of kvtool/cuda_kernels.h instead");
   }
@@ -162,6 +204,7 @@ class CudaBackend : public DeviceBackend {
   template <typename Shape, typename Workspace, typename Create, typename Destroy>
   void grow(Shape& shape, Workspace*& ws, const Shape& l, Create create, Destroy destroy) {
     std::lock_guard<std::mutex> g(batch_mu_);
+    bind();
     const Shape want = shape.merged(l);
     if (ws && shape.covers(want)) return;
     try {
@@ -181,11 +224,7 @@ class CudaBackend : public DeviceBackend {
     if (!score_ws_ || !score_shape_.covers(need)) return false;
     refuse_capture(stream);
     std::copy(q, q + need.max_queries * need.max_dim, score_batch_queries(score_ws_));
-    run([&] {
-      enqueue();
-      check_stream(static_cast<cudaStream_t>(stream));
-      return true;
-    });
+    run_batch(stream, enqueue);
     const T* r = static_cast<const T*>(score_batch_results(score_ws_));
     for (int64_t i = 0; i < need.max_queries; ++i) std::copy(r + i * per, r + (i + 1) * per, out + i * stride);
     return true;
@@ -195,9 +234,11 @@ class CudaBackend : public DeviceBackend {
   PqBatchWorkspace* ws_ = nullptr;
   ScoreBatchLimits score_shape_;
   ScoreBatchWorkspace* score_ws_ = nullptr;
+  int device_ = 0;  // the device current when the backend was made
   // Kernel failures become Error INTERNAL; a device gone since the pool started, DEVICE_UNAVAILABLE.
   template <typename F>
-  static void run(F&& f) {
+  void run(F&& f) {
+    bind();
     bool ok = false;
     try {
       ok = f();

@@ -14,7 +14,9 @@ namespace kvtool::cuda {
 namespace {
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // not left behind to fail the thread's next, unrelated check
+  throw std::runtime_error(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(e));
 }
 
 // Device buffer freed on scope exit.

@@ -379,6 +379,8 @@ class FaultyDevice : public DeviceBackend {
     if (singles_ && f_ == Fault::lsh && n > 0) ++count[n / 2];  // one extra collision for one row
   }
   // The batched paths, with the same error in every query of a batch.
+  void prepare_stream(void* stream) override { in_->prepare_stream(stream); }
+  int64_t batch_buffer_bytes() override { return in_->batch_buffer_bytes(); }
   void reserve_pq_batches(const PqBatchLimits& l) override { in_->reserve_pq_batches(l); }
   int64_t pq_batch_capacity(const ProductCodes& p, int64_t top) override { return in_->pq_batch_capacity(p, top); }
   bool product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top, void* stream,
@@ -505,6 +507,8 @@ void count(Match m, int64_t& identical, int64_t& ties, Tally& t, const std::stri
 void check_batches(const Art& a, const Queries& qs, Pool& dev, const QuerySettings& settings, Tally& t) {
   const Lease lease = dev.acquire(a.kind);
   const auto params = lease.params(settings);
+  if (dev.stats().device_batch_bytes <= 0 && t.batch_different++ == 0 && t.first_problem.empty())
+    t.first_problem = "the device has no batch buffers: batches would go query by query";
   void* stream = nullptr;  // the emulated device's batches take the default
 #ifdef KVTOOL_GPU_POOL_CUDA
   cudaStream_t cs = nullptr;

@@ -42,6 +42,7 @@ struct EmulatedDevice::State {
     return true;
   }
   void* last_stream = nullptr;
+  void* prepared_stream = nullptr;
   std::vector<std::pair<void*, size_t>> sizes;  // live allocations (device and host)
   void land(Copy& c) {                          // caller holds mu
     if (c.done) return;
@@ -122,6 +123,16 @@ void EmulatedDevice::product_code_top_k(const ProductCodes& p, const float* q, i
   ids = scoring::top_k(score.data(), p.n, k);
   scores.clear();
   for (int64_t i : ids) scores.push_back(score[static_cast<size_t>(i)]);
+}
+
+void EmulatedDevice::prepare_stream(void* stream) {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  st_->prepared_stream = stream;
+}
+
+void* EmulatedDevice::last_prepared_stream() const {
+  std::lock_guard<std::mutex> g(st_->batch_mu);
+  return st_->prepared_stream;
 }
 
 void EmulatedDevice::reserve_pq_batches(const PqBatchLimits& l) {

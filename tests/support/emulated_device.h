@@ -35,6 +35,8 @@ class EmulatedDevice : public DeviceBackend {
                           uint16_t* count) override;
   // Batched PQ with buffers sized by reserve_pq_batches (the largest shape reserved so far); a
   // batch outside them returns false. Batches are serialized, as on one device workspace.
+  void prepare_stream(void* stream) override;
+  void* last_prepared_stream() const;  // the stream of the last pool batch on this device
   void reserve_pq_batches(const PqBatchLimits& limits) override;
   int64_t pq_batch_capacity(const ProductCodes& part, int64_t top) override;
   bool product_code_top_k_batch(const ProductCodes& part, const float* q, int64_t count, int64_t top, void* stream,

@@ -567,6 +567,7 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
     check_batch_equals_singles(device.acquire(c.art), dump, c.settings, 2, 5, &stream_tag);
     CHECK(dev->batch_calls() > batches);
     CHECK(dev->last_stream() == &stream_tag);
+    CHECK(dev->last_prepared_stream() == &stream_tag);
   }
   // The batch buffers are the backend's, shown beside the device budget (not charged to it).
   CHECK(device.stats().device_batch_bytes > 0);

@@ -708,6 +708,7 @@ void Lease::query_batch(const QueryBatch& batch, const QueryParams& params, cons
   SelectHook hook = nullptr;
   GroupHook group = nullptr;
   if (!g->dev_parts.empty()) {
+    g_->st->opt.device->prepare_stream(batch.stream);
     hook = [g](int64_t l, int64_t h, const PartSelector& host, const SelectRequest& req, Selection& sel) {
       auto it = g->dev_parts.find({l, h});
       return it != g->dev_parts.end() && host.select_device(req, it->second, sel);

@@ -115,6 +115,11 @@ class DeviceBackend {
   // destroyed, outside the pool's device budget (CUDA: 12 B per row per query, about 25 MB for 64
   // queries of 32K rows). pq_batch_capacity: the most queries one batch of this part and top can
   // hold (0: none), so that callers split larger groups.
+  // Called once before each pool batch on the device tier (Lease::query_batch), with its stream:
+  // refuses a stream that is being captured into a graph (USAGE: the pool's call waits for its
+  // answers) and waits for the work already queued on it, so that the batch's queries answered one
+  // by one (on the device's own stream) come after that work as the batched ones do.
+  virtual void prepare_stream(void* /*stream*/) {}
   virtual void reserve_pq_batches(const PqBatchLimits&) {}
   virtual int64_t pq_batch_capacity(const ProductCodes&, int64_t /*top*/) { return 0; }
   virtual bool product_code_top_k_batch(const ProductCodes&, const float* /*q*/, int64_t /*count*/, int64_t /*top*/,
