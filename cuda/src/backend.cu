@@ -35,6 +35,61 @@ class CudaTransfer : public Transfer {
   CopyHandle* h_;
 };
 
+// A decode step's PQ selection on the device (DeviceBackend::make_pq_step): a workspace of its own
+// (a graph replaying the step must not share intermediates with the pool's batches) and the groups'
+// member lists in device memory, made once; enqueue() only launches kernels.
+class CudaPqStep : public DeviceStep {
+ public:
+  CudaPqStep(int device, const std::vector<PqStepGroup>& groups, int64_t top, int64_t stride)
+      : device_(device), groups_(groups), top_(top), stride_(stride) {
+    PqBatchLimits shape;
+    std::vector<int64_t> all;
+    for (const PqStepGroup& g : groups) {
+      shape = shape.merged(PqBatchLimits::of(g.part, static_cast<int64_t>(g.members.size()), top));
+      offsets_.push_back(static_cast<int64_t>(all.size()));
+      all.insert(all.end(), g.members.begin(), g.members.end());
+    }
+    ws_ = pq_batch_workspace_create(shape);
+    if (!ws_) throw std::runtime_error("no usable CUDA device");
+    members_ = static_cast<int64_t*>(cuda::device_alloc(all.size() * sizeof(int64_t)));
+    if (!members_ ||
+        cudaMemcpy(members_, all.data(), all.size() * sizeof(int64_t), cudaMemcpyHostToDevice) != cudaSuccess) {
+      cudaGetLastError();
+      release();
+      throw std::runtime_error("CUDA: the device step's member lists could not be placed in device memory");
+    }
+  }
+  ~CudaPqStep() override { release(); }
+  void enqueue(const float* q, int64_t* ids, float* scores, void* stream) override {
+    if (cudaSetDevice(device_) != cudaSuccess) cudaGetLastError();
+    try {
+      for (size_t i = 0; i < groups_.size(); ++i) {
+        const PqStepGroup& g = groups_[i];
+        const ProductCodes& p = g.part;
+        pq_top_k_batch_enqueue_on_device(ws_, static_cast<const float*>(p.centroids), p.codes, p.code_bytes, p.m, p.k,
+                                         p.dsub, p.n, static_cast<int64_t>(g.members.size()), top_, q,
+                                         {members_ + offsets_[i], g.row_base, ids, scores, stride_}, stream);
+      }
+    } catch (const std::runtime_error& e) {
+      KVT_THROW(INTERNAL, e.what());
+    }
+  }
+
+ private:
+  void release() {
+    pq_batch_workspace_destroy(ws_);
+    ws_ = nullptr;
+    cuda::device_free(members_);
+    members_ = nullptr;
+  }
+  int device_;
+  std::vector<PqStepGroup> groups_;
+  int64_t top_, stride_;
+  std::vector<int64_t> offsets_;  // each group's first entry in members_
+  PqBatchWorkspace* ws_ = nullptr;
+  int64_t* members_ = nullptr;
+};
+
 // Every entry point first makes the backend's device current on the calling thread: the pool calls
 // it from its own worker threads too, whose current device is otherwise 0.
 class CudaBackend : public DeviceBackend {
@@ -113,6 +168,15 @@ class CudaBackend : public DeviceBackend {
     std::copy(pq_batch_ids(ws_), pq_batch_ids(ws_) + count * per, ids);
     std::copy(pq_batch_scores(ws_), pq_batch_scores(ws_) + count * per, scores);
     return true;
+  }
+  std::unique_ptr<DeviceStep> make_pq_step(const std::vector<PqStepGroup>& groups, int64_t top,
+                                           int64_t stride) override {
+    bind();
+    try {
+      return std::make_unique<CudaPqStep>(device_, groups, top, stride);
+    } catch (const std::runtime_error& e) {
+      KVT_THROW(INTERNAL, e.what());
+    }
   }
   void prepare_stream(void* stream) override {
     refuse_capture(stream);

@@ -347,14 +347,14 @@ namespace {
 
 // Lookup tables of `count` queries: lut[qi][j][c] = sum_t q[qi][j][t] * cen[j][c][t], the
 // arithmetic of pq_lut_kernel (and scoring::pq_lut) per query.
-__global__ void pq_lut_batch_kernel(const float* q, const float* cen, int64_t count, int64_t m, int64_t k, int64_t dsub,
-                                    float* lut) {
+__global__ void pq_lut_batch_kernel(const float* q, const int64_t* members, const float* cen, int64_t count, int64_t m,
+                                    int64_t k, int64_t dsub, float* lut) {
   const int64_t per = m * k;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count * per;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t qi = i / per, e = i % per, j = e / k;
     const float* c = cen + e * dsub;
-    const float* qj = q + qi * m * dsub + j * dsub;
+    const float* qj = q + (members ? members[qi] : qi) * m * dsub + j * dsub;  // members: query qi's row of q
     float s = 0.f;
     for (int64_t t = 0; t < dsub; ++t) s = __fadd_rn(s, __fmul_rn(qj[t], c[t]));
     lut[i] = s;
@@ -385,7 +385,7 @@ constexpr int kSelectThreads = 1024;
 // to a power of two with the largest key, bitonic-sorted, and written out as row ids and scores.
 __global__ void __launch_bounds__(kSelectThreads)
     select_top_kernel(const unsigned long long* keys, const float* score, int64_t n, int64_t b, int64_t padded,
-                      int64_t* ids, float* out_scores) {
+                      PqBatchPlacement out) {
   extern __shared__ unsigned long long kept[];  // [padded]
   __shared__ unsigned int hist[256];
   __shared__ unsigned long long prefix_s;
@@ -437,10 +437,11 @@ __global__ void __launch_bounds__(kSelectThreads)
       }
       __syncthreads();
     }
+  const int64_t at = (out.members ? out.members[qi] : qi) * out.stride;  // this query's answer row
   for (int64_t r = threadIdx.x; r < b; r += blockDim.x) {
     const int64_t row = static_cast<int64_t>(kept[r] & 0xffffffffull);
-    ids[qi * b + r] = row;
-    out_scores[qi * b + r] = score[qi * n + row];
+    out.ids[at + r] = out.row_base + row;
+    out.scores[at + r] = score[qi * n + row];
   }
 }
 
@@ -521,19 +522,28 @@ float* pq_batch_queries(PqBatchWorkspace* ws) { return ws->q; }
 const int64_t* pq_batch_ids(const PqBatchWorkspace* ws) { return ws->ids; }
 const float* pq_batch_scores(const PqBatchWorkspace* ws) { return ws->scores; }
 
-void pq_top_k_batch_enqueue(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes, int code_bytes,
-                            int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count, int64_t top, void* stream) {
+namespace {
+// The shape checks, lookup tables, scores and selection of a batch whose queries are in device
+// memory, answers written as `out` places them (the host-copy path and the device-resident one).
+// The rows each query gets, min(top, n), after checking the batch against the workspace's shape.
+int64_t pq_batch_rows(const PqBatchWorkspace* ws, int code_bytes, int64_t m, int64_t k, int64_t dsub, int64_t n,
+                      int64_t count, int64_t top) {
   const PqBatchShape& s = ws->shape;
-  if (count < 0 || count > s.max_queries || n < 0 || n > s.max_rows || m > s.max_subspaces || k > s.max_centroids ||
-      m * dsub > s.max_dim || top < 0 || (code_bytes != 1 && code_bytes != 2))
+  if (count < 0 || count > s.max_queries || n < 0 || n > s.max_rows || m < 1 || m > s.max_subspaces ||
+      k > s.max_centroids || dsub < 1 || m * dsub > s.max_dim || top < 0 || (code_bytes != 1 && code_bytes != 2))
     throw std::runtime_error("pq batch: the batch exceeds the workspace's shape");
   const int64_t b = top < n ? top : n;
   if (b > s.max_top) throw std::runtime_error("pq batch: more rows asked for than the workspace's max_top");
+  return b;
+}
+
+void enqueue_pq_selection(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes, int code_bytes,
+                          int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count, int64_t top, const float* d_q,
+                          const PqBatchPlacement& out, cudaStream_t st) {
+  const int64_t b = pq_batch_rows(ws, code_bytes, m, k, dsub, n, count, top);
   if (count == 0 || b == 0) return;
-  auto st = static_cast<cudaStream_t>(stream);
-  check(cudaMemcpyAsync(ws->d_q, ws->q, count * m * dsub * sizeof(float), cudaMemcpyHostToDevice, st),
-        "cudaMemcpyAsync H2D");
-  pq_lut_batch_kernel<<<blocks_for(count * m * k), 256, 0, st>>>(ws->d_q, d_centroids, count, m, k, dsub, ws->d_lut);
+  pq_lut_batch_kernel<<<blocks_for(count * m * k), 256, 0, st>>>(d_q, out.members, d_centroids, count, m, k, dsub,
+                                                                 ws->d_lut);
   const dim3 grid(blocks_for(n), static_cast<unsigned>(count));
   if (code_bytes == 1)
     pq_score_batch_kernel<<<grid, 256, 0, st>>>(ws->d_lut, static_cast<const uint8_t*>(d_codes), n, m, k, ws->d_score,
@@ -543,12 +553,31 @@ void pq_top_k_batch_enqueue(PqBatchWorkspace* ws, const float* d_centroids, cons
                                                 ws->d_keys);
   const int64_t padded = pow2_at_least(b);
   select_top_kernel<<<static_cast<unsigned>(count), kSelectThreads, padded * sizeof(unsigned long long), st>>>(
-      ws->d_keys, ws->d_score, n, b, padded, ws->d_ids, ws->d_out_scores);
+      ws->d_keys, ws->d_score, n, b, padded, out);
   check(cudaGetLastError(), "pq batch kernels");
+}
+}  // namespace
+
+void pq_top_k_batch_enqueue(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes, int code_bytes,
+                            int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count, int64_t top, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const int64_t b = pq_batch_rows(ws, code_bytes, m, k, dsub, n, count, top);
+  if (count == 0 || b == 0) return;
+  check(cudaMemcpyAsync(ws->d_q, ws->q, count * m * dsub * sizeof(float), cudaMemcpyHostToDevice, st),
+        "cudaMemcpyAsync H2D");
+  enqueue_pq_selection(ws, d_centroids, d_codes, code_bytes, m, k, dsub, n, count, top, ws->d_q,
+                       {nullptr, 0, ws->d_ids, ws->d_out_scores, b}, st);
   check(cudaMemcpyAsync(ws->ids, ws->d_ids, count * b * sizeof(int64_t), cudaMemcpyDeviceToHost, st),
         "cudaMemcpyAsync D2H");
   check(cudaMemcpyAsync(ws->scores, ws->d_out_scores, count * b * sizeof(float), cudaMemcpyDeviceToHost, st),
         "cudaMemcpyAsync D2H");
+}
+
+void pq_top_k_batch_enqueue_on_device(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes,
+                                      int code_bytes, int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count,
+                                      int64_t top, const float* d_q, const PqBatchPlacement& out, void* stream) {
+  enqueue_pq_selection(ws, d_centroids, d_codes, code_bytes, m, k, dsub, n, count, top, d_q, out,
+                       static_cast<cudaStream_t>(stream));
 }
 
 // ---- Batched scoring primitives (cuda_kernels.h, "Batched scoring primitives") -----------------

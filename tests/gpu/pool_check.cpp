@@ -380,6 +380,10 @@ class FaultyDevice : public DeviceBackend {
   }
   // The batched paths, with the same error in every query of a batch.
   void prepare_stream(void* stream) override { in_->prepare_stream(stream); }
+  std::unique_ptr<DeviceStep> make_pq_step(const std::vector<PqStepGroup>& groups, int64_t top,
+                                           int64_t stride) override {
+    return in_->make_pq_step(groups, top, stride);
+  }
   int64_t batch_buffer_bytes() override { return in_->batch_buffer_bytes(); }
   void reserve_pq_batches(const PqBatchLimits& l) override { in_->reserve_pq_batches(l); }
   int64_t pq_batch_capacity(const ProductCodes& p, int64_t top) override { return in_->pq_batch_capacity(p, top); }
@@ -504,7 +508,42 @@ void count(Match m, int64_t& identical, int64_t& ties, Tally& t, const std::stri
 // A decode step's batch per layer on the device tier (Lease::query_batch: every query head at four
 // positions, grouped per kv head into the CUDA backend's batches), on a caller's stream; each
 // answer must equal that query's single device query (ids and scores).
-void check_batches(const Art& a, const Queries& qs, Pool& dev, const QuerySettings& settings, Tally& t) {
+// A pq layer's queries as a device step (Lease::plan_device_step): queries copied to device memory,
+// the plan enqueued on `stream`, its answers read back; each must equal that query's single query.
+void check_device_step(const Lease& lease, DeviceBackend& backend, const QueryParams& params, int64_t layer,
+                       const std::vector<int64_t>& hs, const std::vector<float>& q, const std::vector<int64_t>& pos,
+                       int64_t d, void* stream, Tally& t) {
+  const int64_t n = static_cast<int64_t>(hs.size());
+  const DeviceStepPlan plan = lease.plan_device_step(layer, hs.data(), n, params);
+  const int64_t per = plan.rows_per_query();
+  void* dq = backend.device_alloc(q.size() * sizeof(float));
+  void* dids = backend.device_alloc(static_cast<size_t>(n * per) * sizeof(int64_t));
+  void* dscores = backend.device_alloc(static_cast<size_t>(n * per) * sizeof(float));
+  std::vector<int64_t> ids(static_cast<size_t>(n * per));
+  std::vector<float> scores(ids.size());
+  if (dq && dids && dscores) {
+    backend.copy_to_device(dq, q.data(), q.size() * sizeof(float))->wait();
+    plan.enqueue(static_cast<const float*>(dq), static_cast<int64_t*>(dids), static_cast<float*>(dscores), stream);
+#ifdef KVTOOL_GPU_POOL_CUDA
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+#endif
+    backend.copy_to_host(ids.data(), dids, ids.size() * sizeof(int64_t));
+    backend.copy_to_host(scores.data(), dscores, scores.size() * sizeof(float));
+  }
+  for (void* p : {dq, dids, dscores}) backend.device_free(p);
+  for (int64_t i = 0; i < n; ++i) {
+    const CandidateReceipt one = lease.query(layer, hs[i], q.data() + i * d, pos[i], params);
+    const bool same = static_cast<int64_t>(one.candidates.size()) == per &&
+                      std::equal(one.candidates.begin(), one.candidates.end(), ids.begin() + i * per) &&
+                      std::equal(one.scores.begin(), one.scores.end(), scores.begin() + i * per);
+    ++t.batched;
+    if (!same && t.batch_different++ == 0 && t.first_problem.empty())
+      t.first_problem = "device step vs single, layer " + std::to_string(layer) + " query " + std::to_string(i);
+  }
+}
+
+void check_batches(const Art& a, const Queries& qs, Pool& dev, DeviceBackend& backend, const QuerySettings& settings,
+                   Tally& t) {
   const Lease lease = dev.acquire(a.kind);
   const auto params = lease.params(settings);
   if (dev.stats().device_batch_bytes <= 0 && t.batch_different++ == 0 && t.first_problem.empty())
@@ -540,6 +579,7 @@ void check_batches(const Art& a, const Queries& qs, Pool& dev, const QuerySettin
       if (!same && t.batch_different++ == 0 && t.first_problem.empty())
         t.first_problem = "batch vs single, layer " + std::to_string(layer) + " query " + std::to_string(i);
     }
+    if (a.kind == "pq") check_device_step(lease, backend, *params, layer, hs, q, pos, a.d, stream, t);
   }
 #ifdef KVTOOL_GPU_POOL_CUDA
   if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
@@ -547,7 +587,7 @@ void check_batches(const Art& a, const Queries& qs, Pool& dev, const QuerySettin
 }
 
 // One (artifact, setting): every (layer, q head) and query vector through both pools and the brute force.
-Tally check_setting(const Art& a, const Queries& qs, Pool& host, Pool& dev, const Setting& s) {
+Tally check_setting(const Art& a, const Queries& qs, Pool& host, Pool& dev, DeviceBackend& backend, const Setting& s) {
   Tally t;
   QuerySettings settings{{s.option, s.value}};
   if (a.kind == "squeeze") settings["flat"] = s.flat ? "true" : "false";
@@ -570,7 +610,7 @@ Tally check_setting(const Art& a, const Queries& qs, Pool& host, Pool& dev, cons
         count(compare(bf, rh), t.host_brute_identical, t.host_brute_ties, t, "host vs brute force, " + where.str());
       }
     }
-  check_batches(a, qs, dev, settings, t);
+  check_batches(a, qs, dev, backend, settings, t);
   return t;
 }
 
@@ -597,7 +637,7 @@ int run_pool_checks(std::shared_ptr<DeviceBackend> device, const std::string& da
     const PublishReceipt rc = dev.publish(req);
     const bool on_device = dev.acquire(kind).on_device() && rc.device_bytes > 0;
     for (const Setting& s : settings_of(a)) {
-      const Tally t = check_setting(a, qs, host, dev, s);
+      const Tally t = check_setting(a, qs, host, dev, *device, s);
       const bool ok = on_device && t.different == 0 && t.wrong_tier == 0 && t.queries > 0 && t.batched > 0 &&
                       t.batch_different == 0;
       failures += !ok;
@@ -605,7 +645,8 @@ int run_pool_checks(std::shared_ptr<DeviceBackend> device, const std::string& da
              << " queries; device=host identical " << t.dev_host_identical << ", boundary ties " << t.dev_host_ties
              << "; device=brute force identical " << t.dev_brute_identical << ", boundary ties " << t.dev_brute_ties
              << "; host=brute force identical " << t.host_brute_identical << ", boundary ties " << t.host_brute_ties;
-      report << "; device batches: " << t.batched << " queries, " << t.batch_different << " unequal to single queries";
+      report << "; device batches (pq: and device steps): " << t.batched << " queries, " << t.batch_different
+             << " unequal to single queries";
       if (t.wrong_tier) report << "; " << t.wrong_tier << " receipts from the wrong tier";
       if (!on_device) report << "; the generation is not device resident";
       if (t.different) report << "; " << t.different << " differ (first: " << t.first_problem << ")";

@@ -125,6 +125,45 @@ void EmulatedDevice::product_code_top_k(const ProductCodes& p, const float* q, i
   for (int64_t i : ids) scores.push_back(score[static_cast<size_t>(i)]);
 }
 
+namespace {
+class EmulatedPqStep : public DeviceStep {
+ public:
+  EmulatedPqStep(std::vector<PqStepGroup> groups, int64_t top, int64_t stride)
+      : groups_(std::move(groups)), top_(top), stride_(stride) {}
+  void enqueue(const float* q, int64_t* ids, float* scores, void*) override {
+    for (const PqStepGroup& g : groups_) {
+      const ProductCodes& p = g.part;
+      lut_.resize(static_cast<size_t>(p.m * p.k));
+      score_.resize(static_cast<size_t>(p.n));
+      order_.resize(static_cast<size_t>(p.n));
+      for (int64_t i : g.members) {
+        scoring::pq_lut(q + i * p.m * p.dsub, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, lut_.data());
+        if (p.code_bytes == 1)
+          scoring::pq_scores_u8(lut_.data(), static_cast<const uint8_t*>(p.codes), p.n, p.m, p.k, score_.data());
+        else
+          scoring::pq_scores_u16(lut_.data(), static_cast<const uint16_t*>(p.codes), p.n, p.m, p.k, score_.data());
+        const int64_t kept = scoring::top_k_into(score_.data(), p.n, top_, order_.data());
+        for (int64_t r = 0; r < kept; ++r) {
+          ids[i * stride_ + r] = g.row_base + order_[static_cast<size_t>(r)];
+          scores[i * stride_ + r] = score_[static_cast<size_t>(order_[static_cast<size_t>(r)])];
+        }
+      }
+    }
+  }
+
+ private:
+  std::vector<PqStepGroup> groups_;
+  int64_t top_, stride_;
+  std::vector<float> lut_, score_;
+  std::vector<int64_t> order_;
+};
+}  // namespace
+
+std::unique_ptr<DeviceStep> EmulatedDevice::make_pq_step(const std::vector<PqStepGroup>& groups, int64_t top,
+                                                         int64_t stride) {
+  return std::make_unique<EmulatedPqStep>(groups, top, stride);
+}
+
 void EmulatedDevice::prepare_stream(void* stream) {
   std::lock_guard<std::mutex> g(st_->batch_mu);
   st_->prepared_stream = stream;

@@ -35,6 +35,9 @@ class EmulatedDevice : public DeviceBackend {
                           uint16_t* count) override;
   // Batched PQ with buffers sized by reserve_pq_batches (the largest shape reserved so far); a
   // batch outside them returns false. Batches are serialized, as on one device workspace.
+  // A device step run on the host when enqueued, reading and writing the "device" (host) memory.
+  std::unique_ptr<DeviceStep> make_pq_step(const std::vector<PqStepGroup>& groups, int64_t top,
+                                           int64_t stride) override;
   void prepare_stream(void* stream) override;
   void* last_prepared_stream() const;  // the stream of the last pool batch on this device
   void reserve_pq_batches(const PqBatchLimits& limits) override;

@@ -574,6 +574,46 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
   CHECK(device.stats().device_batch_bytes == dev->batch_buffer_bytes());
   CHECK(device.stats().to_json()["device"]["batch_buffers"] == dev->batch_buffer_bytes());
   CHECK(host.stats().device_batch_bytes == 0);
+  // A decode step kept on the device (Lease::plan_device_step): every query head of a layer in one
+  // plan, enqueued into "device" buffers, gives the single queries' rows and scores; kinds that
+  // finish on the host, host-tier generations and bad heads are refused.
+  for (const std::string& art : {pq, pq16}) {
+    const Lease dl = device.acquire(art);
+    const auto& geo = dl.artifact().source().geo;
+    const auto params = dl.params({{"budget", "37"}});
+    std::vector<int64_t> heads;
+    std::vector<float> q, one;
+    std::vector<int64_t> positions;
+    for (int64_t h = geo.q_heads - 1; h >= 0; --h) {  // heads out of kv order: the plan groups them
+      positions.push_back(first_query(dump, 1, h, one));
+      heads.push_back(h);
+      q.insert(q.end(), one.begin(), one.end());
+    }
+    const int64_t n = static_cast<int64_t>(heads.size());
+    DeviceStepPlan plan = dl.plan_device_step(1, heads.data(), n, *params);
+    REQUIRE(plan.count() == n);
+    const int64_t per = plan.rows_per_query();
+    std::vector<int64_t> ids(static_cast<size_t>(n * per), -1);
+    std::vector<float> scores(ids.size());
+    int stream_tag = 0;
+    plan.enqueue(q.data(), ids.data(), scores.data(), &stream_tag);
+    for (int64_t i = 0; i < n; ++i) {
+      const CandidateReceipt rc = dl.query(1, heads[i], q.data() + i * geo.head_dim, positions[i], *params);
+      REQUIRE(static_cast<int64_t>(rc.candidates.size()) == per);
+      CHECK(std::equal(rc.candidates.begin(), rc.candidates.end(), ids.begin() + i * per));
+      CHECK(std::equal(rc.scores.begin(), rc.scores.end(), scores.begin() + i * per));
+    }
+    const int64_t bad_head = geo.q_heads;
+    CHECK_THROWS_WITH(dl.plan_device_step(1, &bad_head, 1, *params), Catch::Contains("is outside"));
+    CHECK_THROWS_WITH(dl.plan_device_step(1, heads.data(), 0, *params), Catch::Contains("1..65535 queries"));
+    CHECK_THROWS_WITH(host.acquire(art).plan_device_step(1, heads.data(), n, *params),
+                      Catch::Contains("generation on the device tier"));
+  }
+  {
+    const Lease ckl = device.acquire(ck);
+    const int64_t h0 = 0;
+    CHECK_THROWS_WITH(ckl.plan_device_step(0, &h0, 1, *ckl.params()), Catch::Contains("runs whole on the device"));
+  }
   // PoolOptions::device_batch_queries sizes the batch buffers: groups of 5 queries per part above a
   // reservation of 2 go in several batches, and 0 reserves nothing (query by query); the answers
   // stay the single queries'. squeeze's two-level pass by the factor rule is checked here too.

@@ -97,6 +97,14 @@ const float* pq_batch_scores(const PqBatchWorkspace* ws);
 // Throws std::runtime_error when the batch exceeds the workspace's shape or a launch fails.
 void pq_top_k_batch_enqueue(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes, int code_bytes,
                             int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count, int64_t top, void* stream);
+// The same selection with the queries and the answers in device memory, for a decode step that
+// stays on the device: batch query i is row members[i] of d_q (members == nullptr: row i), and its
+// min(top, n) rows (+ row_base) and scores go to out.ids / out.scores + members[i] * out.stride
+// (PqBatchPlacement, kvtool/device.h). No copy to or from the host; the workspace's own buffers
+// hold only the intermediates.
+void pq_top_k_batch_enqueue_on_device(PqBatchWorkspace* ws, const float* d_centroids, const void* d_codes,
+                                      int code_bytes, int64_t m, int64_t k, int64_t dsub, int64_t n, int64_t count,
+                                      int64_t top, const float* d_q, const PqBatchPlacement& out, void* stream);
 
 // ---- Batched scoring primitives (the device tier of clusterkv, squeeze and lsh) ------------------
 // The batched mirrors of dot_scores, dot_scores_f64 (every row) and simhash_collisions, with the

@@ -95,10 +95,8 @@ class PqSelector : public PartSelector {
     if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
   }
   bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
-    const DeviceSection* c = dp.find("pq_centroids");
-    const DeviceSection* k = dp.find("pq_codes");
-    if (dense_ || !c || !k) return false;
-    ProductCodes p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
+    ProductCodes p;
+    if (!device_codes(dp, p)) return false;
     std::vector<int64_t> ids;
     out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
     dp.dev->product_code_top_k(p, req.q, out.budget_rows, ids, out.scores);
@@ -111,10 +109,8 @@ class PqSelector : public PartSelector {
         {max_queries, n_, lay_.m, lay_.k, lay_.m * lay_.dsub, std::min<int64_t>(n_, kMaxDeviceTop)});
   }
   void select_device_batch(const DevicePart& dp, const DeviceQueries& qs, GroupAnswers& answers) const override {
-    const DeviceSection* c = dp.find("pq_centroids");
-    const DeviceSection* k = dp.find("pq_codes");
-    if (dense_ || !c || !k) return;
-    const ProductCodes p{c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
+    ProductCodes p;
+    if (!device_codes(dp, p)) return;
     const int64_t budget = params_of<BudgetParams>(qs.request(0)).budget.rows(n_), per = std::min(budget, n_);
     if (per <= 0) return;
     auto& s = DeviceBatchScratch<int64_t>::of_this_thread();
@@ -137,12 +133,29 @@ class PqSelector : public PartSelector {
           }
         });
   }
+  bool device_pq_selection(const DevicePart& dp, const QueryParams& params, ProductCodes& codes, int64_t& top,
+                           int64_t& row_base) const override {
+    if (!device_codes(dp, codes)) return false;
+    SelectRequest req;
+    req.params = &params;
+    top = params_of<BudgetParams>(req).budget.rows(n_);
+    row_base = rows_.begin();
+    return true;
+  }
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {
     return vector_bytes(centroids_) + vector_bytes(codes8_) + vector_bytes(codes16_);
   }
 
  private:
+  // The part's codes in the device tier (none for a dense part).
+  bool device_codes(const DevicePart& dp, ProductCodes& p) const {
+    const DeviceSection* c = dp.find("pq_centroids");
+    const DeviceSection* k = dp.find("pq_codes");
+    if (dense_ || !c || !k) return false;
+    p = {c->ptr, k->ptr, lay_.m, lay_.k, lay_.dsub, n_, k->dtype == "u8" ? 1 : 2};
+    return true;
+  }
   PqLayout lay_;
   IndexedRows rows_;
   bool dense_ = false;

@@ -721,4 +721,58 @@ void Lease::query_batch(const QueryBatch& batch, const QueryParams& params, cons
   g_->sel->query_batch(batch, params, out, threads, hook, group);
 }
 
+DeviceStepPlan::DeviceStepPlan() = default;
+DeviceStepPlan::DeviceStepPlan(DeviceStepPlan&&) noexcept = default;
+DeviceStepPlan& DeviceStepPlan::operator=(DeviceStepPlan&&) noexcept = default;
+DeviceStepPlan::~DeviceStepPlan() = default;
+
+void DeviceStepPlan::enqueue(const float* q, int64_t* ids, float* scores, void* stream) const {
+  KVT_CHECK(step_, USAGE, "enqueue on an empty device step plan");
+  KVT_CHECK(q && ids && scores, USAGE, "a device step needs its query, id and score buffers");
+  step_->enqueue(q, ids, scores, stream);
+}
+
+DeviceStepPlan Lease::plan_device_step(int64_t layer, const int64_t* q_heads, int64_t count,
+                                       const QueryParams& params) const {
+  KVT_CHECK(g_, USAGE, "plan through an empty lease");
+  KVT_CHECK(g_->sel && !g_->dev_parts.empty(), USAGE,
+            "a device step needs a generation on the device tier (publish with device = true)");
+  const auto& src = g_->reader->source();
+  KVT_CHECK(count >= 1 && count <= 65535 && q_heads, USAGE, "a device step has 1..65535 queries (got " << count << ")");
+  KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "layer " << layer << " is outside 0-" << src.geo.layers - 1);
+  std::map<int64_t, PqStepGroup> groups;  // by kv head
+  int64_t per = -1;
+  for (int64_t i = 0; i < count; ++i) {
+    KVT_CHECK(q_heads[i] >= 0 && q_heads[i] < src.geo.q_heads, USAGE,
+              "q head " << q_heads[i] << " is outside 0-" << src.geo.q_heads - 1);
+    const int64_t kv = src.id.q_to_kv_head[static_cast<size_t>(q_heads[i])];
+    auto [it, first] = groups.try_emplace(kv);
+    if (first) {
+      const auto dp = g_->dev_parts.find({layer, kv});
+      int64_t top = 0;
+      KVT_CHECK(dp != g_->dev_parts.end() && g_->sel->part(layer, kv).device_pq_selection(
+                                                 dp->second, params, it->second.part, top, it->second.row_base),
+                USAGE,
+                "part (layer " << layer << ", kv head " << kv << ") of this '" << g_->reader->kind()
+                               << "' generation has no selection that runs whole on the device (pq parts do)");
+      const int64_t rows = std::min(top, it->second.part.n);
+      KVT_CHECK(per < 0 || rows == per, USAGE, "the parts of a device step give different row counts");
+      KVT_CHECK(rows >= 1 && rows <= kMaxDeviceTop, USAGE,
+                "a device step selects 1.." << kMaxDeviceTop << " rows per query (this budget gives " << rows << ")");
+      per = rows;
+    }
+    it->second.members.push_back(i);
+  }
+  std::vector<PqStepGroup> list;
+  for (auto& [kv, grp] : groups) list.push_back(std::move(grp));
+  DeviceStepPlan plan;
+  plan.step_ = g_->st->opt.device->make_pq_step(list, per, per);
+  KVT_CHECK(plan.step_, DEVICE_UNAVAILABLE,
+            "the device backend '" << g_->st->opt.device->name() << "' has no device-resident PQ selection");
+  plan.lease_ = *this;
+  plan.count_ = count;
+  plan.per_ = per;
+  return plan;
+}
+
 }  // namespace kvtool

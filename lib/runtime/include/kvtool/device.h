@@ -35,6 +35,17 @@ struct ProductCodes {
 // selection stops at 2,048).
 constexpr int64_t kMaxDeviceTop = 8192;
 
+// Where a PQ batch that stays on the device writes its answers (device memory): query i's rows
+// (+ row_base: absolute row ids) and scores at ids / scores + members[i] * stride, and members[i]
+// is also its row of the queries (members == nullptr: i).
+struct PqBatchPlacement {
+  const int64_t* members = nullptr;
+  int64_t row_base = 0;
+  int64_t* ids = nullptr;
+  float* scores = nullptr;
+  int64_t stride = 0;
+};
+
 struct PqBatchLimits {
   int64_t max_queries = 0, max_rows = 0, max_subspaces = 0, max_centroids = 0, max_dim = 0, max_top = 0;
   // The larger of each field.
@@ -69,6 +80,24 @@ struct ScoreBatchLimits {
     return max_queries >= o.max_queries && max_dim >= o.max_dim && max_rows >= o.max_rows &&
            max_hash_columns >= o.max_hash_columns;
   }
+};
+
+// A decode step's PQ selection kept on the device (DeviceBackend::make_pq_step), for callers that
+// capture it in a CUDA graph: made once with buffers of its own; enqueue() puts the whole step on
+// `stream` without allocating, copying to or from the host, or synchronizing. q [queries, d] and
+// ids / scores [queries, stride] are device memory at the caller's fixed addresses.
+class DeviceStep {
+ public:
+  virtual ~DeviceStep() = default;
+  virtual void enqueue(const float* q, int64_t* ids, float* scores, void* stream) = 0;
+};
+
+// One part's queries in a device step: rows `members` of the step's q (and of its answers) are
+// scored against `part`; their row ids start at row_base (the part's first indexed row).
+struct PqStepGroup {
+  ProductCodes part;
+  std::vector<int64_t> members;
+  int64_t row_base = 0;
 };
 
 // The device operations are scoring primitives (kvtool/scoring.h), not kinds: a kind's
@@ -139,6 +168,13 @@ class DeviceBackend {
   //   simhash_collisions_batch: query i's collision counts of the n rows at counts + i * stride.
   // The buffers are the backend's, like the PQ batch buffers.
   virtual void reserve_score_batches(const ScoreBatchLimits&) {}
+  // A device step over `groups`: each member's min(top, part.n) best rows (+ row_base) and scores,
+  // in product_code_top_k's order, at ids / scores + member * stride; top <= kMaxDeviceTop.
+  // nullptr when the backend has no device-resident path. Throws Error INTERNAL on a device failure.
+  virtual std::unique_ptr<DeviceStep> make_pq_step(const std::vector<PqStepGroup>& /*groups*/, int64_t /*top*/,
+                                                   int64_t /*stride*/) {
+    return nullptr;
+  }
   // Bytes the batch buffers hold now (device and page-locked host memory; PoolStats shows them).
   virtual int64_t batch_buffer_bytes() { return 0; }
   virtual int64_t score_batch_capacity(const ScoreBatchLimits& /*one*/) { return 0; }

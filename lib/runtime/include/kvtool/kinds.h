@@ -106,6 +106,7 @@ struct Selection {
 };
 
 class DeviceBackend;
+struct ProductCodes;
 
 // One section of a part resident in device memory (raw image, as in the artifact).
 struct DeviceSection {
@@ -178,6 +179,13 @@ class PartSelector {
   // query's selection, equal to what select() gives it. Queries it does not put (no batched path
   // for this part or device, a batch outside the reserved shape) are answered one by one.
   virtual void select_device_batch(const DevicePart&, const DeviceQueries&, GroupAnswers&) const {}
+  // For kinds whose whole selection runs on the device (Lease::plan_device_step): this part's
+  // device-resident codes, the rows a query gets under `params` and the part's first row id.
+  // false when the part has none (another kind, a dense part, a host-tier generation).
+  virtual bool device_pq_selection(const DevicePart&, const QueryParams&, ProductCodes&, int64_t& /*top*/,
+                                   int64_t& /*row_base*/) const {
+    return false;
+  }
   virtual json describe() const { return json::object(); }
   // Bytes of selector state this part holds in memory (the pool charges them to its host tier).
   virtual int64_t resident_bytes() const = 0;

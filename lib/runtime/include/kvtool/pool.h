@@ -72,6 +72,8 @@ struct PoolStats {
 
 class Pool;
 struct Generation;
+class DeviceStep;
+class DeviceStepPlan;
 
 // A reader's pin on one published generation: while any lease exists the generation is neither
 // freed nor evicted. Queries through a lease all answer from that generation.
@@ -93,11 +95,39 @@ class Lease {
   void query_batch(const QueryBatch& batch, const QueryParams& params, const BatchAnswers& out, int threads = 1) const;
   // This generation's kind's parameters from option settings (SelectorSet::params).
   std::unique_ptr<QueryParams> params(const QuerySettings& settings = {}) const;
+  // A decode step of one layer kept on the device, for a caller that captures its step in a CUDA
+  // graph: `count` queries (query i of head q_heads[i]) answered by the device alone, from buffers
+  // the plan owns. USAGE unless this generation is device resident and its kind's whole selection
+  // runs on the device (pq, not dense, a budget of at most kMaxDeviceTop rows).
+  DeviceStepPlan plan_device_step(int64_t layer, const int64_t* q_heads, int64_t count,
+                                  const QueryParams& params) const;
   explicit operator bool() const { return g_ != nullptr; }
 
  private:
   friend class Pool;
   std::shared_ptr<Generation> g_;
+};
+
+// Lease::plan_device_step's plan: it pins the generation (holds a lease) and the device buffers.
+// enqueue() puts the step on `stream` (a cudaStream_t; nullptr: the default stream) without
+// allocating, copying to or from the host or synchronizing, so it can be captured and replayed:
+// q [count, head_dim] and ids / scores [count, rows_per_query()] are device memory; query i's
+// candidates are the same absolute row ids and scores, in the same order, as query() gives.
+class DeviceStepPlan {
+ public:
+  DeviceStepPlan();
+  DeviceStepPlan(DeviceStepPlan&&) noexcept;
+  DeviceStepPlan& operator=(DeviceStepPlan&&) noexcept;
+  ~DeviceStepPlan();
+  int64_t count() const { return count_; }
+  int64_t rows_per_query() const { return per_; }
+  void enqueue(const float* q, int64_t* ids, float* scores, void* stream) const;
+
+ private:
+  friend class Lease;
+  Lease lease_;
+  std::unique_ptr<DeviceStep> step_;
+  int64_t count_ = 0, per_ = 0;
 };
 
 // Deterministic race injection for tests: called after the copy has landed, before validation,
