@@ -52,16 +52,29 @@ class CudaPqStep : public DeviceStep {
     ws_ = pq_batch_workspace_create(shape);
     if (!ws_) throw std::runtime_error("no usable CUDA device");
     members_ = static_cast<int64_t*>(cuda::device_alloc(all.size() * sizeof(int64_t)));
+    // A pageable copy may return before it lands, and the caller's stream need not wait for it.
     if (!members_ ||
-        cudaMemcpy(members_, all.data(), all.size() * sizeof(int64_t), cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaMemcpy(members_, all.data(), all.size() * sizeof(int64_t), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
       cudaGetLastError();
       release();
       throw std::runtime_error("CUDA: the device step's member lists could not be placed in device memory");
     }
   }
-  ~CudaPqStep() override { release(); }
-  void enqueue(const float* q, int64_t* ids, float* scores, void* stream) override {
+  ~CudaPqStep() override {
     if (cudaSetDevice(device_) != cudaSuccess) cudaGetLastError();
+    release();
+  }
+  // Launches on the step's device and leaves the caller's current device as it was.
+  void enqueue(const float* q, int64_t* ids, float* scores, void* stream) override {
+    int caller = device_;
+    if (cudaGetDevice(&caller) != cudaSuccess || cudaSetDevice(device_) != cudaSuccess) cudaGetLastError();
+    struct Restore {
+      int device;
+      ~Restore() {
+        if (cudaSetDevice(device) != cudaSuccess) cudaGetLastError();
+      }
+    } restore{caller};
     try {
       for (size_t i = 0; i < groups_.size(); ++i) {
         const PqStepGroup& g = groups_[i];

@@ -514,7 +514,7 @@ void check_device_step(const Lease& lease, DeviceBackend& backend, const QueryPa
                        const std::vector<int64_t>& hs, const std::vector<float>& q, const std::vector<int64_t>& pos,
                        int64_t d, void* stream, Tally& t) {
   const int64_t n = static_cast<int64_t>(hs.size());
-  const DeviceStepPlan plan = lease.plan_device_step(layer, hs.data(), n, params);
+  DeviceStepPlan plan = lease.plan_device_step(layer, hs.data(), n, params);
   const int64_t per = plan.rows_per_query();
   void* dq = backend.device_alloc(q.size() * sizeof(float));
   void* dids = backend.device_alloc(static_cast<size_t>(n * per) * sizeof(int64_t));
@@ -579,7 +579,13 @@ void check_batches(const Art& a, const Queries& qs, Pool& dev, DeviceBackend& ba
       if (!same && t.batch_different++ == 0 && t.first_problem.empty())
         t.first_problem = "batch vs single, layer " + std::to_string(layer) + " query " + std::to_string(i);
     }
-    if (a.kind == "pq") check_device_step(lease, backend, *params, layer, hs, q, pos, a.d, stream, t);
+    if (a.kind == "pq") {  // the queries in reverse: every kv head's members out of order
+      std::reverse(hs.begin(), hs.end());
+      std::reverse(pos.begin(), pos.end());
+      std::vector<float> rq;
+      for (int64_t i = n; i-- > 0;) rq.insert(rq.end(), q.begin() + i * a.d, q.begin() + (i + 1) * a.d);
+      check_device_step(lease, backend, *params, layer, hs, rq, pos, a.d, stream, t);
+    }
   }
 #ifdef KVTOOL_GPU_POOL_CUDA
   if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));

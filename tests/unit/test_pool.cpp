@@ -584,7 +584,10 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
     std::vector<int64_t> heads;
     std::vector<float> q, one;
     std::vector<int64_t> positions;
-    for (int64_t h = geo.q_heads - 1; h >= 0; --h) {  // heads out of kv order: the plan groups them
+    std::vector<int64_t> order;  // heads interleaved (0, 2, ..., 1, 3, ...): the plan groups them
+    for (int64_t h = 0; h < geo.q_heads; h += 2) order.push_back(h);
+    for (int64_t h = 1; h < geo.q_heads; h += 2) order.push_back(h);
+    for (int64_t h : order) {
       positions.push_back(first_query(dump, 1, h, one));
       heads.push_back(h);
       q.insert(q.end(), one.begin(), one.end());

@@ -726,7 +726,7 @@ DeviceStepPlan::DeviceStepPlan(DeviceStepPlan&&) noexcept = default;
 DeviceStepPlan& DeviceStepPlan::operator=(DeviceStepPlan&&) noexcept = default;
 DeviceStepPlan::~DeviceStepPlan() = default;
 
-void DeviceStepPlan::enqueue(const float* q, int64_t* ids, float* scores, void* stream) const {
+void DeviceStepPlan::enqueue(const float* q, int64_t* ids, float* scores, void* stream) {
   KVT_CHECK(step_, USAGE, "enqueue on an empty device step plan");
   KVT_CHECK(q && ids && scores, USAGE, "a device step needs its query, id and score buffers");
   step_->enqueue(q, ids, scores, stream);
@@ -738,7 +738,8 @@ DeviceStepPlan Lease::plan_device_step(int64_t layer, const int64_t* q_heads, in
   KVT_CHECK(g_->sel && !g_->dev_parts.empty(), USAGE,
             "a device step needs a generation on the device tier (publish with device = true)");
   const auto& src = g_->reader->source();
-  KVT_CHECK(count >= 1 && count <= 65535 && q_heads, USAGE, "a device step has 1..65535 queries (got " << count << ")");
+  KVT_CHECK(q_heads, USAGE, "a device step needs its query heads");
+  KVT_CHECK(count >= 1 && count <= 65535, USAGE, "a device step has 1..65535 queries (got " << count << ")");
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "layer " << layer << " is outside 0-" << src.geo.layers - 1);
   std::map<int64_t, PqStepGroup> groups;  // by kv head
   int64_t per = -1;

@@ -113,6 +113,11 @@ class Lease {
 // allocating, copying to or from the host or synchronizing, so it can be captured and replayed:
 // q [count, head_dim] and ids / scores [count, rows_per_query()] are device memory; query i's
 // candidates are the same absolute row ids and scores, in the same order, as query() gives.
+// One stream at a time: the plan's intermediates are shared by its enqueues and a graph's replays.
+// A captured graph holds the plan's and the generation's device addresses: it must not outlive
+// the plan. While the plan lives its generation is neither evicted nor freed (retire(key, wait)
+// waits for it) and stays charged to the device budget; after a republish the plan still answers
+// from its own generation() — make a new plan from a new lease to follow the key.
 class DeviceStepPlan {
  public:
   DeviceStepPlan();
@@ -121,7 +126,8 @@ class DeviceStepPlan {
   ~DeviceStepPlan();
   int64_t count() const { return count_; }
   int64_t rows_per_query() const { return per_; }
-  void enqueue(const float* q, int64_t* ids, float* scores, void* stream) const;
+  int64_t generation() const { return lease_.generation(); }
+  void enqueue(const float* q, int64_t* ids, float* scores, void* stream);
 
  private:
   friend class Lease;
