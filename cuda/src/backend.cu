@@ -165,7 +165,7 @@ class CudaBackend : public DeviceBackend {
   }
   int64_t pq_batch_capacity(const ProductCodes& p, int64_t top) override {
     std::lock_guard<std::mutex> g(batch_mu_);
-    return ws_ && shape_.covers(PqBatchLimits::of(p, 1, top)) ? shape_.max_queries : 0;
+    return ws_ ? shape_.capacity_for(p, top) : 0;
   }
   bool product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top, void* stream,
                                 int64_t* ids, float* scores) override {
@@ -206,9 +206,7 @@ class CudaBackend : public DeviceBackend {
   }
   int64_t score_batch_capacity(const ScoreBatchLimits& one) override {
     std::lock_guard<std::mutex> g(batch_mu_);
-    ScoreBatchLimits single = one;
-    single.max_queries = 1;
-    return score_ws_ && score_shape_.covers(single) ? score_shape_.max_queries : 0;
+    return score_ws_ ? score_shape_.capacity_for(one) : 0;
   }
   bool dot_scores_batch(const float* centroids, int64_t rows, int64_t d, const float* q, int64_t count, void* stream,
                         float* out) override {

@@ -111,16 +111,25 @@ void EmulatedDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
+namespace {
+// One query's PQ selection by the host arithmetic (every emulated PQ path): lut [m * k], score [n]
+// and order [min(top, n)] are the caller's; returns how many rows order holds.
+int64_t host_pq_select(const ProductCodes& p, const float* q, int64_t top, float* lut, float* score, int64_t* order) {
+  scoring::pq_lut(q, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, lut);
+  if (p.code_bytes == 1)
+    scoring::pq_scores_u8(lut, static_cast<const uint8_t*>(p.codes), p.n, p.m, p.k, score);
+  else
+    scoring::pq_scores_u16(lut, static_cast<const uint16_t*>(p.codes), p.n, p.m, p.k, score);
+  return scoring::top_k_into(score, p.n, top, order);
+}
+}  // namespace
+
 void EmulatedDevice::product_code_top_k(const ProductCodes& p, const float* q, int64_t k, std::vector<int64_t>& ids,
                                         std::vector<float>& scores) {
   ++st_->scoring_calls;
   std::vector<float> lut(static_cast<size_t>(p.m * p.k)), score(static_cast<size_t>(p.n));
-  scoring::pq_lut(q, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, lut.data());
-  if (p.code_bytes == 1)
-    scoring::pq_scores_u8(lut.data(), static_cast<const uint8_t*>(p.codes), p.n, p.m, p.k, score.data());
-  else
-    scoring::pq_scores_u16(lut.data(), static_cast<const uint16_t*>(p.codes), p.n, p.m, p.k, score.data());
-  ids = scoring::top_k(score.data(), p.n, k);
+  ids.resize(static_cast<size_t>(p.n));
+  ids.resize(static_cast<size_t>(host_pq_select(p, q, k, lut.data(), score.data(), ids.data())));
   scores.clear();
   for (int64_t i : ids) scores.push_back(score[static_cast<size_t>(i)]);
 }
@@ -137,12 +146,7 @@ class EmulatedPqStep : public DeviceStep {
       score_.resize(static_cast<size_t>(p.n));
       order_.resize(static_cast<size_t>(p.n));
       for (int64_t i : g.members) {
-        scoring::pq_lut(q + i * p.m * p.dsub, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, lut_.data());
-        if (p.code_bytes == 1)
-          scoring::pq_scores_u8(lut_.data(), static_cast<const uint8_t*>(p.codes), p.n, p.m, p.k, score_.data());
-        else
-          scoring::pq_scores_u16(lut_.data(), static_cast<const uint16_t*>(p.codes), p.n, p.m, p.k, score_.data());
-        const int64_t kept = scoring::top_k_into(score_.data(), p.n, top_, order_.data());
+        const int64_t kept = host_pq_select(p, q + i * p.m * p.dsub, top_, lut_.data(), score_.data(), order_.data());
         for (int64_t r = 0; r < kept; ++r) {
           ids[i * stride_ + r] = g.row_base + order_[static_cast<size_t>(r)];
           scores[i * stride_ + r] = score_[static_cast<size_t>(order_[static_cast<size_t>(r)])];
@@ -185,7 +189,7 @@ void EmulatedDevice::reserve_pq_batches(const PqBatchLimits& l) {
 
 int64_t EmulatedDevice::pq_batch_capacity(const ProductCodes& p, int64_t top) {
   std::lock_guard<std::mutex> g(st_->batch_mu);
-  return st_->limits.covers(PqBatchLimits::of(p, 1, top)) ? st_->limits.max_queries : 0;
+  return st_->limits.capacity_for(p, top);
 }
 
 bool EmulatedDevice::product_code_top_k_batch(const ProductCodes& p, const float* q, int64_t count, int64_t top,
@@ -197,12 +201,7 @@ bool EmulatedDevice::product_code_top_k_batch(const ProductCodes& p, const float
   st_->last_stream = stream;
   st_->scoring_calls += count;
   for (int64_t i = 0; i < count; ++i) {
-    scoring::pq_lut(q + i * p.m * p.dsub, static_cast<const float*>(p.centroids), p.m, p.k, p.dsub, st_->lut.data());
-    if (p.code_bytes == 1)
-      scoring::pq_scores_u8(st_->lut.data(), static_cast<const uint8_t*>(p.codes), p.n, p.m, p.k, st_->score.data());
-    else
-      scoring::pq_scores_u16(st_->lut.data(), static_cast<const uint16_t*>(p.codes), p.n, p.m, p.k, st_->score.data());
-    scoring::top_k_into(st_->score.data(), p.n, per, st_->order.data());
+    host_pq_select(p, q + i * p.m * p.dsub, per, st_->lut.data(), st_->score.data(), st_->order.data());
     for (int64_t r = 0; r < per; ++r) {
       ids[i * per + r] = st_->order[static_cast<size_t>(r)];
       scores[i * per + r] = st_->score[static_cast<size_t>(st_->order[static_cast<size_t>(r)])];
@@ -228,9 +227,7 @@ int64_t EmulatedDevice::batch_buffer_bytes() {
 
 int64_t EmulatedDevice::score_batch_capacity(const ScoreBatchLimits& one) {
   std::lock_guard<std::mutex> g(st_->batch_mu);
-  ScoreBatchLimits single = one;
-  single.max_queries = 1;
-  return st_->score_limits.covers(single) ? st_->score_limits.max_queries : 0;
+  return st_->score_limits.capacity_for(one);
 }
 
 bool EmulatedDevice::dot_scores_batch(const float* centroids, int64_t rows, int64_t d, const float* q, int64_t count,

@@ -63,6 +63,10 @@ struct PqBatchLimits {
   static PqBatchLimits of(const ProductCodes& part, int64_t count, int64_t top) {
     return {count, part.n, part.m, part.k, part.m * part.dsub, top < part.n ? top : part.n};
   }
+  // The most queries of `part`, `top` rows each, one batch holds: 0 when they do not fit.
+  int64_t capacity_for(const ProductCodes& part, int64_t top) const {
+    return covers(of(part, 1, top)) ? max_queries : 0;
+  }
 };
 
 // The shape a device backend's batched scoring buffers are sized for (reserve_score_batches): the
@@ -79,6 +83,11 @@ struct ScoreBatchLimits {
   bool covers(const ScoreBatchLimits& o) const {
     return max_queries >= o.max_queries && max_dim >= o.max_dim && max_rows >= o.max_rows &&
            max_hash_columns >= o.max_hash_columns;
+  }
+  // The most queries of shape `one` (its max_queries ignored) one batch holds: 0 when it does not fit.
+  int64_t capacity_for(ScoreBatchLimits one) const {
+    one.max_queries = 1;
+    return covers(one) ? max_queries : 0;
   }
 };
 
