@@ -52,6 +52,8 @@ size_t type_size(TensorType t) {
       return 2;
     case TensorType::i8:
     case TensorType::u8:
+    case TensorType::f8_e4m3:
+    case TensorType::f8_e5m2:
       return 1;
     case TensorType::other:
       return 0;
@@ -98,9 +100,11 @@ TensorType npy_type(const std::string& d) {
 
 TensorType safetensors_type(const std::string& d) {
   static const std::pair<const char*, TensorType> table[] = {
-      {"F32", TensorType::f32}, {"F16", TensorType::f16}, {"BF16", TensorType::bf16}, {"F64", TensorType::f64},
-      {"I8", TensorType::i8},   {"I16", TensorType::i16}, {"I32", TensorType::i32},   {"I64", TensorType::i64},
-      {"U8", TensorType::u8},   {"U16", TensorType::u16}, {"U32", TensorType::u32},   {"U64", TensorType::u64}};
+      {"F32", TensorType::f32},         {"F16", TensorType::f16},        {"BF16", TensorType::bf16},
+      {"F64", TensorType::f64},         {"I8", TensorType::i8},          {"I16", TensorType::i16},
+      {"I32", TensorType::i32},         {"I64", TensorType::i64},        {"U8", TensorType::u8},
+      {"U16", TensorType::u16},         {"U32", TensorType::u32},        {"U64", TensorType::u64},
+      {"F8_E4M3", TensorType::f8_e4m3}, {"F8_E5M2", TensorType::f8_e5m2}};
   for (const auto& [name, t] : table)
     if (d == name) return t;
   return TensorType::other;
@@ -706,11 +710,48 @@ void TensorFile::read_f32(int64_t index, int64_t first, int64_t count, float* ou
   }
 }
 
+// OCP 8-bit floating point (OFP8) formats, as vLLM's fp8 KV caches (torch.float8_e4m3fn,
+// torch.float8_e5m2) and safetensors F8_E4M3 / F8_E5M2 store them. E4M3: bias 7, subnormals
+// m x 2^-9, exponent 15 is a normal binade except mantissa 7 (NaN). E5M2: bias 15, subnormals
+// m x 2^-16, exponent 31 is inf (m = 0) or NaN.
+float decode_fp8(uint8_t byte, TensorType kind) {
+  const bool e5m2 = kind == TensorType::f8_e5m2;
+  KVT_CHECK(e5m2 || kind == TensorType::f8_e4m3, INTERNAL, "decode_fp8 of a non-fp8 kind");
+  const int mbits = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7, emax = e5m2 ? 31 : 15;
+  const int e = (byte & 0x7f) >> mbits, m = byte & ((1 << mbits) - 1);
+  const float sign = (byte & 0x80) ? -1.f : 1.f;
+  if (e5m2 && e == emax) return m == 0 ? sign * std::numeric_limits<float>::infinity() : std::nanf("");
+  if (!e5m2 && e == emax && m == 7) return std::nanf("");
+  if (e == 0) return sign * std::ldexp(static_cast<float>(m), 1 - bias - mbits);
+  return sign * std::ldexp(static_cast<float>((1 << mbits) + m), e - bias - mbits);
+}
+
+void TensorFile::read_fp8(int64_t index, int64_t first, int64_t count, TensorType kind, float* out) const {
+  const Impl& m = *impl_;
+  KVT_CHECK(index >= 0 && index < static_cast<int64_t>(m.tensors.size()), INTERNAL, "tensor index");
+  const TensorInfo& t = m.tensors[static_cast<size_t>(index)];
+  KVT_CHECK(t.type == kind || t.type == TensorType::u8, UNSUPPORTED_DTYPE,
+            "tensor '" << t.name << "' of '" << m.path << "' has dtype " << t.type_text << ", not the "
+                       << (kind == TensorType::f8_e5m2 ? "e5m2" : "e4m3") << " fp8 codes the other tensors hold");
+  check_range(t, first, count, m.path);
+  constexpr int64_t kChunk = 1 << 16;
+  float table[256];
+  for (int i = 0; i < 256; ++i) table[i] = decode_fp8(static_cast<uint8_t>(i), kind);
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min(count, kChunk)));
+  for (int64_t done = 0; done < count;) {
+    const int64_t n = std::min(kChunk, count - done);
+    m.read_bytes(static_cast<size_t>(index), static_cast<uint64_t>(first + done), static_cast<size_t>(n), buf.data());
+    for (int64_t i = 0; i < n; ++i) out[done + i] = table[buf[static_cast<size_t>(i)]];
+    done += n;
+  }
+}
+
 void TensorFile::read_i64(int64_t index, int64_t first, int64_t count, int64_t* out) const {
   const Impl& m = *impl_;
   KVT_CHECK(index >= 0 && index < static_cast<int64_t>(m.tensors.size()), INTERNAL, "tensor index");
   const TensorInfo& t = m.tensors[static_cast<size_t>(index)];
-  KVT_CHECK(!is_float(t.type) && t.type != TensorType::other, UNSUPPORTED_DTYPE,
+  const bool fp8 = t.type == TensorType::f8_e4m3 || t.type == TensorType::f8_e5m2;
+  KVT_CHECK(!is_float(t.type) && !fp8 && t.type != TensorType::other, UNSUPPORTED_DTYPE,
             "tensor '" << t.name << "' of '" << m.path << "' has dtype " << t.type_text
                        << "; token ids and positions are read from integer arrays");
   check_range(t, first, count, m.path);

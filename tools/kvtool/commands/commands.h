@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "kvtool/import.h"
 #include "kvtool/signing.h"
 
 namespace kvtool::cmd {
@@ -43,5 +44,18 @@ int emit(const Flags& flags, const json& j, const std::function<void()>& text);
 std::vector<PublicKeyRaw> trusted_keys(const std::vector<std::string>& pubkeys, const std::string& dir);
 // What the dump producers (dump, synth) write and say: -o, the identity options, --json, -q.
 void add_dump_output_options(CLI::App* sub, std::string& out, IdentityOptions& ident, Flags& flags);
+
+// llama.cpp state files in inspect, verify and import (llama_state.cpp, formats/llama-state.md).
+struct LlamaStateArgs {
+  std::string gguf, rotation = "auto";
+  int64_t seq_id = -1;    // -1: the only sequence
+  double tolerance = -1;  // -1: the cache type's default
+};
+void add_llama_state_options(CLI::App* sub, LlamaStateArgs& a, bool with_tolerance);
+int run_llama_inspect(const std::string& path, const std::string& shown, const LlamaStateArgs& a, const Flags& flags);
+int run_llama_verify(const std::string& path, const std::string& shown, const std::string& source,
+                     const LlamaStateArgs& a, const Flags& flags);
+ImportSummary run_llama_import(const std::string& path, const LlamaStateArgs& a, const json& meta,
+                               std::optional<DType> dtype, const std::string& out, bool overwrite);
 
 }  // namespace kvtool::cmd

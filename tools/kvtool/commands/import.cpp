@@ -5,6 +5,8 @@
 
 #include "commands.h"
 #include "kvtool/import.h"
+#include "kvtool/import_chunks.h"
+#include "kvtool/llama_state.h"
 
 namespace kvtool::cmd {
 
@@ -19,6 +21,8 @@ constexpr const char* kImportHelp =
   H   KV heads      T   rows (tokens)      d   head dimension
   Hd  heads x head dim merged (H outer), split with --kv-heads or --head-dim
   B   batch; --batch-index picks the sequence
+  N,S paged blocks and the slot in a block (with --block-table or --slot-mapping, --num-tokens)
+  X   flat slots, one per token (with --slot-mapping, --num-tokens)
 A reference is NAME (a tensor of the INPUT files; a .npy file's tensor is its file name without
 .npy, an .npz member's its name without .npy) or PATH:NAME (PATH: for a .npy file).
 
@@ -29,7 +33,33 @@ Examples:
       --meta meta.json -o d.h5
   kvtool import --layout 2,T,Hd --kv-heads 8 \
       --kv 'STORE/HASH/model.layers.{layer}.self_attn.attn.safetensors:kv_cache' --meta meta.json -o d.h5
-(the last: vLLM's example KV connector, one safetensors file per layer). See kvtool-import(1).)";
+(the last: vLLM's example KV connector, one safetensors file per layer).
+A paged cache, gathered in token order (vLLM FlashAttention per layer; SGLang's pool):
+  kvtool import cache.safetensors --layout 2,N,S,H,d --kv 'kv.{layer}' --block-table block_table \
+      --num-tokens 1000 --meta meta.json -o d.h5
+  kvtool import pool.npz --layout X,H,d --k 'k.{layer}' --v 'v.{layer}' --slot-mapping req_to_token \
+      --batch-index 3 --num-tokens 1000 --meta meta.json -o d.h5
+fp8 caches need --k-scale and --v-scale (value = fp8 x scale); MLA latents are refused.
+
+Offloaded chunk and page files (--format), given in token order: chunk i holds rows
+[i x size, (i+1) x size); every chunk but the last is full (LMCache) or every page is (SGLang):
+  kvtool import c0.pt c1.pt --format lmcache-raw --memory-format KV_2LTD --layers 32 --kv-heads 8 \
+      --head-dim 128 --src-dtype bf16 --meta meta.json -o d.h5      (v1 local disk backend)
+  kvtool import c0.data c1.data --format lmcache-fs --kv-heads 8 --meta meta.json -o d.h5
+      (v1 FS connector: the 28-byte header gives layers, tokens, hidden and dtype)
+  kvtool import c0.pt c1.pt --format lmcache-v0 --meta meta.json -o d.h5   (safetensors kv_chunk)
+  kvtool import p0.bin p1.bin --format sglang-page --memory-format page_first --page-size 64 \
+      --layers 32 --kv-heads 8 --head-dim 128 --src-dtype f16 --meta meta.json -o d.h5   (HiCacheFile)
+KV_T2D / KV_2TD files hold one layer: give chunk 0 layers 0..L-1, then chunk 1, ...
+--chunk-tokens is LMCache's chunk_size (default 256). See formats/lmcache.md, formats/sglang-hicache.md.
+
+A llama.cpp state file (llama_state_seq_save_file: ggsq v3; session files: ggsn v10), recognised
+by its magic, imports with its model's GGUF (only the GGUF's metadata is read; --meta optional:
+model_artifact_sha256 defaults to the GGUF's SHA-256, rope_config to its RoPE keys):
+  kvtool import prompt.state --gguf model.gguf -o d.h5
+  kvtool import session.bin --gguf model.gguf --seq-id 1 -o d.h5
+Rows are sorted into position order (/kv/positions keeps the true positions); f32, f16, bf16 and
+q8_0 caches; see formats/llama-state.md. See kvtool-import(1).)";
 
 json read_meta(const std::string& path) {
   if (path.empty()) return json::object();
@@ -47,6 +77,8 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
     ImportOptions opt;
     std::string out, meta, dtype;
     bool force = false;
+    LlamaStateArgs llama;
+    ChunkImportOptions chunks;
   };
   auto a = std::make_shared<Args>();
   ImportOptions& o = a->opt;
@@ -72,16 +104,44 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--meta", a->meta,
                   "JSON object of the dump's root attributes (model_artifact_sha256 and rope_config required)");
+  sub->add_option("--block-table", o.block_table,
+                  "paged (N,S) layouts: integer tensor of the request's block ids [n] or [requests, n]");
+  sub->add_option("--slot-mapping", o.slot_mapping,
+                  "paged (N,S or X) layouts: integer tensor of each token's slot [n] or [requests, n] (req_to_token)");
+  sub->add_option("--num-tokens", o.num_tokens, "paged layouts: the request's tokens T")->check(CLI::NonNegativeNumber);
+  sub->add_option("--k-scale", o.k_scale, "fp8 K: dequantization scale, a number or a tensor reference");
+  sub->add_option("--v-scale", o.v_scale, "fp8 V: dequantization scale, a number or a tensor reference");
+  sub->add_option("--fp8", o.fp8, "read uint8 K/V tensors as fp8 codes: e4m3 | e5m2");
   sub->add_option("--dtype", a->dtype, "dump dtype f16 | bf16 | f32 (default: the source's; f64 becomes f32)");
   sub->add_option("-o,--output", a->out, "output dump (.h5)")->required();
   sub->add_flag("--force", a->force, "overwrite an existing output");
+  add_llama_state_options(sub, a->llama, false);
+  sub->add_option("--format", a->chunks.format,
+                  "read INPUTs as LMCache/SGLang chunk files: lmcache-raw | lmcache-fs | "
+                  "lmcache-v0 | sglang-page (formats/lmcache.md, formats/sglang-hicache.md)");
+  sub->add_option("--memory-format", a->chunks.memory_format,
+                  "--format's layout: KV_2LTD | KV_T2D | KV_2TD (lmcache-raw, lmcache-fs); vllm | huggingface "
+                  "(lmcache-v0); layer_first | page_first | page_first_direct (sglang-page)");
+  sub->add_option("--chunk-tokens", a->chunks.chunk_tokens, "LMCache chunk size (default 256)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--page-size", a->chunks.page_size, "SGLang page size, tokens per page file")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--src-dtype", a->chunks.src_dtype, "dtype of headerless chunk files: f16 | bf16 | f32");
   sub->add_flag("--json", flags.json, "machine-readable summary");
   sub->add_flag("-q,--quiet", flags.quiet, "print nothing on success");
   return {sub, [a, &flags] {
             if (!a->dtype.empty()) a->opt.dtype = parse_dtype(a->dtype);
             a->opt.meta = read_meta(a->meta);
             a->opt.overwrite = a->force;
-            const ImportSummary s = import_dump(a->opt, a->out);
+            ChunkImportOptions& c = a->chunks;
+            const bool chunked = !c.format.empty();
+            if (!chunked) check_no_chunk_options(c);
+            c.layers = a->opt.layers, c.kv_heads = a->opt.kv_heads, c.head_dim = a->opt.head_dim;
+            const bool llama = !chunked && a->opt.inputs.size() == 1 && looks_like_llama_state(a->opt.inputs[0]);
+            const ImportSummary s =
+                chunked ? import_chunks(a->opt.inputs, c, a->opt.meta, a->opt.dtype, a->out, a->force)
+                : llama ? run_llama_import(a->opt.inputs[0], a->llama, a->opt.meta, a->opt.dtype, a->out, a->force)
+                        : import_dump(a->opt, a->out);
             json j = s.to_json();
             j["schema_version"] = kJsonSchemaVersion;
             j["ok"] = true;

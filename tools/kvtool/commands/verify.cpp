@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include "commands.h"
+#include "kvtool/llama_state.h"
 #include "kvtool/report.h"
 #include "stdin_input.h"
 
@@ -15,6 +16,7 @@ struct Args {
   VerifyOptions opt;
   std::vector<std::string> pubkeys;
   std::string trusted_dir;
+  LlamaStateArgs llama;
 };
 
 void require_file(const std::string& p, const char* what) {
@@ -24,6 +26,12 @@ void require_file(const std::string& p, const char* what) {
 
 int run(Args& a, const Flags& flags) {
   const cli::InputFile in(a.path);
+  if (looks_like_llama_state(in.path())) {
+    KVT_CHECK(a.pubkeys.empty() && !a.opt.require_signature && !a.opt.strict_snapshot, USAGE,
+              "signature and snapshot options apply to artifacts, not to llama.cpp state files");
+    if (!a.opt.source.empty()) require_file(a.opt.source, "source dump");
+    return run_llama_verify(in.path(), a.path, a.opt.source, a.llama, flags);
+  }
   FileKind k = detect_file_kind(in.path());
   KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
             "'" << a.path << "' is neither a kvdump (HDF5) nor a kvi artifact");
@@ -52,9 +60,11 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
       "verify", "Check structure, every digest, the signature and (with --source) the binding to a dump");
-  sub->add_option("FILE", a->path, "dump or artifact; - reads standard input")->required();
+  sub->add_option("FILE", a->path, "dump, artifact or llama.cpp state file; - reads standard input")->required();
   sub->add_option("--source", a->opt.source,
-                  "dump the artifact must have been built from (content digest of its covered range)");
+                  "dump the artifact must have been built from (content digest of its covered range); for a "
+                  "llama.cpp state file, a dump whose K/V the state must equal within --tolerance");
+  add_llama_state_options(sub, a->llama, true);
   sub->add_flag("--strict-snapshot", a->opt.strict_snapshot,
                 "also require the dump's snapshot digest (generations, frontier) to match");
   sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");

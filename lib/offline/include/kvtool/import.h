@@ -15,9 +15,13 @@
 namespace kvtool {
 
 // Element types a tensor file can declare. `other` is any type kvtool does not read (complex,
-// object, structured, float8, big-endian ...): listing the file works, reading it is
-// UNSUPPORTED_DTYPE.
-enum class TensorType { f32, f16, bf16, f64, i8, i16, i32, i64, u8, u16, u32, u64, other };
+// object, structured, big-endian ...): listing the file works, reading it is UNSUPPORTED_DTYPE.
+// f8_e4m3 / f8_e5m2 (safetensors F8_E4M3 / F8_E5M2) are read only through read_fp8, with scales.
+enum class TensorType { f32, f16, bf16, f64, i8, i16, i32, i64, u8, u16, u32, u64, f8_e4m3, f8_e5m2, other };
+
+// One fp8 byte as float: `kind` f8_e4m3 is OCP E4M3 ("e4m3fn": bias 7, no infinities, NaN only
+// 0x7f/0xff, max 448); f8_e5m2 is OCP E5M2 (bias 15, IEEE-like: 0x7c is +inf).
+float decode_fp8(uint8_t byte, TensorType kind);
 
 struct TensorInfo {
   std::string name;  // .npy: the file name without ".npy"; .npz: the member without ".npy"
@@ -47,6 +51,9 @@ class TensorFile {
   void read_f32(int64_t index, int64_t first, int64_t count, float* out) const;
   // The same as int64 (integer types only; a u64 above INT64_MAX is BAD_ATTRIBUTE).
   void read_i64(int64_t index, int64_t first, int64_t count, int64_t* out) const;
+  // The same from one-byte fp8 codes decoded as `kind` (decode_fp8; unscaled): tensors of type
+  // f8_e4m3, f8_e5m2 (their own kind only) or u8 (raw bytes, e.g. a .npy of a uint8 view).
+  void read_fp8(int64_t index, int64_t first, int64_t count, TensorType kind, float* out) const;
 
  private:
   struct Impl;
@@ -63,15 +70,21 @@ std::vector<float> read_npy_vector(const std::string& path, int64_t d);
 // number for layouts without an L axis (one tensor per layer).
 struct ImportOptions {
   std::vector<std::string> inputs;
-  std::string layout = "L,H,T,d";                 // axes of the K/V tensors: L 2 H T d Hd B (see parse in import.cpp)
+  std::string layout = "L,H,T,d";                 // axes of the K/V tensors: L 2 H T d Hd B N S X (import.cpp)
   std::string q_layout;                           // axes of the query tensors; default: `layout` without its 2 axis
   std::string k = "k", v = "v";                   // separate K and V tensors (layouts without a 2 axis)
   std::string kv = "kv_cache";                    // one tensor with K (index 0) and V (index 1) on its 2 axis
   std::string q, q_positions, tokens, positions;  // optional references
-  int64_t layers = 0;          // 0: the L axis's size, or the per-layer tensors found from layer 0 on
-  int64_t kv_heads = 0;        // splits an Hd axis (heads × head dim merged, as vLLM saves it)
-  int64_t head_dim = 0;        // the same, by the head dim
-  int64_t batch_index = 0;     // index on a B axis
+  int64_t layers = 0;       // 0: the L axis's size, or the per-layer tensors found from layer 0 on
+  int64_t kv_heads = 0;     // splits an Hd axis (heads × head dim merged, as vLLM saves it)
+  int64_t head_dim = 0;     // the same, by the head dim
+  int64_t batch_index = 0;  // index on a B axis (and the row of a 2-D block table / slot mapping)
+  // Paged caches (layouts with N,S or X): the request's block ids or its slot per token, and T.
+  std::string block_table, slot_mapping;
+  int64_t num_tokens = 0;
+  // fp8 caches: value = fp8 x scale; a float ("0.02") or a tensor reference ([L], [1] or [] with
+  // {layer}). `fp8` ("e4m3" | "e5m2") reads uint8 tensors as fp8 codes.
+  std::string k_scale, v_scale, fp8;
   std::optional<DType> dtype;  // dump dtype; default: the source's (f64 → f32)
   json meta = json::object();  // root attributes of the dump (formats/kvdump-v1.md); see import.cpp
   bool overwrite = false;
@@ -85,6 +98,12 @@ struct ImportSummary {
   bool has_q = false, has_tokens = false, has_positions = false;
   json to_json() const;
 };
+
+// The dump spec an import writes: `meta` (the --meta object; model_artifact_sha256 and rope_config
+// required, every other key optional with the defaults man/kvtool-import.1 lists) over `geo`;
+// q_heads > 0 fixes the head map's length. Shared by every importer so that --meta means one thing.
+struct DumpSpec;
+DumpSpec dump_spec_from_meta(const json& meta, const DumpGeometry& geo, int64_t q_heads);
 
 // Reads the tensors `o` names and writes the dump `out` atomically (nothing at `out` on failure;
 // OUTPUT_EXISTS when it exists and !o.overwrite). Memory: a few copies of one layer's K and V.

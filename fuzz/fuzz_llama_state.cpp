@@ -1,0 +1,67 @@
+// fuzz_llama_state: bytes as a llama.cpp state file (ggsq / ggsn, formats/llama-state.md) or, when
+// they start with "GGUF", as a model's GGUF header: the structure checks, then inspect (which
+// decodes every layer of the sequence read) with and without a model. The bytes go to a file in
+// /dev/shm because the readers take a path.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "fuzz_common.h"
+#include "kvtool/llama_state.h"
+
+namespace {
+
+struct TempPath {
+  explicit TempPath(std::string p) : path(std::move(p)) {}
+  ~TempPath() { unlink(path.c_str()); }
+  std::string path;
+};
+
+// The models of the seeds (fuzz/corpus/llama_state, written by llama.cpp): stories260K (5 layers,
+// 8 query and 4 kv heads, head_dim 8) and cheaders (4 layers, 4 query heads, 1 kv head, head_dim 64).
+kvtool::GgufModel seed_model(int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  kvtool::GgufModel m;
+  m.path = "seed.gguf";
+  m.arch = "llama";
+  m.layers = layers;
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.head_dim = head_dim;
+  m.rope_pairing = "interleaved";
+  return m;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const TempPath tmp("/dev/shm/kvtool-fuzz-llama-" + std::to_string(getpid()) + ".bin");
+  FILE* f = std::fopen(tmp.path.c_str(), "wb");
+  if (!f) return 0;
+  const bool ok = std::fwrite(data, 1, size, f) == size;
+  std::fclose(f);
+  if (!ok) return 0;
+  if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) {
+    try {
+      kvtool::read_gguf_model(tmp.path);
+    } catch (...) {
+      kvtool::fuzz::on_exception(std::current_exception());
+    }
+    return 0;
+  }
+  static const kvtool::GgufModel stories = seed_model(5, 8, 4, 8), cheaders = seed_model(4, 4, 1, 64);
+  for (const kvtool::GgufModel* m : {static_cast<const kvtool::GgufModel*>(nullptr), &stories, &cheaders}) {
+    try {
+      kvtool::LlamaStateOptions o;
+      kvtool::inspect_llama_state(tmp.path, m, o);
+      o.rotation = kvtool::LlamaRotation::on;
+      if (m) kvtool::verify_llama_state(tmp.path, m, o, "", std::nullopt);
+    } catch (...) {
+      kvtool::fuzz::on_exception(std::current_exception());
+    }
+  }
+  return 0;
+}

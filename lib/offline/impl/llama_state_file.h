@@ -1,0 +1,73 @@
+// The structure of a llama.cpp state file (formats/llama-state.md) as offsets: parsed once with
+// every size checked, then read a layer at a time. Internal to lib/offline.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "impl/byte_reader.h"
+#include "kvtool/llama_state.h"
+
+namespace kvtool::impl {
+
+// A ggml element type kvtool decodes: `block` elements take `bytes` bytes.
+struct GgmlType {
+  int32_t id = -1;
+  const char* name = "";
+  int64_t block = 1, bytes = 4;
+  bool quantized = false;
+};
+
+struct StateCell {
+  int32_t pos = 0;
+  uint32_t stream = 0, index = 0;  // the stream and the cell's place in the stream's rows
+  std::vector<int32_t> seqs;
+};
+
+struct StateTensor {  // one layer's K or V of one stream
+  GgmlType type;
+  uint64_t offset = 0;  // first data byte
+  int64_t width = 0;    // elements per cell
+  bool transposed = false;
+};
+
+struct StateStream {
+  uint32_t cells = 0;  // 0: the stream is empty and has nothing below
+  bool v_trans = false;
+  std::vector<StateTensor> k, v;  // per layer
+};
+
+struct StateFile {
+  std::string magic, arch;
+  uint32_t version = 0;
+  std::vector<int32_t> tokens;
+  std::vector<StateStream> streams;
+  std::vector<StateCell> cells;  // every cell of every stream, in file order
+  uint64_t file_bytes = 0;
+};
+
+// Parses and checks the whole structure (BAD_STATE_FILE, TRUNCATED, UNSUPPORTED_VERSION,
+// UNSUPPORTED_DTYPE; trailing bytes are BAD_STATE_FILE). With a model, the layer count and each
+// row's width must match it (SHAPE_MISMATCH).
+class StateReader {
+ public:
+  StateReader(const std::string& path, const GgufModel* model);
+  const StateFile& file() const { return f_; }
+  // The rows `cells` (indices into file().cells, all of one stream) of layer `layer`'s K or V as
+  // float32, [cells.size(), width], row i = cells[i].
+  void read_rows(const StateTensor& t, uint32_t stream_cells, const std::vector<uint32_t>& rows,
+                 std::vector<float>& out);
+
+ private:
+  void parse_stream(uint32_t s, const GgufModel* model);
+  void parse_tensor(StateTensor& t, uint32_t cells, bool v, bool v_trans, int64_t layer, const GgufModel* model);
+  ByteReader r_;
+  StateFile f_;
+};
+
+// Undoes llama.cpp's Hadamard rotation of a quantized cache in place: each block of `n` values of
+// every row is multiplied by the orthonormal Sylvester Hadamard matrix of order n (its own inverse).
+void unrotate_hadamard(float* rows, int64_t count, int64_t width, int64_t n);
+
+}  // namespace kvtool::impl

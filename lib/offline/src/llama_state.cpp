@@ -1,0 +1,420 @@
+// inspect, verify and import of llama.cpp state files (kvtool/llama_state.h,
+// formats/llama-state.md): a sequence's cells chosen and sorted into position order, a layer's K
+// and V decoded (and un-rotated) at a time.
+#include "kvtool/llama_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "impl/llama_state_file.h"
+#include "kvtool/dump.h"
+
+namespace kvtool {
+
+namespace {
+
+using impl::StateFile;
+using impl::StateReader;
+
+// The rows of one sequence: stream cell indices sorted by position.
+struct Chosen {
+  std::optional<int32_t> seq;
+  uint32_t stream = 0;
+  std::vector<uint32_t> rows;
+  std::vector<int64_t> positions;
+};
+
+std::vector<int32_t> sequence_ids(const StateFile& f) {
+  std::set<int32_t> s;
+  for (const auto& c : f.cells) s.insert(c.seqs.begin(), c.seqs.end());
+  return {s.begin(), s.end()};
+}
+
+std::string list(const std::vector<int32_t>& v) {
+  std::string r;
+  for (size_t i = 0; i < v.size() && i < 16; ++i) r += (i ? ", " : "") + std::to_string(v[i]);
+  return v.size() > 16 ? r + ", ..." : r;
+}
+
+// The sequence to read: --seq-id, or the only one. nullopt when the file holds several and none
+// was named (inspect still shows the file; import and verify make it a usage error).
+std::optional<Chosen> choose(const StateFile& f, const LlamaStateOptions& o) {
+  const std::vector<int32_t> ids = sequence_ids(f);
+  Chosen c;
+  if (o.seq_id) {
+    KVT_CHECK(std::binary_search(ids.begin(), ids.end(), *o.seq_id), USAGE,
+              "--seq-id " << *o.seq_id << ": the state file holds sequence(s) " << (ids.empty() ? "none" : list(ids)));
+    c.seq = o.seq_id;
+  } else if (ids.size() == 1) {
+    c.seq = ids[0];
+  } else if (ids.size() > 1) {
+    return std::nullopt;
+  }
+  std::vector<std::pair<int64_t, uint32_t>> rows;  // (position, cell index in its stream)
+  std::optional<uint32_t> stream;
+  for (const auto& cell : f.cells) {
+    if (!c.seq || std::find(cell.seqs.begin(), cell.seqs.end(), *c.seq) == cell.seqs.end()) continue;
+    KVT_CHECK(!stream || *stream == cell.stream, BAD_STATE_FILE,
+              "sequence " << *c.seq << " has cells in two streams (" << *stream << " and " << cell.stream << ")");
+    KVT_CHECK(cell.pos >= 0, BAD_STATE_FILE, "sequence " << *c.seq << " has a cell at negative position " << cell.pos);
+    stream = cell.stream;
+    rows.emplace_back(cell.pos, cell.index);
+  }
+  std::sort(rows.begin(), rows.end());
+  for (size_t i = 1; i < rows.size(); ++i)
+    KVT_CHECK(rows[i].first != rows[i - 1].first, BAD_STATE_FILE,
+              "sequence " << *c.seq << " has two cells at position " << rows[i].first);
+  c.stream = stream.value_or(0);
+  for (const auto& [p, i] : rows) {
+    c.positions.push_back(p);
+    c.rows.push_back(i);
+  }
+  return c;
+}
+
+// Hadamard block sizes a layer's K and V are read with (0: not rotated), formats/llama-state.md
+// "Rotation": llama.cpp rotates quantized caches in blocks of the largest power of two >= 64
+// dividing head_dim (K) and of 64 (V), when head_dim is a multiple of 64.
+struct Rotation {
+  int64_t k = 0, v = 0;
+};
+
+Rotation rotation_for(const impl::StateStream& st, int64_t layer, const GgufModel* m, LlamaRotation r) {
+  if (!m || r == LlamaRotation::off) return {};
+  const bool fits = m->head_dim % 64 == 0;
+  KVT_CHECK(
+      fits || r != LlamaRotation::on, USAGE,
+      "--llama-rotation on: head_dim " << m->head_dim << " is not a multiple of 64, so llama.cpp never rotates it");
+  if (!fits) return {};
+  int64_t nk = 64;
+  while (m->head_dim % (nk * 2) == 0) nk *= 2;
+  Rotation rot;
+  if (st.k[static_cast<size_t>(layer)].type.quantized) rot.k = nk;
+  if (st.v[static_cast<size_t>(layer)].type.quantized) rot.v = 64;
+  return rot;
+}
+
+// One layer's K and V of the chosen rows, [rows, width] float32 each, un-rotated.
+void read_layer(StateReader& rd, const Chosen& c, int64_t layer, const GgufModel* m, LlamaRotation r,
+                std::vector<float>& k, std::vector<float>& v) {
+  const auto& st = rd.file().streams[c.stream];
+  const auto& kt = st.k[static_cast<size_t>(layer)];
+  const auto& vt = st.v[static_cast<size_t>(layer)];
+  rd.read_rows(kt, st.cells, c.rows, k);
+  rd.read_rows(vt, st.cells, c.rows, v);
+  const Rotation rot = rotation_for(st, layer, m, r);
+  const auto n = static_cast<int64_t>(c.rows.size());
+  if (rot.k) impl::unrotate_hadamard(k.data(), n, kt.width, rot.k);
+  if (rot.v) impl::unrotate_hadamard(v.data(), n, vt.width, rot.v);
+}
+
+void add_health(LlamaHeadHealth& h, const float* x, int64_t rows, int64_t width, int64_t off, int64_t d, bool is_v) {
+  int64_t& bad = is_v ? h.nonfinite_v : h.nonfinite_k;
+  double& mx = is_v ? h.max_abs_v : h.max_abs_k;
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      const float y = x[t * width + off + i];
+      if (!std::isfinite(y))
+        ++bad;
+      else
+        mx = std::max(mx, static_cast<double>(std::fabs(y)));
+    }
+}
+
+void fill_structure(LlamaStateInspection& s, const StateFile& f, const std::optional<Chosen>& c) {
+  s.magic = f.magic;
+  s.version = f.version;
+  s.arch = f.arch;
+  s.file_bytes = static_cast<int64_t>(f.file_bytes);
+  s.n_tokens = static_cast<int64_t>(f.tokens.size());
+  s.streams = static_cast<int64_t>(f.streams.size());
+  s.cells = static_cast<int64_t>(f.cells.size());
+  s.seq_ids = sequence_ids(f);
+  if (!c || c->rows.empty()) return;
+  s.seq_id = c->seq;
+  s.rows = static_cast<int64_t>(c->rows.size());
+  s.pos_min = c->positions.front();
+  s.pos_max = c->positions.back();
+  s.gaps = s.pos_max - s.pos_min + 1 - s.rows;
+  s.cells_in_order = std::is_sorted(c->rows.begin(), c->rows.end());
+  const auto& st = f.streams[c->stream];
+  s.v_trans = st.v_trans;
+  for (size_t l = 0; l < st.k.size(); ++l)
+    s.layers.push_back({st.k[l].type.name, st.v[l].type.name, st.k[l].width / st.k[l].type.block * st.k[l].type.bytes,
+                        st.v[l].width / st.v[l].type.block * st.v[l].type.bytes, st.k[l].width, st.v[l].width});
+}
+
+LlamaStateInspection inspect_opened(StateReader& rd, const std::string& path, const GgufModel* m,
+                                    const LlamaStateOptions& o, const std::optional<Chosen>& c) {
+  LlamaStateInspection s;
+  s.path = path;
+  s.model = m ? m->path : "";
+  fill_structure(s, rd.file(), c);
+  if (!c || c->rows.empty()) return s;
+  const auto& st = rd.file().streams[c->stream];
+  const int64_t heads = m ? m->kv_heads : 1;
+  std::vector<float> k, v;
+  for (int64_t l = 0; l < static_cast<int64_t>(st.k.size()); ++l) {
+    read_layer(rd, *c, l, m, o.rotation, k, v);
+    const Rotation rot = rotation_for(st, l, m, o.rotation);
+    s.rotated = s.rotated || rot.k || rot.v;
+    const int64_t dk = st.k[static_cast<size_t>(l)].width / heads, dv = st.v[static_cast<size_t>(l)].width / heads;
+    for (int64_t h = 0; h < heads; ++h) {
+      LlamaHeadHealth hh{l, h, 0, 0, 0, 0};
+      add_health(hh, k.data(), s.rows, st.k[static_cast<size_t>(l)].width, h * dk, dk, false);
+      add_health(hh, v.data(), s.rows, st.v[static_cast<size_t>(l)].width, h * dv, dv, true);
+      s.health.push_back(hh);
+    }
+  }
+  return s;
+}
+
+Chosen require_sequence(const StateFile& f, const LlamaStateOptions& o) {
+  auto c = choose(f, o);
+  KVT_CHECK(c, USAGE, "the state file holds sequences " << list(sequence_ids(f)) << "; choose one with --seq-id");
+  KVT_CHECK(!c->rows.empty(), SHAPE_MISMATCH, "the state file holds no cells (an empty cache)");
+  return *c;
+}
+
+// Largest |a - b| over the rows of one (layer, head), relative to max |b| of the dump's slice.
+double slice_error(const float* a, int64_t width, int64_t off, const std::vector<float>& b, int64_t d,
+                   const std::vector<int64_t>& dump_rows) {
+  double diff = 0, mx = 0;
+  for (float y : b) mx = std::max(mx, static_cast<double>(std::fabs(y)));
+  for (size_t t = 0; t < dump_rows.size(); ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      const double x = a[static_cast<int64_t>(t) * width + off + i];
+      diff = std::max(diff, std::fabs(x - b[static_cast<size_t>(dump_rows[t] * d + i)]));
+    }
+  return mx > 0 ? diff / mx : diff;
+}
+
+// The dump row of every state row (matched by position); PAYLOAD_MISMATCH when one is missing.
+std::vector<int64_t> dump_rows_for(const DumpReader& src, const Chosen& c) {
+  std::map<int64_t, int64_t> at;
+  const std::vector<int64_t> pos = src.positions();
+  for (size_t i = 0; i < pos.size(); ++i) at[pos[i]] = static_cast<int64_t>(i);
+  std::vector<int64_t> rows;
+  for (int64_t p : c.positions) {
+    auto it = at.find(p);
+    KVT_CHECK(it != at.end(), PAYLOAD_MISMATCH,
+              "the state holds position " << p << ", which the dump '" << src.path() << "' does not have");
+    rows.push_back(it->second);
+  }
+  return rows;
+}
+
+void compare_with_dump(StateReader& rd, const Chosen& c, const GgufModel& m, const LlamaStateOptions& o,
+                       LlamaStateVerification& v) {
+  DumpReader src(v.source);
+  const auto& g = src.info().geo;
+  KVT_CHECK(g.layers == m.layers && g.kv_heads == m.kv_heads && g.head_dim == m.head_dim, GEOMETRY_MISMATCH,
+            "the dump has " << g.layers << " layers x " << g.kv_heads << " kv heads x d=" << g.head_dim
+                            << "; the state has " << m.layers << " x " << m.kv_heads << " x " << m.head_dim);
+  const std::vector<int64_t> rows = dump_rows_for(src, c);
+  const int64_t d = m.head_dim, W = m.kv_heads * d;
+  std::vector<float> k, vv, bk(static_cast<size_t>(g.tokens * d)), bv(bk.size());
+  for (int64_t l = 0; l < m.layers; ++l) {
+    read_layer(rd, c, l, &m, o.rotation, k, vv);
+    double layer_err = 0;
+    for (int64_t h = 0; h < m.kv_heads; ++h) {
+      src.read_k(l, h, 0, g.tokens, bk.data());
+      src.read_v(l, h, 0, g.tokens, bv.data());
+      const double ek = slice_error(k.data(), W, h * d, bk, d, rows);
+      const double ev = slice_error(vv.data(), W, h * d, bv, d, rows);
+      v.max_rel_err_k = std::max(v.max_rel_err_k, ek);
+      v.max_rel_err_v = std::max(v.max_rel_err_v, ev);
+      layer_err = std::max({layer_err, ek, ev});
+    }
+    v.layer_rel_err.push_back(layer_err);
+  }
+}
+
+}  // namespace
+
+LlamaRotation parse_llama_rotation(const std::string& s) {
+  if (s == "auto") return LlamaRotation::automatic;
+  if (s == "on") return LlamaRotation::on;
+  if (s == "off") return LlamaRotation::off;
+  KVT_THROW(USAGE, "--llama-rotation '" << excerpt(s) << "': expected auto, on or off");
+}
+
+bool looks_like_llama_state(const std::string& path) {
+  std::FILE* fp = std::fopen(path.c_str(), "rb");
+  if (!fp) return false;
+  uint8_t b[4] = {};
+  const bool ok = std::fread(b, 1, 4, fp) == 4;
+  std::fclose(fp);
+  const uint32_t m = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+  return ok && (m == 0x67677371u || m == 0x6767736eu);
+}
+
+LlamaStateInspection inspect_llama_state(const std::string& path, const GgufModel* model, const LlamaStateOptions& o) {
+  StateReader rd(path, model);
+  return inspect_opened(rd, path, model, o, choose(rd.file(), o));
+}
+
+json LlamaStateInspection::to_json() const {
+  json layers_j = json::array(), health_j = json::array();
+  for (const auto& l : layers)
+    layers_j.push_back({{"k_type", l.k_type},
+                        {"v_type", l.v_type},
+                        {"k_row_bytes", l.k_row_bytes},
+                        {"v_row_bytes", l.v_row_bytes},
+                        {"k_width", l.k_width},
+                        {"v_width", l.v_width}});
+  for (const auto& h : health)
+    health_j.push_back({{"layer", h.layer},
+                        {"head", h.head},
+                        {"nonfinite_k", h.nonfinite_k},
+                        {"nonfinite_v", h.nonfinite_v},
+                        {"max_abs_k", h.max_abs_k},
+                        {"max_abs_v", h.max_abs_v}});
+  json j{{"path", path},
+         {"format", "llama.cpp-state"},
+         {"magic", magic},
+         {"version", version},
+         {"file_bytes", file_bytes},
+         {"tokens", n_tokens},
+         {"streams", streams},
+         {"cells", cells},
+         {"seq_ids", seq_ids},
+         {"rows", rows},
+         {"pos_min", pos_min},
+         {"pos_max", pos_max},
+         {"gaps", gaps},
+         {"cells_in_order", cells_in_order},
+         {"v_trans", v_trans},
+         {"rotated", rotated},
+         {"layers", layers_j},
+         {"health", health_j},
+         {"model", model.empty() ? json(nullptr) : json(model)}};
+  if (!arch.empty()) j["arch"] = arch;
+  j["seq_id"] = seq_id ? json(*seq_id) : json(nullptr);
+  return j;
+}
+
+double default_state_tolerance(const std::string& t) {
+  if (t == "f32") return 5e-3;
+  if (t == "f16") return 5e-3;
+  return 5e-2;  // bf16, q8_0
+}
+
+json LlamaStateVerification::to_json() const {
+  json j = state.to_json();
+  j["ok"] = true;
+  if (!source.empty()) {
+    j["source"] = source;
+    j["tolerance"] = tolerance;
+    j["max_rel_err_k"] = max_rel_err_k;
+    j["max_rel_err_v"] = max_rel_err_v;
+    j["layer_rel_err"] = layer_rel_err;
+  }
+  return j;
+}
+
+LlamaStateVerification verify_llama_state(const std::string& path, const GgufModel* model, const LlamaStateOptions& o,
+                                          const std::string& source_dump, std::optional<double> tolerance) {
+  StateReader rd(path, model);
+  const Chosen c = require_sequence(rd.file(), o);
+  LlamaStateVerification v;
+  v.state = inspect_opened(rd, path, model, o, c);
+  for (const auto& h : v.state.health)
+    KVT_CHECK(h.nonfinite_k == 0 && h.nonfinite_v == 0, NON_FINITE,
+              "the state file has " << h.nonfinite_k + h.nonfinite_v << " NaN/Inf values at layer " << h.layer
+                                    << (model ? ", head " + std::to_string(h.head) : std::string()));
+  if (source_dump.empty()) return v;
+  KVT_CHECK(model, USAGE, "--source needs --gguf: the model gives the heads and head_dim to compare");
+  v.source = source_dump;
+  v.tolerance = tolerance.value_or(std::max(default_state_tolerance(v.state.layers.front().k_type),
+                                            default_state_tolerance(v.state.layers.front().v_type)));
+  compare_with_dump(rd, c, *model, o, v);
+  KVT_CHECK(v.max_rel_err_k <= v.tolerance && v.max_rel_err_v <= v.tolerance, PAYLOAD_MISMATCH,
+            "the state's K/V differ from the dump '" << source_dump << "' by up to " << v.max_rel_err_k << " (K) and "
+                                                     << v.max_rel_err_v << " (V) of max|x|; tolerance " << v.tolerance);
+  return v;
+}
+
+namespace {
+
+json import_meta(const json& meta, const GgufModel& m, const StateFile& f) {
+  json j = meta.is_object() ? meta : json::object();
+  if (!j.contains("model_artifact_sha256")) j["model_artifact_sha256"] = model_sha256(m.path);
+  if (!j.contains("rope_config")) {
+    const std::string rope = m.rope_config();
+    KVT_CHECK(!rope.empty(), MISSING_ATTRIBUTE,
+              "kvtool does not know the RoPE pairing of architecture '" << m.arch << "'; give rope_config in --meta");
+    j["rope_config"] = rope;
+  }
+  if (!j.contains("generator"))
+    j["generator"] = "kvtool import (llama.cpp " + f.magic + " v" + std::to_string(f.version) + ")";
+  return j;
+}
+
+DType default_dtype(const LlamaLayerInfo& l) {
+  if (l.k_type != l.v_type) return DType::f32;
+  return l.k_type == "f16" ? DType::f16 : l.k_type == "bf16" ? DType::bf16 : DType::f32;
+}
+
+// [rows, H*d] -> H slices [rows, d], checked finite (and within float16's range for an f16 dump).
+void split_heads(const std::vector<float>& x, int64_t rows, int64_t H, int64_t d, DType dt, const char* what,
+                 int64_t layer, std::vector<float>& out) {
+  out.resize(x.size());
+  const float limit = dt == DType::f16 ? 65520.f : std::numeric_limits<float>::infinity();
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t i = 0; i < d; ++i) {
+        const float y = x[static_cast<size_t>(t * H * d + h * d + i)];
+        KVT_CHECK(std::isfinite(y) && std::fabs(y) < limit, NON_FINITE,
+                  what << " value " << y << " at layer " << layer << ", head " << h << ", row " << t
+                       << (std::isfinite(y) ? " does not fit float16; import with --dtype f32" : ""));
+        out[static_cast<size_t>((h * rows + t) * d + i)] = y;
+      }
+}
+
+}  // namespace
+
+ImportSummary import_llama_state(const std::string& path, const GgufModel& m, const LlamaStateOptions& o,
+                                 const json& meta, std::optional<DType> dtype, const std::string& out, bool overwrite) {
+  StateReader rd(path, &m);
+  const StateFile& f = rd.file();
+  const Chosen c = require_sequence(f, o);
+  LlamaStateInspection s;
+  fill_structure(s, f, c);
+  DumpGeometry geo;
+  geo.layers = m.layers;
+  geo.kv_heads = m.kv_heads;
+  geo.head_dim = m.head_dim;
+  geo.tokens = s.rows;
+  geo.dtype = dtype.value_or(default_dtype(s.layers.front()));
+  DumpSpec spec = dump_spec_from_meta(import_meta(meta, m, f), geo, m.heads);
+  check_dump_identity(spec.id, spec.geo, spec.committed_frontier);
+  // Tokens only when the file's list is this sequence's, one per row (formats/llama-state.md).
+  const bool tokens_known = s.seq_ids.size() == 1 && static_cast<int64_t>(f.tokens.size()) == s.rows;
+  DumpWriter w(out, spec, overwrite);
+  std::vector<float> k, v, ks, vs;
+  const int64_t T = s.rows, d = m.head_dim;
+  for (int64_t l = 0; l < m.layers; ++l) {
+    read_layer(rd, c, l, &m, o.rotation, k, v);
+    split_heads(k, T, m.kv_heads, d, geo.dtype, "K", l, ks);
+    split_heads(v, T, m.kv_heads, d, geo.dtype, "V", l, vs);
+    for (int64_t h = 0; h < m.kv_heads; ++h) w.write_kv(l, h, ks.data() + h * T * d, vs.data() + h * T * d);
+  }
+  w.write_positions(c.positions);
+  if (tokens_known) w.write_tokens(std::vector<int64_t>(f.tokens.begin(), f.tokens.end()));
+  w.commit();
+  ImportSummary r;
+  r.geo = spec.geo;
+  r.committed_frontier = spec.committed_frontier;
+  r.source_format = "llama.cpp " + f.magic;
+  r.source_dtype = s.layers.front().k_type == s.layers.front().v_type
+                       ? s.layers.front().k_type
+                       : s.layers.front().k_type + "/" + s.layers.front().v_type;
+  r.has_tokens = tokens_known;
+  r.has_positions = true;
+  return r;
+}
+
+}  // namespace kvtool

@@ -1,0 +1,206 @@
+// Parsing of llama.cpp state files (formats/llama-state.md), following llama_context::
+// state_seq_save_file / state_save_file (src/llama-context.cpp) and llama_kv_cache::state_write,
+// state_write_meta, state_write_data (src/llama-kv-cache.cpp) of llama.cpp as bundled with
+// node-llama-cpp 3.21.1 (release tag v0.4.0 of that bundle).
+#include <algorithm>
+#include <cmath>
+
+#include "impl/llama_state_file.h"
+#include "kvtool/half.h"
+
+namespace kvtool::impl {
+
+namespace {
+
+constexpr uint32_t kMagicSeq = 0x67677371u;      // "ggsq"
+constexpr uint32_t kMagicSession = 0x6767736eu;  // "ggsn"
+constexpr uint32_t kMaxStreams = 1 << 16;
+constexpr uint32_t kMaxSeqPerCell = 1 << 16;
+
+// ggml_type ids (ggml/include/ggml.h) of the cache types kvtool decodes.
+std::optional<GgmlType> ggml_type(int32_t id) {
+  switch (id) {
+    case 0:
+      return GgmlType{0, "f32", 1, 4, false};
+    case 1:
+      return GgmlType{1, "f16", 1, 2, false};
+    case 8:
+      return GgmlType{8, "q8_0", 32, 34, true};  // f16 scale, then 32 int8
+    case 30:
+      return GgmlType{30, "bf16", 1, 2, false};
+    default:
+      return std::nullopt;
+  }
+}
+
+GgmlType require_type(int32_t id, const std::string& what, int64_t layer, bool v) {
+  auto t = ggml_type(id);
+  KVT_CHECK(t, UNSUPPORTED_DTYPE,
+            what << ": layer " << layer << " " << (v ? "V" : "K") << " has ggml type " << id
+                 << "; kvtool reads f32 (0), f16 (1), q8_0 (8) and bf16 (30) caches");
+  return *t;
+}
+
+void decode(const GgmlType& t, const uint8_t* src, int64_t n, float* out) {
+  switch (t.id) {
+    case 0:
+      std::memcpy(out, src, static_cast<size_t>(n) * 4);
+      return;
+    case 1:
+      f16_to_f32_array(reinterpret_cast<const uint16_t*>(src), out, static_cast<size_t>(n));
+      return;
+    case 30:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = bf16_to_f32(h);
+      }
+      return;
+    default:  // q8_0: blocks of 32 values = scale (f16) x int8
+      for (int64_t b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = src + 34 * b;
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        const float d = f16_to_f32(h);
+        for (int j = 0; j < 32; ++j) out[32 * b + j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
+      }
+  }
+}
+
+}  // namespace
+
+StateReader::StateReader(const std::string& path, const GgufModel* model) : r_(path, "the state file '" + path + "'") {
+  f_.file_bytes = static_cast<int64_t>(r_.size());
+  KVT_CHECK(r_.size() >= 12, TRUNCATED, r_.what() << " is " << r_.size() << " bytes, too short for a state file");
+  const uint32_t magic = r_.u32("the magic");
+  KVT_CHECK(magic == kMagicSeq || magic == kMagicSession, BAD_STATE_FILE,
+            r_.what() << " is not a llama.cpp state file (magic neither ggsq nor ggsn)");
+  f_.magic = magic == kMagicSeq ? "ggsq" : "ggsn";
+  f_.version = r_.u32("the version");
+  const uint32_t want = magic == kMagicSeq ? 3 : 10;
+  KVT_CHECK(f_.version == want, UNSUPPORTED_VERSION,
+            r_.what() << " is " << f_.magic << " version " << f_.version << "; kvtool reads " << f_.magic << " version "
+                      << want << " (formats/llama-state.md)");
+  const uint32_t n_token = r_.u32("the token count");
+  KVT_CHECK(n_token <= r_.remaining() / 4, TRUNCATED, r_.what() << " claims " << n_token << " tokens beyond its end");
+  f_.tokens.resize(n_token);
+  r_.read(f_.tokens.data(), uint64_t(n_token) * 4, "the tokens");
+  if (magic == kMagicSession) {
+    const uint32_t n = r_.u32("the architecture name's length");
+    KVT_CHECK(n <= 256, BAD_STATE_FILE, r_.what() << ": architecture name of " << n << " bytes");
+    f_.arch.resize(n);
+    r_.read(f_.arch.data(), n, "the architecture name");
+    KVT_CHECK(!model || model->arch == f_.arch, SHAPE_MISMATCH,
+              r_.what() << " was written by a '" << excerpt(f_.arch) << "' model; the GGUF is '" << model->arch << "'");
+  }
+  const uint32_t n_stream = r_.u32("the stream count");
+  KVT_CHECK(n_stream >= 1 && n_stream <= kMaxStreams && n_stream <= r_.remaining() / 4, BAD_STATE_FILE,
+            r_.what() << " claims " << n_stream << " streams");
+  f_.streams.resize(n_stream);
+  for (uint32_t s = 0; s < n_stream; ++s) parse_stream(s, model);
+  KVT_CHECK(r_.remaining() == 0, BAD_STATE_FILE,
+            r_.what() << " has " << r_.remaining() << " bytes after its last stream (a second cache, as sliding-window "
+                      << "or hybrid models write, or a damaged file)");
+}
+
+void StateReader::parse_stream(uint32_t s, const GgufModel* model) {
+  StateStream& st = f_.streams[s];
+  st.cells = r_.u32("a stream's cell count");
+  if (st.cells == 0) return;
+  KVT_CHECK(st.cells <= r_.remaining() / 8, TRUNCATED,
+            r_.what() << ": stream " << s << " claims " << st.cells << " cells");
+  for (uint32_t i = 0; i < st.cells; ++i) {
+    StateCell c;
+    c.stream = s;
+    c.index = i;
+    c.pos = r_.i32("a cell's position");
+    const uint32_t n_seq = r_.u32("a cell's sequence count");
+    KVT_CHECK(n_seq <= kMaxSeqPerCell && n_seq <= r_.remaining() / 4, BAD_STATE_FILE,
+              r_.what() << ": cell " << i << " claims " << n_seq << " sequences");
+    c.seqs.resize(n_seq);
+    r_.read(c.seqs.data(), uint64_t(n_seq) * 4, "a cell's sequence ids");
+    f_.cells.push_back(std::move(c));
+  }
+  const uint32_t v_trans = r_.u32("v_trans");
+  KVT_CHECK(v_trans <= 1, BAD_STATE_FILE, r_.what() << ": v_trans is " << v_trans << " (0 or 1)");
+  st.v_trans = v_trans == 1;
+  const uint32_t n_layer = r_.u32("the layer count");
+  KVT_CHECK(n_layer >= 1 && n_layer <= kMaxDumpLayers, BAD_STATE_FILE, r_.what() << ": " << n_layer << " layers");
+  KVT_CHECK(!model || n_layer == model->layers, SHAPE_MISMATCH,
+            r_.what() << " has " << n_layer << " layers; the model '" << model->path << "' has " << model->layers);
+  st.k.resize(n_layer);
+  st.v.resize(n_layer);
+  for (uint32_t l = 0; l < n_layer; ++l) parse_tensor(st.k[l], st.cells, false, false, l, model);
+  for (uint32_t l = 0; l < n_layer; ++l) parse_tensor(st.v[l], st.cells, true, st.v_trans, l, model);
+}
+
+void StateReader::parse_tensor(StateTensor& t, uint32_t cells, bool v, bool v_trans, int64_t layer,
+                               const GgufModel* model) {
+  t.type = require_type(r_.i32("a layer's type"), r_.what(), layer, v);
+  uint64_t bytes = 0;
+  if (!v_trans) {
+    const uint64_t row = r_.u64("a layer's row size");
+    KVT_CHECK(row > 0 && row % static_cast<uint64_t>(t.type.bytes) == 0 && row <= r_.remaining(), BAD_STATE_FILE,
+              r_.what() << ": layer " << layer << (v ? " V" : " K") << " rows of " << row << " bytes for type "
+                        << t.type.name);
+    t.width = static_cast<int64_t>(row / static_cast<uint64_t>(t.type.bytes)) * t.type.block;
+    bytes = row;
+  } else {
+    KVT_CHECK(!t.type.quantized, BAD_STATE_FILE,
+              r_.what() << ": a transposed V of quantized type " << t.type.name << " (llama.cpp never writes one)");
+    const uint32_t el = r_.u32("V's element size");
+    KVT_CHECK(el == static_cast<uint32_t>(t.type.bytes), BAD_STATE_FILE,
+              r_.what() << ": layer " << layer << " V elements of " << el << " bytes for type " << t.type.name);
+    t.width = r_.u32("V's width");
+    t.transposed = true;
+    bytes = uint64_t(el) * static_cast<uint64_t>(t.width);
+  }
+  KVT_CHECK(t.width >= 1 && t.width <= kMaxDumpHeads * kMaxDumpHeadDim, BAD_STATE_FILE,
+            r_.what() << ": layer " << layer << " has rows of " << t.width << " values");
+  KVT_CHECK(!model || t.width == model->kv_heads * model->head_dim, SHAPE_MISMATCH,
+            r_.what() << ": layer " << layer << (v ? " V" : " K") << " rows hold " << t.width
+                      << " values; the model has " << model->kv_heads << " kv heads x head_dim " << model->head_dim);
+  KVT_CHECK(bytes <= r_.remaining() / cells, TRUNCATED,
+            r_.what() << " ends inside layer " << layer << (v ? " V" : " K") << " (" << cells << " cells of " << bytes
+                      << " bytes)");
+  t.offset = r_.offset();
+  r_.skip(bytes * cells, "a layer's data");
+}
+
+void StateReader::read_rows(const StateTensor& t, uint32_t stream_cells, const std::vector<uint32_t>& rows,
+                            std::vector<float>& out) {
+  const int64_t w = t.width;
+  const uint64_t row_bytes = static_cast<uint64_t>(w / t.type.block * t.type.bytes);
+  std::vector<uint8_t> raw(row_bytes * stream_cells);
+  r_.seek(t.offset);
+  r_.read(raw.data(), raw.size(), "a layer's data");
+  out.resize(rows.size() * static_cast<size_t>(w));
+  if (!t.transposed) {
+    for (size_t i = 0; i < rows.size(); ++i) decode(t.type, raw.data() + rows[i] * row_bytes, w, out.data() + i * w);
+    return;
+  }
+  std::vector<float> all(static_cast<size_t>(w) * stream_cells);  // [w][cells]
+  decode(t.type, raw.data(), static_cast<int64_t>(all.size()), all.data());
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int64_t j = 0; j < w; ++j) out[i * w + j] = all[static_cast<size_t>(j) * stream_cells + rows[i]];
+}
+
+void unrotate_hadamard(float* rows, int64_t count, int64_t width, int64_t n) {
+  // y = H x with H the Sylvester Hadamard matrix scaled by 1/sqrt(n): the fast transform, butterflies
+  // in the order ggml_gen_hadamard builds the matrix (symmetric, so row and column order agree).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int64_t r = 0; r < count; ++r)
+    for (int64_t b = 0; b + n <= width; b += n) {
+      float* x = rows + r * width + b;
+      for (int64_t h = 1; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h)
+          for (int64_t j = i; j < i + h; ++j) {
+            const float a = x[j], c = x[j + h];
+            x[j] = a + c;
+            x[j + h] = a - c;
+          }
+      for (int64_t j = 0; j < n; ++j) x[j] *= scale;
+    }
+}
+
+}  // namespace kvtool::impl
