@@ -17,3 +17,4 @@ def reasons():
 from .dump import *  # noqa: E402,F401,F403  DumpWriter, write_dump, from_cache
 from .reports import *  # noqa: E402,F401,F403  inspect, verify, build, eval, query
 from .pool import *  # noqa: E402,F401,F403  Pool, Lease
+from .paged import *  # noqa: E402,F401,F403  gather_paged, decode_fp8

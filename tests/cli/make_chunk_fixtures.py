@@ -42,14 +42,14 @@ def folder(name):
 
 
 # ---- LMCache v1 (lmcache/v1/memory_management.py MemoryFormat; gpu_connector.py shapes) --------
-def lmcache_v1_objects(k, v, fmt):
+def lmcache_v1_objects(k, v, fmt, chunk=CHUNK):
     """The memory objects the GPU connector fills for each chunk: KV_2LTD [2, L, T, hidden] with all
     layers; KV_T2D [T, 2, hidden] and KV_2TD [2, T, hidden] one per layer (layerwise connectors).
     Yields (chunk index, layer or None, tensor)."""
     T = k.shape[2]
     kv = torch.stack([k, v]).permute(0, 1, 3, 2, 4).reshape(2, L, T, H * D)  # [2, L, T, hidden]
-    for c, start in enumerate(range(0, T, CHUNK)):
-        end = min(start + CHUNK, T)
+    for c, start in enumerate(range(0, T, chunk)):
+        end = min(start + chunk, T)
         if fmt == "KV_2LTD":
             yield c, None, kv[:, :, start:end]
         for layer in range(L):
@@ -59,13 +59,13 @@ def lmcache_v1_objects(k, v, fmt):
                 yield c, layer, kv[:, layer, start:end]
 
 
-def write_lmcache_raw(name, dtype, fmt):
+def write_lmcache_raw(name, dtype, fmt, chunk=CHUNK):
     # LocalDiskBackend.async_save_bytes_to_disk: write_file(memory_obj.byte_array, path), path
     # _key_to_path(key) = key.to_string().replace("/", "-") + ".pt"; no header (shape, dtype and
     # format stay in the in-memory index, DiskCacheMetadata).
     k, v = truth(name, T_LMC, dtype)
     d = folder(name)
-    for c, layer, t in lmcache_v1_objects(k, v, fmt):
+    for c, layer, t in lmcache_v1_objects(k, v, fmt, chunk):
         tag = "c%03d" % c + ("" if layer is None else "_l%02d" % layer)
         with open(os.path.join(d, tag + ".pt"), "wb") as f:
             f.write(raw_bytes(t))
@@ -225,6 +225,7 @@ def main():
     write_lmcache_raw("raw2ltd_f32", torch.float32, "KV_2LTD")
     write_lmcache_raw("rawt2d_f16", torch.float16, "KV_T2D")
     write_lmcache_raw("raw2td_f32", torch.float32, "KV_2TD")
+    write_lmcache_raw("rawt2d_many_f16", torch.float16, "KV_T2D", chunk=1)  # 37 x 3 files
     write_lmcache_fs("fs_f16", torch.float16)
     write_lmcache_fs("fs_bf16", torch.bfloat16)
     write_lmcache_v0("v0_vllm_f32", torch.float32, "vllm")

@@ -50,6 +50,11 @@ imp rawt2d_f16/* --format lmcache-raw --memory-format KV_T2D "${GEO[@]}" --src-d
 check rawt2d_f16 t2d.h5
 imp raw2td_f32/* --format lmcache-raw --memory-format KV_2TD "${GEO[@]}" --src-dtype f32 --chunk-tokens 16 -o 2td.h5
 check raw2td_f32 2td.h5
+# 111 files (chunks of 1 token x 3 layers) under a limit of 40 open files: a file is open only
+# while it is read.
+(ulimit -n 40 && "$KVTOOL" import rawt2d_many_f16/* --format lmcache-raw --memory-format KV_T2D "${GEO[@]}" \
+  --src-dtype f16 --chunk-tokens 1 --meta meta.json -o many.h5 -q) || fail "111 chunk files under ulimit -n 40"
+check rawt2d_many_f16 many.h5
 # The same bytes read with the wrong memory format are not the same K/V (the test can fail).
 "$KVTOOL" import raw2td_f32/* --format lmcache-raw --memory-format KV_T2D "${GEO[@]}" --src-dtype f32 \
   --chunk-tokens 16 --meta meta.json -o wrong.h5 -q || fail "KV_T2D over KV_2TD bytes should import"
@@ -88,13 +93,14 @@ refuse() {
   local code=$1 reason=$2; shift 2
   expect_reason "$code" "$reason" "$KVTOOL" import "$@" --meta meta.json -o bad.h5
   absent bad.h5
+  rm -f bad.h5  # one failure, not a cascade of OUTPUT_EXISTS
 }
 RAW=(--format lmcache-raw --memory-format KV_2LTD "${GEO[@]}" --src-dtype bf16 --chunk-tokens 16)
 R=raw2ltd_bf16
 refuse 1 BAD_LAYOUT "${RAW[@]}" $R/c000.pt bad/raw_odd.pt $R/c002.pt          # not whole tokens
 refuse 1 SHAPE_MISMATCH "${RAW[@]}" $R/c000.pt bad/raw_short.pt $R/c002.pt    # a short middle chunk
 refuse 1 SHAPE_MISMATCH "${RAW[@]}" $R/c000.pt $R/c002.pt $R/c001.pt          # out of order
-refuse 1 SHAPE_MISMATCH "${RAW[@]:0:10}" --chunk-tokens 8 $R/c000.pt         # chunk > --chunk-tokens
+refuse 1 SHAPE_MISMATCH "${RAW[@]:0:12}" --chunk-tokens 8 $R/c000.pt         # chunk > --chunk-tokens
 refuse 2 USAGE --format lmcache-raw --memory-format KV_2LTD --src-dtype bf16 $R/c000.pt   # no geometry
 refuse 2 USAGE --format lmcache-raw "${GEO[@]}" --src-dtype bf16 $R/c000.pt   # no memory format
 refuse 1 UNSUPPORTED_CACHE --format lmcache-raw --memory-format KV_MLA_FMT "${GEO[@]}" --src-dtype bf16 $R/c000.pt
@@ -103,6 +109,8 @@ refuse 2 USAGE --format lmcache-raw --memory-format KV_2LTD "${GEO[@]}" --src-dt
 refuse 2 USAGE --format vllm-raw $R/c000.pt
 refuse 2 USAGE --memory-format KV_2LTD $R/c000.pt                              # no --format
 refuse 2 USAGE --format lmcache-raw                                             # no files
+refuse 2 USAGE "${RAW[@]}" --layout T,H,d $R/c000.pt                          # tensor-file options
+refuse 2 USAGE "${RAW[@]}" --kv kv_cache $R/c000.pt
 refuse 3 IO_ERROR "${RAW[@]}" $R/c000.pt missing.pt
 T2D=(--format lmcache-raw --memory-format KV_T2D "${GEO[@]}" --src-dtype f16 --chunk-tokens 16)
 refuse 1 SHAPE_MISMATCH "${T2D[@]}" rawt2d_f16/c000_l00.pt rawt2d_f16/c000_l01.pt   # not chunks x L files

@@ -183,7 +183,8 @@ PY
 }
 
 imp() { "$KVTOOL" import "$@" --meta meta.json; }
-expect_exit 0 imp --layout 2,N,S,H,d --kv 'fa.safetensors:kv.{layer}' --block-table bt.npy --num-tokens 13 -o fa.h5 --json
+expect_exit 0 imp --layout 2,N,S,H,d --kv 'fa.safetensors:kv.{layer}' --block-table bt.npy --num-tokens 13 \
+  -o fa.h5 --json
 [ "$(json_get out '["tokens"]')" = 13 ] && [ "$(json_get out '["layers"]')" = 3 ] || fail "fa summary: $(cat out)"
 same fa.h5 fa
 expect_exit 0 imp fa.safetensors --layout 2,N,S,H,d --kv 'kv.{layer}' --block-table bt2.npy --batch-index 1 \
@@ -230,6 +231,8 @@ done
 expect_exit 0 imp fp8.safetensors --layout 2,N,S,H,d --kv 'kv.{layer}' --block-table bt.npy --num-tokens 13 \
   --k-scale k_scale --v-scale 0.125 -o fp8.h5
 same fp8.h5 - fp8_expect.npz
+$PY -c "import h5py,sys; r = h5py.File('fp8.h5').attrs['representation']
+sys.exit(r != 'fp8-e4m3-dequantized-kv-float32-post-rope-v1')" || fail "an fp8 dump should say it was fp8"
 expect_exit 0 imp --layout 2,N,S,H,d --kv 'u8_{layer}.npy' --fp8 e5m2 --block-table bt.npy --num-tokens 13 \
   --k-scale 'ks_{layer}.npy' --v-scale 0.25 -o fp8u.h5
 same fp8u.h5 - fp8u_expect.npz

@@ -116,10 +116,17 @@ def read_tokenizer(path, vocab):
 
 
 def synth_tokenizer(vocab):
-    """A vocabulary for checkpoints without a tokenizer file (babyllama361): unk, BOS, EOS, then
-    one distinct placeholder per id. Enough for llama.cpp to load and run token ids."""
-    tokens = [b"<unk>", b"<s>", b"</s>"] + [b"<t%d>" % i for i in range(3, vocab)]
-    types = [TOK_UNKNOWN, TOK_CONTROL, TOK_CONTROL] + [TOK_NORMAL] * (vocab - 3)
+    """A vocabulary for checkpoints without a tokenizer file (babyllama361): unk, BOS, EOS, the
+    256 byte tokens <0x00>..<0xFF> where they fit (llama.cpp's SentencePiece vocabulary looks
+    bytes up, e.g. the newline, and aborts on a missing one), then one distinct placeholder per
+    remaining id. Enough for llama.cpp to load the model and run token ids."""
+    tokens = [b"<unk>", b"<s>", b"</s>"]
+    types = [TOK_UNKNOWN, TOK_CONTROL, TOK_CONTROL]
+    if vocab >= 3 + 256:
+        tokens += [b"<0x%02X>" % i for i in range(256)]
+        types += [TOK_BYTE] * 256
+    tokens += [b"<t%d>" % i for i in range(len(tokens), vocab)]
+    types += [TOK_NORMAL] * (vocab - len(types))
     return tokens[:vocab], [0.0] * vocab, types[:vocab]
 
 

@@ -20,6 +20,8 @@ class Source {
  public:
   virtual ~Source() = default;
   virtual void read(int64_t first, int64_t count, float* out) const = 0;
+  // Closes the file until the next read (a plan holds one source per chunk file).
+  virtual void release() const {}
 };
 
 struct Piece {

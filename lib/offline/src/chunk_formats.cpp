@@ -32,13 +32,6 @@ int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
   return a * b;
 }
 
-uint64_t file_size_of(int fd, const std::string& path) {
-  struct stat st {};
-  KVT_CHECK(fstat(fd, &st) == 0, IO_ERROR, "cannot stat '" << path << "'");
-  KVT_CHECK(S_ISREG(st.st_mode), IO_ERROR, "'" << path << "' is not a regular file");
-  return static_cast<uint64_t>(st.st_size);
-}
-
 void pread_exact(int fd, const std::string& path, uint64_t off, size_t n, void* out) {
   auto* p = static_cast<uint8_t*>(out);
   while (n > 0) {
@@ -57,25 +50,31 @@ void pread_exact(int fd, const std::string& path, uint64_t off, size_t n, void* 
 class RawSource : public Source {
  public:
   RawSource(const std::string& path, uint64_t offset, Elem e) : path_(path), offset_(offset), elem_(e) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    KVT_CHECK(fd_ >= 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
-    size_ = file_size_of(fd_, path);
+    size_ = open_file();
   }
-  ~RawSource() override { ::close(fd_); }
+  ~RawSource() override { release(); }
   RawSource(const RawSource&) = delete;
   RawSource& operator=(const RawSource&) = delete;
 
   uint64_t size() const { return size_; }
-  int fd() const { return fd_; }
+  int fd() const {
+    reopen();
+    return fd_;
+  }
   const std::string& path() const { return path_; }
   // What the data holds, once a header or the options have been checked against size().
   void set_elements(int64_t n) { elements_ = n; }
   void set_elem(Elem e) { elem_ = e; }
+  void release() const override {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
 
   void read(int64_t first, int64_t count, float* out) const override {
     KVT_CHECK(
         first >= 0 && count >= 0 && first <= elements_ && count <= elements_ - first, INTERNAL,
         "read of elements [" << first << ", " << first + count << ") of '" << path_ << "' beyond its " << elements_);
+    reopen();
     const int64_t es = elem_size(elem_);
     constexpr int64_t kRun = 1 << 16;
     std::vector<uint8_t> buf(static_cast<size_t>(std::min(count, kRun) * es));
@@ -98,23 +97,54 @@ class RawSource : public Source {
   }
 
  private:
+  // Opens the file (a regular one) and returns its size.
+  uint64_t open_file() const {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    KVT_CHECK(fd_ >= 0, IO_ERROR, "cannot open '" << path_ << "': " << std::strerror(errno));
+    struct stat st {};
+    const bool regular = fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);
+    if (!regular) release();
+    KVT_CHECK(regular, IO_ERROR, "'" << path_ << "' is not a regular file");
+    return static_cast<uint64_t>(st.st_size);
+  }
+  // A plan may hold thousands of chunk files (chunks x layers): each is open only while it is read.
+  void reopen() const {
+    if (fd_ >= 0) return;
+    const uint64_t now = open_file();
+    KVT_CHECK(now == size_, TRUNCATED,
+              "'" << path_ << "' changed size while it was read (" << size_ << " bytes, now " << now << ")");
+  }
   std::string path_;
   uint64_t offset_ = 0, size_ = 0;
   Elem elem_;
-  int fd_ = -1;
+  mutable int fd_ = -1;
   int64_t elements_ = 0;
 };
 
-// The kv_chunk tensor of a v0 safetensors file (TensorFile checked its header and offsets).
+// The kv_chunk tensor of a v0 safetensors file, opened (and its header checked by TensorFile)
+// only while it is read; a file that no longer holds the planned tensor is refused.
 class TensorSource : public Source {
  public:
-  TensorSource(std::unique_ptr<TensorFile> f, int64_t index) : f_(std::move(f)), index_(index) {}
-  void read(int64_t first, int64_t count, float* out) const override { f_->read_f32(index_, first, count, out); }
-  const TensorInfo& info() const { return f_->tensors()[static_cast<size_t>(index_)]; }
+  TensorSource(std::string path, TensorInfo info) : path_(std::move(path)), info_(std::move(info)) {}
+  void read(int64_t first, int64_t count, float* out) const override {
+    if (!f_) {
+      auto f = std::make_unique<TensorFile>(path_);
+      const int64_t i = f->find(info_.name);
+      KVT_CHECK(i >= 0 && f->tensors()[static_cast<size_t>(i)].shape == info_.shape &&
+                    f->tensors()[static_cast<size_t>(i)].type == info_.type,
+                BAD_TENSOR_FILE, "'" << path_ << "' changed while it was read");
+      f_ = std::move(f);
+      index_ = i;
+    }
+    f_->read_f32(index_, first, count, out);
+  }
+  void release() const override { f_.reset(); }
 
  private:
-  std::unique_ptr<TensorFile> f_;
-  int64_t index_;
+  std::string path_;
+  TensorInfo info_;
+  mutable std::unique_ptr<TensorFile> f_;
+  mutable int64_t index_ = -1;
 };
 
 Elem parse_elem(const std::string& s, const char* option) {
@@ -226,6 +256,7 @@ void plan_lmcache_raw(const std::vector<std::string>& inputs, const ChunkImportO
     pc.first_layer = layer;
     pc.layers = per_layer ? 1 : g.layers;
     lmcache_v1_strides(o.memory_format, g.layers, g.heads, g.dim, pc);
+    src->release();
     p.sources.push_back(std::move(src));
     p.pieces.push_back(pc);
     c.of_piece.push_back(c.rows.size() - 1);
@@ -345,6 +376,7 @@ void plan_lmcache_fs(const std::vector<std::string>& inputs, const ChunkImportOp
     auto src = std::make_unique<RawSource>(inputs[i], kFsHeaderBytes, Elem::f16);
     Piece pc = plan_fs_file(*src, o, p, i == 0);
     pc.source = p.sources.size();
+    src->release();
     p.sources.push_back(std::move(src));
     p.pieces.push_back(pc);
     c.rows.push_back(pc.rows);
@@ -406,7 +438,7 @@ void plan_lmcache_v0(const std::vector<std::string>& inputs, const ChunkImportOp
                   << (idx < 0 ? " and none is kv_chunk" : "") << "; an LMCache v0 chunk holds exactly one, kv_chunk");
     Piece pc = plan_v0_file(f->tensors()[static_cast<size_t>(idx)], inputs[i], fmt == "huggingface", o, p, i == 0);
     pc.source = p.sources.size();
-    p.sources.push_back(std::make_unique<TensorSource>(std::move(f), idx));
+    p.sources.push_back(std::make_unique<TensorSource>(inputs[i], f->tensors()[static_cast<size_t>(idx)]));
     p.pieces.push_back(pc);
     c.rows.push_back(pc.rows);
     c.labels.push_back("'" + inputs[i] + "'");
@@ -437,6 +469,7 @@ void plan_sglang_page(const std::vector<std::string>& inputs, const ChunkImportO
               "'" << inputs[i] << "' holds " << size << " bytes, more than one page of " << bytes
                   << " (a page file holds exactly one page)");
     src->set_elements(elems);
+    src->release();
     Piece pc;
     pc.source = p.sources.size(), pc.rows = P, pc.first_layer = 0, pc.layers = g.layers, pc.s_h = g.dim;
     if (lay == "page_first")
@@ -529,6 +562,7 @@ void read_layer(const Plan& p, int64_t layer, std::vector<float>& k, std::vector
     if (layer < c.first_layer || layer >= c.first_layer + c.layers) continue;
     read_piece(p, c, layer, 0, k, buf);
     read_piece(p, c, layer, 1, v, buf);
+    p.sources[c.source]->release();
   }
 }
 

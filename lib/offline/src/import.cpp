@@ -12,7 +12,7 @@
 //   S   the slot within a block (block_size): token t is at block table[t / S], slot t % S
 //   X   flat slots (SGLang's per-layer pool [size, H, d]): token t is at slot mapping[t]
 // Paged layouts replace T by N,S or X and are gathered in token order through --block-table or
-// --slot-mapping (man/kvtool-import.1 names the vLLM and SGLang versions these layouts follow).
+// --slot-mapping; formats/paged-caches.md names the vLLM and SGLang versions they follow.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -764,6 +764,9 @@ ImportSummary import_dump(const ImportOptions& o, const std::string& out) {
   }
   KVT_CHECK(geo.tokens > 0, SHAPE_MISMATCH, "K " << k0.ref.label << " has no rows (T = 0)");
   DumpSpec spec = spec_from_meta(o.meta, geo, q_heads);
+  if (is_fp8(st) && !o.meta.contains("representation"))  // not a full-precision cache: say so
+    spec.id.representation = std::string("fp8-") + (st == TensorType::f8_e4m3 ? "e4m3" : "e5m2") + "-dequantized-kv-" +
+                             dtype_name(geo.dtype) + "-post-rope-v1";
   check_dump_identity(spec.id, spec.geo, spec.committed_frontier);
 
   std::vector<int64_t> qpos, tokens, positions;

@@ -55,7 +55,9 @@ void add_llama_state_options(CLI::App* sub, LlamaStateArgs& a, bool with_toleran
 int run_llama_inspect(const std::string& path, const std::string& shown, const LlamaStateArgs& a, const Flags& flags);
 int run_llama_verify(const std::string& path, const std::string& shown, const std::string& source,
                      const LlamaStateArgs& a, const Flags& flags);
-ImportSummary run_llama_import(const std::string& path, const LlamaStateArgs& a, const json& meta,
-                               std::optional<DType> dtype, const std::string& out, bool overwrite);
+// `io` gives --meta, --dtype, --force and --q / --q-positions (as file paths); the other tensor-file
+// options are a usage error for a state file.
+ImportSummary run_llama_import(const std::string& path, const LlamaStateArgs& a, const ImportOptions& io,
+                               const std::string& out);
 
 }  // namespace kvtool::cmd

@@ -1,6 +1,7 @@
 // kvtool import [INPUT...] --layout AXES (--k K --v V | --kv KV) [--q Q] --meta META.json -o OUT.h5
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "commands.h"
@@ -70,6 +71,21 @@ json read_meta(const std::string& path) {
   return parse_json(ss.str(), Reason::BAD_ATTRIBUTE, "the --meta file '" + path + "'");
 }
 
+// --format reads chunk files: the tensor-file options (--layout, --k, --block-table, ...) and the
+// llama.cpp ones do not apply, and a given one is refused rather than silently ignored.
+void refuse_tensor_options(const CLI::App* sub, const std::string& format) {
+  static const std::set<std::string> chunk_options = {"inputs",      "--format",    "--memory-format", "--chunk-tokens",
+                                                      "--page-size", "--src-dtype", "--layers",        "--kv-heads",
+                                                      "--head-dim",  "--meta",      "--dtype",         "--output",
+                                                      "--force",     "--json",      "--quiet",         "--help"};
+  for (const CLI::Option* opt : sub->get_options()) {
+    const std::string name = opt->get_lnames().empty() ? opt->get_name() : "--" + opt->get_lnames().front();
+    KVT_CHECK(opt->count() == 0 || chunk_options.count(name) > 0, USAGE,
+              name << " does not apply to --format " << format << " (chunk files take --memory-format, --layers, "
+                   << "--kv-heads, --head-dim, --src-dtype, --chunk-tokens or --page-size)");
+  }
+}
+
 }  // namespace
 
 cli::Command register_import(CLI::App& app, Flags& flags) {
@@ -129,19 +145,20 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
   sub->add_option("--src-dtype", a->chunks.src_dtype, "dtype of headerless chunk files: f16 | bf16 | f32");
   sub->add_flag("--json", flags.json, "machine-readable summary");
   sub->add_flag("-q,--quiet", flags.quiet, "print nothing on success");
-  return {sub, [a, &flags] {
+  return {sub, [a, &flags, sub] {
             if (!a->dtype.empty()) a->opt.dtype = parse_dtype(a->dtype);
             a->opt.meta = read_meta(a->meta);
             a->opt.overwrite = a->force;
             ChunkImportOptions& c = a->chunks;
             const bool chunked = !c.format.empty();
             if (!chunked) check_no_chunk_options(c);
+            if (chunked) refuse_tensor_options(sub, c.format);
             c.layers = a->opt.layers, c.kv_heads = a->opt.kv_heads, c.head_dim = a->opt.head_dim;
             const bool llama = !chunked && a->opt.inputs.size() == 1 && looks_like_llama_state(a->opt.inputs[0]);
-            const ImportSummary s =
-                chunked ? import_chunks(a->opt.inputs, c, a->opt.meta, a->opt.dtype, a->out, a->force)
-                : llama ? run_llama_import(a->opt.inputs[0], a->llama, a->opt.meta, a->opt.dtype, a->out, a->force)
-                        : import_dump(a->opt, a->out);
+            const ImportSummary s = chunked
+                                        ? import_chunks(a->opt.inputs, c, a->opt.meta, a->opt.dtype, a->out, a->force)
+                                    : llama ? run_llama_import(a->opt.inputs[0], a->llama, a->opt, a->out)
+                                            : import_dump(a->opt, a->out);
             json j = s.to_json();
             j["schema_version"] = kJsonSchemaVersion;
             j["ok"] = true;

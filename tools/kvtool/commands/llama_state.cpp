@@ -75,7 +75,7 @@ void add_llama_state_options(CLI::App* sub, LlamaStateArgs& a, bool with_toleran
   if (with_tolerance)
     sub->add_option("--tolerance", a.tolerance,
                     "llama.cpp state files with --source: largest |difference| allowed, relative to max|x| of each "
-                    "(layer, head) (default by cache type: f32 and f16 5e-3, bf16 and q8_0 5e-2)")
+                    "(layer, head) (default by cache type: f32 and f16 1e-2, bf16 and q8_0 1e-1)")
         ->check(CLI::Range(0.0, 1.0));
 }
 
@@ -104,13 +104,21 @@ int run_llama_verify(const std::string& path, const std::string& shown, const st
   });
 }
 
-ImportSummary run_llama_import(const std::string& path, const LlamaStateArgs& a, const json& meta,
-                               std::optional<DType> dtype, const std::string& out, bool overwrite) {
+ImportSummary run_llama_import(const std::string& path, const LlamaStateArgs& a, const ImportOptions& io,
+                               const std::string& out) {
   KVT_CHECK(!a.gguf.empty(), USAGE,
             "'" << path << "' is a llama.cpp state file: give the model's GGUF with --gguf (layers, heads, head_dim "
                 << "and RoPE are not in the state file)");
   const GgufModel m = read_gguf_model(a.gguf);
-  return import_llama_state(path, m, options_of(a), meta, dtype, out, overwrite);
+  KVT_CHECK(io.block_table.empty() && io.slot_mapping.empty() && io.tokens.empty() && io.positions.empty() &&
+                io.k_scale.empty() && io.v_scale.empty() && io.q_layout.empty(),
+            USAGE,
+            "'" << path << "' is a llama.cpp state file: tensor-file options (--layout, --tokens, --positions, "
+                << "--block-table, scales, --q-layout) do not apply; see formats/llama-state.md");
+  LlamaStateOptions o = options_of(a);
+  o.q_path = io.q;
+  o.q_positions_path = io.q_positions;
+  return import_llama_state(path, m, o, io.meta, io.dtype, out, io.overwrite);
 }
 
 }  // namespace kvtool::cmd

@@ -38,6 +38,10 @@ LlamaRotation parse_llama_rotation(const std::string& s);  // "auto" | "on" | "o
 struct LlamaStateOptions {
   std::optional<int32_t> seq_id;  // the sequence to read; default: the only one in the file
   LlamaRotation rotation = LlamaRotation::automatic;
+  // Import only: post-RoPE queries recorded beside the cache (a state file has none), a float .npy
+  // [L, heads, T_q, head_dim], and the position of each query row ([T_q] integer .npy; default the
+  // last T_q positions of the sequence). Each position must be one the sequence holds.
+  std::string q_path, q_positions_path;
 };
 
 // True when the file starts with the magic of a ggsq or ggsn file.
