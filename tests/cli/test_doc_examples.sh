@@ -61,6 +61,7 @@ PYMOD="$(dirname "$BIN")/python"
 [ -d "$PYMOD/kvtool" ] || export NO_PYTHON_MODULE=1
 ln -s "$(dirname "$BIN")" root/build
 ln -s "$SRC/python" root/python
+ln -s "$SRC/tests" root/tests  # the llama.cpp section runs tests/llamacpp/ (real llama.cpp)
 (cd root && kvtool demo > demo.out 2>&1) || fail "kvtool demo: $(tail -5 root/demo.out)"
 readme=$(blocks "$SRC/README.md" readme)
 [ "$(echo "$readme" | wc -l)" -ge 3 ] || fail "expected at least 3 runnable README blocks, found: $readme"

@@ -12,6 +12,7 @@
 //       prints {"tokens": [...]}: N greedy tokens after the first P tokens of TOKENS.json.
 //
 // TOKENS.json is a JSON array of token ids. node-llama-cpp is found in $KVTOOL_NODE_LLAMA_CPP
+// (default: $KVTOOL_NODE_CACHE or ~/.cache/kvtool/node-llama-cpp-3.21.1)
 // (the folder holding node_modules/node-llama-cpp), as .ci/install-deps installs it.
 import fs from "node:fs";
 import path from "node:path";
@@ -50,8 +51,9 @@ function parseArgs(argv) {
 }
 
 async function loadLlama() {
-  const base = process.env.KVTOOL_NODE_LLAMA_CPP;
-  if (!base) throw new Error("KVTOOL_NODE_LLAMA_CPP is not set");
+  // Default: where .ci/install-deps installs it (its KVTOOL_NODE_CACHE default).
+  const base = process.env.KVTOOL_NODE_LLAMA_CPP ||
+      process.env.KVTOOL_NODE_CACHE || path.join(process.env.HOME || "/root", ".cache/kvtool/node-llama-cpp-3.21.1");
   const entry = path.join(base, "node_modules", "node-llama-cpp", "dist", "index.js");
   return import(pathToFileURL(entry).href);
 }
@@ -171,6 +173,7 @@ async function main() {
     process.stdout.write(JSON.stringify({tokens: out}) + "\n");
   } else {
     if (!a["out-dir"] || !a.configs) throw new Error("--out-dir and --configs are required");
+    fs.mkdirSync(a["out-dir"], {recursive: true});
     for (const name of a.configs.split(",")) {
       const cfg = CONFIGS[name];
       if (!cfg) throw new Error(`unknown config ${name}`);
