@@ -474,10 +474,11 @@ def write_dump(path, k, v, *, q=None, q_positions=None, tokens=None, positions=N
 
 
 class _BatchView:
-    """Lazy per-layer view ``seq[l][b]`` of a per-layer list of [batch, ...] tensors."""
+    """Lazy per-layer view ``seq[l][b, :, :rows]`` of a per-layer list of [batch, ...] tensors;
+    fp8 tensors are dequantized with ``scale`` (value = fp8 * scale)."""
 
-    def __init__(self, seq, b, name):
-        self._seq, self._b, self._name = seq, b, name
+    def __init__(self, seq, b, name, rows=None, scale=None):
+        self._seq, self._b, self._name, self._rows, self._scale = seq, b, name, rows, scale
 
     def __len__(self):
         return len(self._seq)
@@ -491,7 +492,43 @@ class _BatchView:
             raise _usage(f"{self._name} of layer {layer} must be [batch, heads, T, d], got shape {s}")
         if not 0 <= self._b < s[0]:
             raise _usage(f"batch_index {self._b} is outside the batch of {s[0]} ({self._name} of layer {layer})")
-        return x[self._b]  # a view for numpy and torch: only this sequence is ever converted
+        x = x[self._b]  # a view for numpy and torch: only this sequence is ever converted
+        if self._rows is not None and self._rows != s[2]:
+            x = x[:, :self._rows]  # the filled rows of a static or sliding-window layer
+        return _dequantize_fp8(x, self._scale, layer, self._name)
+
+
+def _is_fp8(x):
+    return "float8" in str(getattr(x, "dtype", ""))
+
+
+def _scale_of(scale, layer, name):
+    """A per-tensor scale: one number for every layer, or a per-layer sequence."""
+    s = scale
+    if isinstance(s, (list, tuple)) or len(_shape(s, name)) == 1:
+        if not 0 <= layer < len(s):
+            raise _usage(f"{name} has {len(s)} per-layer scales; layer {layer} has none")
+        s = s[layer]
+    try:
+        f = float(s.item() if hasattr(s, "item") else s)
+    except (TypeError, ValueError):
+        raise _usage(f"{name} must be a number or a per-layer list of numbers, got {type(s).__name__}") from None
+    if not np.isfinite(f) or f <= 0:
+        raise _usage(f"{name} for layer {layer} must be finite and positive, got {f}")
+    return f
+
+
+def _dequantize_fp8(x, scale, layer, name):
+    scale_name = {"keys": "k_scale", "values": "v_scale"}.get(name, "scale")
+    if not _is_fp8(x):
+        if scale is not None:  # scaling float values would silently change them
+            raise _usage(f"{scale_name} given but the {name} of layer {layer} are {getattr(x, 'dtype', '?')}, "
+                         "not fp8")
+        return x
+    if scale is None:  # fp8 codes alone are not the values (formats/kvdump-v1.md stores values)
+        raise _unsupported(f"the {name} of layer {layer} are {x.dtype} without a scale: pass {scale_name}= "
+                           "(value = fp8 * scale)")
+    return x.float() * _scale_of(scale, layer, scale_name)
 
 
 def _as_list(x, name):
@@ -502,7 +539,8 @@ def _as_list(x, name):
 
 
 def _cache_layers(cache):
-    """(keys, values): per-layer lists of the cache's [batch, kv_heads, T, d] tensors (references)."""
+    """(keys, values, layer objects or None): per-layer lists of the cache's [batch, kv_heads, T, d]
+    tensors (references)."""
     if isinstance(cache, (str, bytes, os.PathLike)):
         raise _usage(f"past_key_values is a path ({cache!r:.80}), not a cache: the call is "
                      "from_cache(past_key_values, path, ...)")
@@ -512,9 +550,9 @@ def _cache_layers(cache):
         if not layers:
             raise _usage("the cache has no layers (past_key_values.layers is empty)")
         if all(hasattr(x, "keys") and not callable(x.keys) for x in layers):
-            return [x.keys for x in layers], [x.values for x in layers]
+            return [x.keys for x in layers], [x.values for x in layers], layers
     if hasattr(cache, "key_cache") and hasattr(cache, "value_cache"):
-        return _as_list(cache.key_cache, "key_cache"), _as_list(cache.value_cache, "value_cache")
+        return _as_list(cache.key_cache, "key_cache"), _as_list(cache.value_cache, "value_cache"), None
     if isinstance(cache, (list, tuple)):
         keys, values = [], []
         for i, entry in enumerate(cache):
@@ -522,14 +560,139 @@ def _cache_layers(cache):
                 raise _usage(f"past_key_values[{i}] must be a (k, v) pair, got {type(entry).__name__}")
             keys.append(entry[0])
             values.append(entry[1])
-        return keys, values
+        return keys, values, None
     raise _usage(f"past_key_values of type {type(cache).__name__} is not a supported cache: expected a "
                  "tuple of per-layer (k, v), an object with key_cache/value_cache lists (HF DynamicCache) "
                  "or one with layers[i].keys/.values")
 
 
+def _unsupported(msg):
+    return InvalidInputError(msg, "UNSUPPORTED_CACHE", 1)
+
+
+def _kind_name(x):
+    return type(x).__name__
+
+
+def _refuse_undecodable(cache, layer, i):
+    """Refuses what is not per-head K and V stored as floats: quantized layers (whose float
+    ``keys`` are only the recent residual) and MLA latents (one latent per token, not K and V)."""
+    where = f"layer {i} ({_kind_name(layer)})" if layer is not None else _kind_name(cache)
+    for obj in (cache, layer):
+        if obj is None:
+            continue
+        name = _kind_name(obj)
+        if "Quantized" in name or any(hasattr(obj, a) for a in ("_quantized_keys", "_quantized_key_cache")):
+            raise _unsupported(f"{where} is a quantized cache: its float keys/values are only the recent "
+                               "residual and the older rows are quanto/HQQ codes kvtool does not decode; "
+                               "dequantize the cache into a DynamicCache first")
+        if "MLA" in name or "Latent" in name or hasattr(obj, "kv_lora_rank"):
+            raise _unsupported(f"{where} caches MLA latents (one latent per token), not per-head K and V: "
+                               "K and V exist only after the model's up-projections")
+
+
+def _int_attr(obj, name):
+    x = getattr(obj, name, None)
+    if x is None:
+        return None
+    try:
+        n = operator.index(x.item() if hasattr(x, "item") else x)
+    except (TypeError, ValueError):
+        raise _unsupported(f"{_kind_name(obj)}.{name} is not an integer: {x!r:.40}") from None
+    return n
+
+
+def _layer_span(layer, i, rows, filled):
+    """(rows_used, first_position) of one layer, from the layer's own bookkeeping (transformers'
+    cache_utils.py: StaticLayer, StaticSlidingWindowLayer, DynamicSlidingWindowLayer). ``rows``:
+    the layer's row count; ``filled``: the caller's filled length for static caches (or None)."""
+    name = _kind_name(layer)
+    sliding = bool(getattr(layer, "is_sliding", False)) or hasattr(layer, "sliding_window")
+    static = "Static" in name or (hasattr(layer, "max_cache_len") and not sliding)
+    seen = _int_attr(layer, "cumulative_length")
+    if sliding:
+        if seen is None:  # without the count of tokens seen, the rows' positions are unknown
+            raise _unsupported(f"layer {i} ({name}) is a sliding-window layer without cumulative_length: the "
+                               "positions of its rows cannot be known")
+        if seen < 0:
+            raise _unsupported(f"layer {i} ({name}): cumulative_length {seen} is negative")
+        # A static window holds min(seen, window) rows at the front, in position order (it rolls
+        # left when full); a dynamic one holds its last keys.shape[-2] rows.
+        used = min(seen, rows) if static else rows
+        if used > seen:
+            raise _unsupported(f"layer {i} ({name}) holds {rows} rows but has seen only {seen} tokens")
+        return used, seen - used
+    if static:
+        n = seen if seen is not None else filled
+        if n is None:  # never inferred from zero rows: a zero key row is a valid key
+            raise _unsupported(f"layer {i} ({name}) is a static cache preallocated to {rows} rows and does not "
+                               "record how many are filled: pass seq_length= (or tokens=) with the filled length")
+        if not 0 < n <= rows:
+            raise _unsupported(f"layer {i} ({name}): filled length {n} is outside [1, {rows}]")
+        return n, 0
+    return rows, 0
+
+
+def _old_static(cache):
+    """Cache-level static caches of older transformers (StaticCache / SlidingWindowCache /
+    HybridCache with key_cache lists and max_cache_len): per-layer spans are not recorded."""
+    name = _kind_name(cache)
+    if hasattr(cache, "sliding_window") or "Sliding" in name or "Hybrid" in name:
+        raise _unsupported(f"{name} keeps sliding-window layers without a count of tokens seen: the positions of "
+                           "their rows cannot be known")
+    return "Static" in name or hasattr(cache, "max_cache_len")
+
+
+def _static_filled(layer_objs, filled):
+    """The filled length of static layers: the tokens seen by the sliding-window layers of the same
+    cache (updated by the same forward calls), else the caller's ``filled``."""
+    seen = {_int_attr(x, "cumulative_length") for x in layer_objs or ()
+            if getattr(x, "is_sliding", False) or hasattr(x, "sliding_window")}
+    seen.discard(None)
+    if len(seen) > 1:
+        raise _unsupported(f"the sliding-window layers disagree on the tokens seen: {sorted(seen)[:4]}")
+    if seen and filled is not None and filled != min(seen):
+        raise _unsupported(f"the cache has seen {min(seen)} tokens but seq_length/tokens say {filled}")
+    return min(seen) if seen else filled
+
+
+def _spans(cache, keys, values, layer_objs, filled):
+    """One (rows, first_position) for the whole cache; layers that disagree are refused."""
+    _refuse_undecodable(cache, None, None)
+    old_static = layer_objs is None and not isinstance(cache, (list, tuple)) and _old_static(cache)
+    filled = _static_filled(layer_objs, filled)
+    spans = []
+    for i, (k, v) in enumerate(zip(keys, values)):
+        layer = None if layer_objs is None else layer_objs[i]
+        if layer is not None:
+            _refuse_undecodable(cache, layer, i)
+        if k is not None and k is v:
+            raise _unsupported(f"layer {i}: keys and values are the same tensor (an MLA latent cache?); kvtool "
+                               "needs per-head K and V")
+        s = None if k is None else _shape(k, f"keys of layer {i}")
+        rows = s[-2] if s is not None and len(s) == 4 else None
+        if rows is None:
+            span = None  # an empty or malformed layer: _BatchView names the problem
+        elif layer is not None:
+            span = _layer_span(layer, i, rows, filled)
+        elif old_static:
+            span = _layer_span(type("StaticLayer", (), {"max_cache_len": rows})(), i, rows, filled)
+        else:
+            span = (rows, 0)
+        spans.append((span, rows))
+    if all(s is None or s == (r, 0) for s, r in spans):
+        return None  # every layer whole from position 0: the writer checks that their shapes agree
+    known = {s for s, _ in spans if s is not None}
+    if len(known) > 1:
+        raise _unsupported("the cache mixes layers with different rows/positions (e.g. full and sliding-window "
+                           f"layers: {sorted(known)[:4]} as (rows, first position)); a dump has one row set for "
+                           "all layers")
+    return known.pop() if known else None
+
+
 def from_cache(past_key_values, path, *, queries=None, q_positions=None, tokens=None, positions=None,
-               batch_index=0, dtype="f16", identity=None, q_to_kv_head=None, overwrite=False):
+               batch_index=0, dtype="f16", identity=None, q_to_kv_head=None, overwrite=False, seq_length=None,
+               k_scale=None, v_scale=None):
     """Writes the KV cache of a PyTorch / Hugging Face forward pass as a kvdump v1 file; returns ``path``.
 
     ``past_key_values`` is any of:
@@ -557,13 +720,37 @@ def from_cache(past_key_values, path, *, queries=None, q_positions=None, tokens=
     bool) refuses an existing ``path`` (``OUTPUT_EXISTS``). Errors are those of
     :class:`kvtool.DumpWriter`; nothing is left at ``path`` if anything fails.
 
+    Cache kinds (layer classes as transformers' ``cache_utils.py`` defines them, 4.56-4.57 layer
+    API; ``is_sliding``, ``cumulative_length``, ``max_cache_len``) — only rows the cache says are
+    filled are written, never rows guessed from their values:
+
+    * static layers (``StaticLayer``, ``StaticCache``) are preallocated and record no filled
+      length: it comes from ``seq_length=``, else from ``tokens``' length, else from the
+      ``cumulative_length`` of sliding layers in the same cache; without any, ``UNSUPPORTED_CACHE``
+      (zero rows are never taken to mean "empty": a zero key is a valid key);
+    * sliding-window layers (``StaticSlidingWindowLayer``, ``DynamicSlidingWindowLayer``) keep the
+      last rows in position order; after ``n`` tokens seen (``cumulative_length``) their ``r``
+      rows are positions ``n - r .. n - 1``, written as ``/kv/positions`` (``tokens`` of the whole
+      sequence are cut to the window). A sliding layer without ``cumulative_length`` (older
+      ``SlidingWindowCache`` / ``HybridCache``) is ``UNSUPPORTED_CACHE``;
+    * a cache whose layers differ in rows or positions (full and sliding layers of a hybrid model
+      once the window has slid) is ``UNSUPPORTED_CACHE``: a dump has one row set for all layers;
+    * quantized caches (``QuantizedLayer``, ``QuantoQuantizedCache``, ``HQQQuantizedCache``) hold
+      their older rows as backend codes and only the recent residual as floats: refused
+      (``UNSUPPORTED_CACHE``), never written as the residual alone;
+    * MLA latent caches (one latent per token; a class or layer with ``kv_lora_rank``, or keys and
+      values that are the same tensor) are ``UNSUPPORTED_CACHE``;
+    * fp8 tensors (``torch.float8_*``) need ``k_scale=`` and ``v_scale=`` (a number, or one per
+      layer): values are ``fp8 * scale``; without them ``UNSUPPORTED_CACHE``. A scale given for a
+      non-fp8 cache is ``USAGE``.
+
     Example::
 
         out = model(input_ids, use_cache=True)
         kvtool.from_cache(out.past_key_values, "prompt.h5", tokens=input_ids,
                           identity={"model_artifact_sha256": sha256_of_checkpoint})
     """
-    keys, values = _cache_layers(past_key_values)
+    keys, values, layer_objs = _cache_layers(past_key_values)
     b = _int(batch_index, "batch_index", 0)
     q = None
     if queries is not None:
@@ -571,10 +758,33 @@ def from_cache(past_key_values, path, *, queries=None, q_positions=None, tokens=
             raise _usage(f"queries must be a per-layer list of [batch, q_heads, T_q, d], got {type(queries).__name__}")
         q = _BatchView(list(queries), b, "queries")
     tokens, positions = _batch_row(tokens, b, "tokens"), _batch_row(positions, b, "positions")
-    return _write_layers(_path(path), _BatchView(keys, b, "keys"), _BatchView(values, b, "values"), q,
-                         q_positions=q_positions, tokens=tokens, positions=positions, dtype=dtype,
-                         identity=identity, q_to_kv_head=q_to_kv_head, overwrite=overwrite,
-                         generator="kvtool.from_cache", names=("keys", "values", "queries"))
+    filled = None if seq_length is None else _int(seq_length, "seq_length", 1)
+    if filled is None and tokens is not None:
+        filled = _shape(tokens, "tokens")[0] if len(_shape(tokens, "tokens")) == 1 else None
+    span = _spans(past_key_values, keys, values, layer_objs, filled)
+    rows, tokens, positions = _apply_span(span, tokens, positions)
+    return _write_layers(_path(path), _BatchView(keys, b, "keys", rows, k_scale),
+                         _BatchView(values, b, "values", rows, v_scale), q, q_positions=q_positions, tokens=tokens,
+                         positions=positions, dtype=dtype, identity=identity, q_to_kv_head=q_to_kv_head,
+                         overwrite=overwrite, generator="kvtool.from_cache", names=("keys", "values", "queries"))
+
+
+def _apply_span(span, tokens, positions):
+    """Rows to keep, and the tokens/positions of those rows: a window starting at position p > 0
+    gets /kv/positions p..p+rows-1 (strictly increasing, formats/kvdump-v1.md); tokens of the
+    whole sequence are cut to the window's."""
+    if span is None:
+        return None, tokens, positions
+    rows, first = span
+    if first == 0:
+        return rows, tokens, positions
+    true = np.arange(first, first + rows, dtype=np.int64)
+    if positions is not None and not np.array_equal(as_int64(positions, "positions"), true):
+        raise _usage(f"positions do not match the sliding window's rows, which hold positions {first}.."
+                     f"{first + rows - 1}")
+    if tokens is not None and len(_shape(tokens, "tokens")) == 1 and _shape(tokens, "tokens")[0] == first + rows:
+        tokens = tokens[first:]
+    return rows, tokens, true
 
 
 def _batch_row(x, b, name):

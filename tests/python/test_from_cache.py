@@ -128,14 +128,17 @@ with tempfile.TemporaryDirectory(prefix="kvtool-pycache-") as w:
             expect_dump(p, 1, f"torch {name}")
         for tdt, dt in ((torch.float16, "f16"), (torch.bfloat16, "bf16"), (torch.float32, "bf16")):
             keys = [x.to(tdt) for x in tk]
-            p = kvtool.from_cache(shapes(keys, keys)["layers"], os.path.join(w, f"t-{tdt}-{dt}.h5"), dtype=dt)
+            # V a distinct tensor: keys and values that are one object are refused as an MLA latent
+            vals = [x.clone() for x in keys]
+            p = kvtool.from_cache(shapes(keys, vals)["layers"], os.path.join(w, f"t-{tdt}-{dt}.h5"), dtype=dt)
             with h5py.File(p, "r") as f:
                 raw = f["kv/k"][...]
             got = (raw.astype(np.uint32) << 16).view(np.float32) if dt == "bf16" else raw.astype(np.float32)
             want = torch.stack([x[0] for x in keys]).to(torch.bfloat16 if dt == "bf16" else torch.float16).float()
             check(np.array_equal(got, want.numpy()), f"torch {tdt} -> {dt}: values differ from torch's rounding")
             check(run_json("verify", p, "--json")["ok"] is True, f"verify torch {tdt} -> {dt}")
-        expect_error(lambda: kvtool.from_cache([(torch.ones(1, 1, 2, 2, device="meta"),) * 2], os.path.join(w, "x"),),
+        meta_kv = (torch.ones(1, 1, 2, 2, device="meta"), torch.ones(1, 1, 2, 2, device="meta"))
+        expect_error(lambda: kvtool.from_cache([meta_kv], os.path.join(w, "x"),),
                      "USAGE", w, "x", "CPU")
 
     # --- Bounded memory: one layer of one sequence converted at a time -----------------------------
@@ -143,8 +146,9 @@ with tempfile.TemporaryDirectory(prefix="kvtool-pycache-") as w:
     f32_layer_kv = 2 * 4 * 512 * 64 * 4  # k and v of one layer of one sequence, float32
     for label, keys, bound in (("float16", big_keys, 2 * f32_layer_kv),
                                ("float32", [x.astype(np.float32) for x in big_keys], 0.1 * f32_layer_kv)):
+        vals = [x.copy() for x in keys]  # distinct arrays: one object as K and V is refused (MLA)
         tracemalloc.start()
-        kvtool.from_cache(tuple(zip(keys, keys)), os.path.join(w, f"mem-{label}.h5"), batch_index=1)
+        kvtool.from_cache(tuple(zip(keys, vals)), os.path.join(w, f"mem-{label}.h5"), batch_index=1)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         check(peak <= bound, f"{label} cache: peak {peak} B > {bound:.0f} B (one layer's k+v in float32 is "

@@ -126,6 +126,9 @@ void install_cleanup_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A closed terminal (SIGHUP) cleans up too, unless the hangup is ignored (nohup): then it stays so.
+  struct sigaction old {};
+  if (sigaction(SIGHUP, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, nullptr);
 }
 
 AtomicOutput::AtomicOutput(std::string final_path, bool overwrite) : final_(std::move(final_path)) {

@@ -2,6 +2,7 @@
 // key/value section is read, never the tensor infos or data. Values kvtool does not need (the
 // tokenizer's arrays among them) are skipped with every length checked against the file.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <variant>
@@ -124,6 +125,10 @@ class Meta {
  public:
   Meta(std::map<std::string, Value> kv, std::string what) : kv_(std::move(kv)), what_(std::move(what)) {}
   bool has(const std::string& k) const { return kv_.count(k) > 0; }
+  bool has_prefix(const std::string& p) const {
+    auto it = kv_.lower_bound(p);
+    return it != kv_.end() && it->first.compare(0, p.size(), p) == 0;
+  }
   std::string str(const std::string& k) const {
     auto it = kv_.find(k);
     if (it == kv_.end()) return "";
@@ -185,7 +190,7 @@ void refuse_unsupported_caches(const Meta& m, const std::string& a, const std::s
             UNSUPPORTED_CACHE,
             what << " has sliding-window layers (" << a << ".attention.sliding_window): llama.cpp keeps them in a "
                  << "second cache with other rows, which kvtool does not import");
-  KVT_CHECK(!m.has(a + ".ssm.state_size") && !m.has(a + ".wkv.head_size"), UNSUPPORTED_CACHE,
+  KVT_CHECK(!m.has_prefix(a + ".ssm.") && !m.has_prefix(a + ".wkv."), UNSUPPORTED_CACHE,
             what << " has recurrent layers: its state is not a K/V cache");
 }
 
@@ -236,6 +241,10 @@ GgufModel read_gguf_model(const std::string& path) {
             r.what() << ": geometry out of range (layers " << g.layers << ", heads " << g.heads << "/" << g.kv_heads
                      << ", head_dim " << g.head_dim << ")");
   g.rope_theta = m.number(a + ".rope.freq_base", 10000.0);
+  KVT_CHECK(std::isfinite(g.rope_theta) && g.rope_theta > 0, BAD_MODEL,
+            r.what() << ": " << a << ".rope.freq_base = " << g.rope_theta << " is not a positive number");
+  KVT_CHECK(m.count(a + ".rope.dimension_count", g.head_dim) <= g.head_dim, BAD_MODEL,
+            r.what() << ": " << a << ".rope.dimension_count exceeds head_dim " << g.head_dim);
   g.rope_scaling = m.has(a + ".rope.scaling.type") ? m.str(a + ".rope.scaling.type") : "none";
   g.rope_pairing = rope_pairing(a);
   if (m.count(a + ".rope.dimension_count", g.head_dim) != g.head_dim && !g.rope_pairing.empty())

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -196,6 +198,21 @@ struct Bound {
   }
 };
 
+// Every axis non-empty and within the dump limits (formats/kvdump-v1.md): a zero-size axis makes the
+// data-size check pass whatever the other axes claim, and the import loops over heads and layers.
+void check_axis_sizes(const Bound& b) {
+  for (size_t i = 0; i < b.axes.size(); ++i) {
+    const Ax a = b.axes[i];
+    const int64_t max = a == Ax::L   ? kMaxDumpLayers
+                        : a == Ax::H ? kMaxDumpHeads
+                        : a == Ax::D ? kMaxDumpHeadDim
+                                     : kMaxDumpTokens;
+    KVT_CHECK(
+        b.shape[i] > 0 && b.shape[i] <= max, SHAPE_MISMATCH,
+        "axis " << axis_name(a) << " of " << b.ref.label << " has " << b.shape[i] << " entries; it needs 1 to " << max);
+  }
+}
+
 Bound bind_layout(const Ref& r, const std::vector<Ax>& layout, const ImportOptions& o, const std::string& option) {
   const TensorInfo& t = r.info();
   KVT_CHECK(t.shape.size() == layout.size(), SHAPE_MISMATCH,
@@ -216,6 +233,7 @@ Bound bind_layout(const Ref& r, const std::vector<Ax>& layout, const ImportOptio
     b.axes.insert(b.axes.end(), {Ax::H, Ax::D});
     b.shape.insert(b.shape.end(), {h, n / h});
   }
+  check_axis_sizes(b);
   const int64_t kv = b.dim(Ax::KV), batch = b.dim(Ax::B);
   KVT_CHECK(kv < 0 || kv == 2, SHAPE_MISMATCH, "axis 2 of " << r.label << " has " << kv << " entries, not 2 (K, V)");
   KVT_CHECK(batch < 0 || o.batch_index < batch, USAGE,
@@ -328,7 +346,14 @@ void gather(const Bound& b, const std::vector<int64_t>& slots, int64_t layer, in
 // Every value of rows [0, rows) of a [H][T][d] block is finite and fits the dump's dtype.
 void check_values(const std::vector<float>& x, int64_t H, int64_t T, int64_t d, int64_t rows, DType dt,
                   const std::string& what, int64_t layer) {
-  const float limit = dt == DType::f16 ? 65520.f : std::numeric_limits<float>::infinity();
+  // The smallest magnitudes that round to Inf: half an ulp above the largest finite value
+  // (float16 65504; bfloat16 0x7F7F, whose halfway point 0x7F7F8000 rounds to the even 0x7F80).
+  const uint32_t bf16_halfway = 0x7F7F8000u;
+  float bf16_limit;
+  std::memcpy(&bf16_limit, &bf16_halfway, sizeof bf16_limit);
+  const float limit = dt == DType::f16    ? 65520.f
+                      : dt == DType::bf16 ? bf16_limit
+                                          : std::numeric_limits<float>::infinity();
   for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < rows; ++t)
       for (int64_t i = 0; i < d; ++i) {
@@ -336,8 +361,8 @@ void check_values(const std::vector<float>& x, int64_t H, int64_t T, int64_t d, 
         KVT_CHECK(std::isfinite(v), NON_FINITE,
                   what << " has NaN/Inf at layer " << layer << ", head " << h << ", row " << t);
         KVT_CHECK(std::fabs(v) < limit, NON_FINITE,
-                  what << " value " << v << " at layer " << layer << ", head " << h << ", row " << t
-                       << " does not fit float16; import with --dtype f32 or bf16");
+                  what << " value " << v << " at layer " << layer << ", head " << h << ", row " << t << " does not fit "
+                       << (dt == DType::f16 ? "float16" : "bfloat16") << "; import with --dtype f32");
       }
 }
 
@@ -366,6 +391,10 @@ DumpSpec spec_from_meta(const json& m, const DumpGeometry& geo, int64_t q_heads)
   auto num = [&](const char* k, int64_t def) {
     if (!m.contains(k)) return def;
     KVT_CHECK(m[k].is_number_integer(), BAD_ATTRIBUTE, "--meta " << k << " is not an integer");
+    // JSON integers above int64 arrive unsigned; get<int64_t> would wrap 2^64-1 to -1.
+    KVT_CHECK(!m[k].is_number_unsigned() ||
+                  m[k].get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+              BAD_ATTRIBUTE, "--meta " << k << " is " << m[k].dump() << ", beyond the int64 range");
     return m[k].get<int64_t>();
   };
   for (const char* k : {"model_artifact_sha256", "rope_config"})
@@ -701,11 +730,16 @@ void write_layers(DumpWriter& w, const DumpSpec& spec, const KvPlan& p, const st
     check_values(v, g.kv_heads, g.tokens, g.head_dim, spec.committed_frontier, g.dtype, "V " + p.v[i].ref.label, l);
     const size_t slice = static_cast<size_t>(g.tokens * g.head_dim);
     for (int64_t h = 0; h < g.kv_heads; ++h) w.write_kv(l, h, k.data() + h * slice, v.data() + h * slice);
+    if (p.k.size() > 1) {  // a file per layer: closed once read (man/kvtool-import.1 allows 4096 layers)
+      p.k[i].ref.file->release();
+      p.v[i].ref.file->release();
+    }
     if (q.empty()) continue;
     const Bound& b = q[q.size() == 1 ? 0 : static_cast<size_t>(l)];
     extract(b, l, 0, o.batch_index, k, scratch);
     check_values(k, g.q_heads, g.q_tokens, g.head_dim, g.q_tokens, g.dtype, "Q " + b.ref.label, l);
     for (int64_t h = 0; h < g.q_heads; ++h) w.write_q(l, h, k.data() + h * g.q_tokens * g.head_dim);
+    if (q.size() > 1) b.ref.file->release();
   }
 }
 
@@ -783,6 +817,10 @@ ImportSummary import_dump(const ImportOptions& o, const std::string& out) {
                 "--q-positions has " << x << ", outside [0, " << geo.tokens << ")");
   }
   if (!o.tokens.empty()) tokens = read_ints(src, o.tokens, geo.tokens, "--tokens");
+  for (size_t i = 0; i < tokens.size(); ++i)  // the dump stores int32 ids (formats/kvdump-v1.md)
+    KVT_CHECK(tokens[i] >= std::numeric_limits<int32_t>::min() && tokens[i] <= std::numeric_limits<int32_t>::max(),
+              BAD_ATTRIBUTE,
+              "--tokens has " << tokens[i] << " at row " << i << ", outside the int32 range of token ids");
   if (!o.positions.empty()) {
     positions = read_ints(src, o.positions, geo.tokens, "--positions");
     for (size_t i = 1; i < positions.size(); ++i)

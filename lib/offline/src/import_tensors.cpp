@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "kvtool/error.h"
 #include "kvtool/half.h"
@@ -156,6 +157,8 @@ class DictParser {
     ++i_;
     KVT_CHECK(have_descr && have_order && have_shape, BAD_TENSOR_FILE,
               what_ << ": the .npy header lacks one of descr, fortran_order, shape");
+    skip();  // only padding may follow the dict: NumPy's literal_eval refuses anything else
+    if (i_ != s_.size()) fail("bytes after its dict");
     return h;
   }
 
@@ -251,7 +254,11 @@ struct ZipDirectory {
 
 struct TensorFile::Impl {
   std::string path, format;
-  int fd = -1;
+  // Open only while reads need it (release() closes it): an import of thousands of per-layer files
+  // must not hold a descriptor for each. A reopened path must still be the same file.
+  mutable int fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
   uint64_t size = 0;
   std::vector<TensorInfo> tensors;
   std::vector<Storage> where;
@@ -264,6 +271,7 @@ struct TensorFile::Impl {
   void pread_all(uint64_t off, size_t n, void* out) const {
     KVT_CHECK(off <= size && n <= size - off, TRUNCATED,
               "'" << path << "' is shorter than its headers say (" << size << " bytes)");
+    if (fd < 0) reopen();
     auto* p = static_cast<uint8_t*>(out);
     while (n > 0) {
       ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
@@ -274,6 +282,21 @@ struct TensorFile::Impl {
       off += static_cast<uint64_t>(r);
       n -= static_cast<size_t>(r);
     }
+  }
+
+  void reopen() const {
+    const int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    KVT_CHECK(f >= 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
+    struct stat st {};
+    const bool same =
+        fstat(f, &st) == 0 && st.st_dev == dev && st.st_ino == ino && static_cast<uint64_t>(st.st_size) == size;
+    if (!same) close(f);
+    KVT_CHECK(same, IO_ERROR, "'" << path << "' was replaced or changed size while it was imported");
+    fd = f;
+  }
+  void release() const {
+    if (fd >= 0) close(fd);
+    fd = -1;
   }
 
   // Bytes [pos, pos + n) of a member's uncompressed stream (a deflated .npz member).
@@ -301,6 +324,7 @@ struct TensorFile::Impl {
   ZipDirectory find_zip_directory() const;
   Storage zip_member_storage(const ZipEntry& z, uint64_t cd_off, const std::string& what) const;
   void add_npz_member(const ZipEntry& z, const Storage& st, const std::string& what);
+  void check_stored_crc(const Storage& st, const std::string& what) const;
   void open_safetensors();
   void check_no_overlap() const;
 };
@@ -454,7 +478,10 @@ Storage TensorFile::Impl::zip_member_storage(const ZipEntry& z, uint64_t cd_off,
   st.deflated = z.method == 8;
   st.span_begin = st.offset;
   st.span_end = st.offset + z.csize;
-  if (!st.deflated) KVT_CHECK(z.csize == z.usize, BAD_TENSOR_FILE, what << ": a stored member with two sizes");
+  if (!st.deflated) {
+    KVT_CHECK(z.csize == z.usize, BAD_TENSOR_FILE, what << ": a stored member with two sizes");
+    check_stored_crc(st, what + " ('" + z.name + "')");
+  }
   KVT_CHECK(z.usize <= z.csize * kMaxDeflateRatio + 1024, BAD_TENSOR_FILE,
             what << " ('" << z.name << "') claims " << z.usize << " bytes from " << z.csize
                  << " compressed: more than deflate can produce");
@@ -463,6 +490,20 @@ Storage TensorFile::Impl::zip_member_storage(const ZipEntry& z, uint64_t cd_off,
 
 // One .npy member: registered, then its npy header read through the member's own reader (inflated
 // when deflated) and its data size checked against the header's shape.
+// A stored member's CRC-32, checked once at open as NumPy's zipfile does on read (a deflated
+// member's is checked as it is inflated).
+void TensorFile::Impl::check_stored_crc(const Storage& st, const std::string& what) const {
+  std::vector<uint8_t> buf(1 << 20);
+  uLong crc = crc32(0, nullptr, 0);
+  for (uint64_t done = 0; done < st.csize;) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(buf.size(), st.csize - done));
+    pread_all(st.offset + done, k, buf.data());
+    crc = crc32(crc, buf.data(), static_cast<uInt>(k));
+    done += k;
+  }
+  KVT_CHECK(static_cast<uint32_t>(crc) == st.crc, BAD_TENSOR_FILE, what << " fails its CRC-32 (damaged file)");
+}
+
 void TensorFile::Impl::add_npz_member(const ZipEntry& z, const Storage& st, const std::string& what) {
   TensorInfo info;
   info.name = z.name.substr(0, z.name.size() - 4);
@@ -495,9 +536,13 @@ void TensorFile::Impl::open_npz() {
   std::vector<uint8_t> cd(static_cast<size_t>(dir.size));
   pread_all(dir.offset, cd.size(), cd.data());
   size_t pos = 0;
+  std::set<std::string> names;
   for (uint64_t k = 0; k < dir.entries; ++k) {
     const std::string what = "'" + path + "' zip member " + std::to_string(k);
     const ZipEntry z = read_zip_entry(cd, pos, what);
+    // NumPy returns the last of two members of one name; refused, so no reader sees another array.
+    KVT_CHECK(names.insert(z.name).second, BAD_TENSOR_FILE,
+              what << " repeats the name '" << z.name << "': which array is meant is ambiguous");
     if (z.name.size() < 5 || z.name.compare(z.name.size() - 4, 4, ".npy") != 0) continue;  // not an array
     add_npz_member(z, zip_member_storage(z, dir.offset, what), what);
   }
@@ -631,6 +676,8 @@ TensorFile::TensorFile(const std::string& path) : impl_(std::make_unique<Impl>()
   KVT_CHECK(fstat(m.fd, &st) == 0, IO_ERROR, "cannot stat '" << path << "'");
   KVT_CHECK(S_ISREG(st.st_mode), IO_ERROR, "'" << path << "' is not a regular file");
   m.size = static_cast<uint64_t>(st.st_size);
+  m.dev = st.st_dev;
+  m.ino = st.st_ino;
   uint8_t magic[8] = {0};
   const size_t k = static_cast<size_t>(std::min<uint64_t>(8, m.size));
   m.pread_all(0, k, magic);
@@ -648,9 +695,11 @@ TensorFile::TensorFile(const std::string& path) : impl_(std::make_unique<Impl>()
     KVT_CHECK(k >= 8, TRUNCATED, "'" << path << "' is too short for any tensor file (" << m.size << " bytes)");
     KVT_THROW(BAD_TENSOR_FILE, "'" << path << "' is not a .npy, .npz or safetensors file");
   }
+  m.release();  // headers read; reads reopen it
 }
 
 TensorFile::~TensorFile() = default;
+void TensorFile::release() const { impl_->release(); }
 const std::string& TensorFile::path() const { return impl_->path; }
 const char* TensorFile::format() const { return impl_->format.c_str(); }
 const std::vector<TensorInfo>& TensorFile::tensors() const { return impl_->tensors; }

@@ -339,7 +339,8 @@ LlamaStateVerification verify_llama_state(const std::string& path, const GgufMod
 namespace {
 
 json import_meta(const json& meta, const GgufModel& m, const StateFile& f) {
-  json j = meta.is_object() ? meta : json::object();
+  KVT_CHECK(meta.is_object(), BAD_ATTRIBUTE, "the --meta JSON is not an object");
+  json j = meta;
   if (!j.contains("model_artifact_sha256")) j["model_artifact_sha256"] = model_sha256(m.path);
   if (!j.contains("rope_config")) {
     const std::string rope = m.rope_config();

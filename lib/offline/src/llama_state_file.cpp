@@ -90,6 +90,8 @@ StateReader::StateReader(const std::string& path, const GgufModel* model) : r_(p
     KVT_CHECK(n <= 256, BAD_STATE_FILE, r_.what() << ": architecture name of " << n << " bytes");
     f_.arch.resize(n);
     r_.read(f_.arch.data(), n, "the architecture name");
+    for (char& ch : f_.arch)  // printed in messages: no terminal control bytes from the file
+      if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
     KVT_CHECK(!model || model->arch == f_.arch, SHAPE_MISMATCH,
               r_.what() << " was written by a '" << excerpt(f_.arch) << "' model; the GGUF is '" << model->arch << "'");
   }

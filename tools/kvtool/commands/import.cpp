@@ -66,9 +66,12 @@ json read_meta(const std::string& path) {
   if (path.empty()) return json::object();
   std::ifstream f(path, std::ios::binary);
   KVT_CHECK(f.good(), IO_ERROR, "cannot open --meta file '" << path << "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_json(ss.str(), Reason::BAD_ATTRIBUTE, "the --meta file '" + path + "'");
+  // At most one byte past the JSON limit is read: /dev/zero or a huge file is refused, not slurped.
+  std::string text(kJsonMaxBytes + 1, '\0');
+  f.read(&text[0], static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(f.gcount()));
+  KVT_CHECK(!f.bad(), IO_ERROR, "cannot read --meta file '" << path << "'");
+  return parse_json(text, Reason::BAD_ATTRIBUTE, "the --meta file '" + path + "'");
 }
 
 // --format reads chunk files: the tensor-file options (--layout, --k, --block-table, ...) and the

@@ -90,6 +90,7 @@ int run_llama_verify(const std::string& path, const std::string& shown, const st
                      const LlamaStateArgs& a, const Flags& flags) {
   const auto m = model_of(a);
   std::optional<double> tol;
+  KVT_CHECK(!std::isnan(a.tolerance), USAGE, "--tolerance is not a number");
   if (a.tolerance >= 0) tol = a.tolerance;
   LlamaStateVerification v = verify_llama_state(path, m ? &*m : nullptr, options_of(a), source, tol);
   v.state.path = shown;
@@ -110,8 +111,11 @@ ImportSummary run_llama_import(const std::string& path, const LlamaStateArgs& a,
             "'" << path << "' is a llama.cpp state file: give the model's GGUF with --gguf (layers, heads, head_dim "
                 << "and RoPE are not in the state file)");
   const GgufModel m = read_gguf_model(a.gguf);
+  const ImportOptions plain;
   KVT_CHECK(io.block_table.empty() && io.slot_mapping.empty() && io.tokens.empty() && io.positions.empty() &&
-                io.k_scale.empty() && io.v_scale.empty() && io.q_layout.empty(),
+                io.k_scale.empty() && io.v_scale.empty() && io.q_layout.empty() && io.fp8.empty() &&
+                io.layout == plain.layout && io.k == plain.k && io.v == plain.v && io.kv == plain.kv &&
+                io.layers == 0 && io.kv_heads == 0 && io.head_dim == 0 && io.batch_index == 0 && io.num_tokens == 0,
             USAGE,
             "'" << path << "' is a llama.cpp state file: tensor-file options (--layout, --tokens, --positions, "
                 << "--block-table, scales, --q-layout) do not apply; see formats/llama-state.md");

@@ -45,6 +45,9 @@ class TensorFile {
   const std::string& path() const;
   const char* format() const;  // "npy", "npz" or "safetensors"
   const std::vector<TensorInfo>& tensors() const;
+  // Closes the file until the next read reopens it (checked to be the same file): the file is
+  // open only while it is read, so thousands of per-layer files need no descriptor each.
+  void release() const;
   // Index of the tensor called `name`, or -1.
   int64_t find(const std::string& name) const;
   // Elements [first, first + count) of tensor `index` in C order, as float32 (float types only).
