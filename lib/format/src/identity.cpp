@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "kvtool/half.h"
 
@@ -82,6 +83,38 @@ void check_geometry(const DumpGeometry& g, int64_t frontier, std::optional<Reaso
             "committed_frontier " << frontier << " is outside [0, T=" << g.tokens << "]");
 }
 
+constexpr uint32_t kBadUtf8 = 0xFFFFFFFF;
+
+// Decodes the UTF-8 sequence at `i` and advances past it; kBadUtf8 for a malformed, overlong or
+// surrogate sequence.
+uint32_t next_code_point(const std::string& s, size_t& i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  const int n = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+  if (n < 0 || s.size() - i <= static_cast<size_t>(n)) return ++i, kBadUtf8;
+  uint32_t cp = n == 0 ? c : c & (0x3F >> n);
+  for (int k = 1; k <= n; ++k) {
+    if ((b(i + static_cast<size_t>(k)) & 0xC0) != 0x80) return ++i, kBadUtf8;
+    cp = (cp << 6) | (b(i + static_cast<size_t>(k)) & 0x3F);
+  }
+  i += static_cast<size_t>(n) + 1;
+  static const uint32_t min_of[] = {0, 0x80, 0x800, 0x10000};
+  if (cp < min_of[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return kBadUtf8;
+  return cp;
+}
+
+// C0/C1 controls, DEL, and the Unicode format (Cf) and separator characters that change how
+// text around them displays without showing themselves.
+bool is_control_or_format(uint32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) return true;
+  static const std::pair<uint32_t, uint32_t> ranges[] = {{0x00AD, 0x00AD}, {0x061C, 0x061C}, {0x180E, 0x180E},
+                                                         {0x200B, 0x200F}, {0x2028, 0x202E}, {0x2060, 0x206F},
+                                                         {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB}, {0xE0000, 0xE007F}};
+  for (const auto& [lo, hi] : ranges)
+    if (cp >= lo && cp <= hi) return true;
+  return false;
+}
+
 }  // namespace
 
 std::string key_part_problem(const std::string& part) {
@@ -91,6 +124,15 @@ std::string key_part_problem(const std::string& part) {
   for (unsigned char c : part)
     if (c < 0x20 || c == 0x7f || c == '/' || c == '\\')
       return "holds a '/', '\\', NUL or control character; key parts never name paths";
+  // Key parts are printed (store ls, messages): a C1 control or an invisible format character
+  // (U+202E reverses the text after it) would let one tenant's name pass for another's.
+  for (size_t i = 0; i < part.size();) {
+    const uint32_t cp = next_code_point(part, i);
+    if (cp == kBadUtf8) return "is not valid UTF-8";
+    if (is_control_or_format(cp))
+      return "holds a control or invisible formatting character (bidi override, zero-width); names must print as "
+             "they are";
+  }
   return {};
 }
 

@@ -33,15 +33,17 @@ LoadReport load_artifacts(const LoadOptions& opt) {
     PublishRequest req;
     req.key = key;
     req.artifact = path;
-    req.trust = opt.trust;
     req.device = pool.device_available();
     req.tenant = opt.tenant;
+    ArtifactReader r(path);
     if (dump) {
-      ArtifactReader r(path);
       check_source(r.source(), *dump, false);  // this dump is the artifact's source (STALE_SOURCE, ...)
       req.expected_content_digest = r.source().content_digest;
       if (req.tenant.empty()) req.tenant = dump->info().id.tenant_namespace;
     }
+    // A tenant's own key folder vouches for that tenant's artifacts only.
+    req.trust =
+        tenant_policy(opt.trust, req.tenant.empty() ? r.source().id.tenant_namespace : req.tenant, r.is_signed());
     auto t0 = Clock::now();
     PublishReceipt rc = pool.publish(req);
     rep.publish_seconds += std::chrono::duration<double>(Clock::now() - t0).count();

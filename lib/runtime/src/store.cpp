@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
@@ -200,18 +201,14 @@ bool matches(const StoreKey& have, const StoreKey& want) {
          eq(have.params_digest, want.params_digest) && eq(have.position_contract, want.position_contract);
 }
 
+// The all-zero encoding is a small-order point: admission refuses it as a signer before any trust
+// check, so a policy trusting only this key trusts no signer at all.
+const PublicKeyRaw kNoKey{};
+
 // The admission check of `load` under the tenant's trust (formats/store-v1.md §Trust).
 void admit_for_tenant(const ArtifactReader& r, const StoreTrust& t, const std::string& tenant) {
-  TrustPolicy p = t.all;
-  auto own = t.tenant_keys.find(tenant);
-  if (own != t.tenant_keys.end()) {
-    p.trusted.insert(p.trusted.end(), own->second.begin(), own->second.end());
-    p.require_signature = true;
-  }
-  const bool anchored = !t.all.trusted.empty() || !t.tenant_keys.empty();
-  // TrustPolicy reads an empty key list as "any signer"; with other tenants' keys configured it
-  // must mean "no signer" for this tenant, or tenant B's key would vouch for tenant A.
-  KVT_CHECK(!(anchored && p.trusted.empty() && r.is_signed()), UNTRUSTED_KEY,
+  const TrustPolicy p = tenant_policy(t, tenant, r.is_signed());
+  KVT_CHECK(!(r.is_signed() && p.trusted.size() == 1 && p.trusted[0] == kNoKey), UNTRUSTED_KEY,
             "the artifact of tenant '" << tenant << "' is signed by key " << signer_id(r).substr(0, 16)
                                        << ", but no key is trusted for this tenant");
   admit_artifact(r, p);
@@ -307,6 +304,20 @@ StoreRef parse_store_ref(const std::string& text) {
     r.signer = s->get<std::string>();
   }
   return r;
+}
+
+TrustPolicy tenant_policy(const StoreTrust& t, const std::string& tenant, bool is_signed) {
+  TrustPolicy p = t.all;
+  auto own = t.tenant_keys.find(tenant);
+  if (own != t.tenant_keys.end()) {
+    p.trusted.insert(p.trusted.end(), own->second.begin(), own->second.end());
+    p.require_signature = true;
+  }
+  // TrustPolicy reads an empty key list as "any signer"; with other tenants' keys configured it
+  // must mean "no signer" for this tenant, or tenant B's key would vouch for tenant A.
+  // (An unsigned artifact keeps the empty list: it passes unless a signature is required.)
+  if (p.trusted.empty() && !t.tenant_keys.empty() && is_signed) p.trusted.push_back(kNoKey);
+  return p;
 }
 
 StoreTrust load_store_trust(const std::vector<std::string>& pubkeys, const std::string& dir, bool require_signature) {
@@ -562,22 +573,17 @@ StorePutResult Store::put(const std::string& artifact, const StoreTrust& trust) 
   return res;
 }
 
-StoreGetResult Store::get(const StoreKey& key, const StoreTrust& trust) {
-  check_store_key(key, false);
-  StoreGetResult res;
-  std::vector<StoreRef> hits;
-  for (auto& rf : refs(res.warnings))
-    if (matches(rf.ref.key, key)) hits.push_back(rf.ref);
-  KVT_CHECK(!hits.empty(), STORE_MISS,
-            "no artifact in the store for tenant '" << key.tenant << "' and this key"
-                                                    << (res.warnings.empty() ? "" : " (damaged refs were skipped)"));
-  KVT_CHECK(hits.size() == 1, STORE_AMBIGUOUS,
-            hits.size() << " artifacts match (different params); give --params-digest to choose one");
-  res.ref = hits[0];
-  res.object = res.ref.object;
+namespace {
+
+// The object `ref` names, hashed, admitted under the tenant's trust and checked against the ref;
+// `res` gets the path. Throws the reason the object cannot be served.
+void serve_ref(int objects, const std::string& dir, const StoreRef& ref, const StoreKey& key, const StoreTrust& trust,
+               StoreGetResult& res) {
+  res.ref = ref;
+  res.object = ref.object;
   const std::string shard = res.object.substr(0, 2), name = res.object + ".kvi";
   const std::string rel = "objects/" + shard + "/" + name;
-  Fd sd(open_dir_at(objects_, shard));
+  Fd sd(open_dir_at(objects, shard));
   Fd of(sd.ok() ? openat(sd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1);
   KVT_CHECK(of.ok(), STORE_CORRUPT,
             "the object " << res.object << " of this key is missing or not a plain file (symlinks are never followed)");
@@ -587,19 +593,59 @@ StoreGetResult Store::get(const StoreKey& key, const StoreTrust& trust) {
   Mapping m(of.get(), static_cast<size_t>(st.st_size), rel);
   KVT_CHECK(to_hex(sha256(m.data(), static_cast<size_t>(st.st_size))) == res.object, STORE_CORRUPT,
             "the object " << res.object << " does not match its name (modified on disk)");
-  res.path = dir_ + "/" + rel;
+  res.path = dir + "/" + rel;
   ArtifactReader r(m.data(), static_cast<uint64_t>(st.st_size), res.path);
   admit_for_tenant(r, trust, key.tenant);  // an entry that fails admission is reported with its reason, not served
   StoreKey got = key_of(r);
   KVT_CHECK(got.tenant == key.tenant, TENANT_MISMATCH, "the stored artifact belongs to another tenant");
-  KVT_CHECK(canonical_json(got.to_json()) == canonical_json(res.ref.key.to_json()), STORE_CORRUPT,
+  KVT_CHECK(canonical_json(got.to_json()) == canonical_json(ref.key.to_json()), STORE_CORRUPT,
             "the stored artifact's binding does not match its ref");
-  KVT_CHECK(signer_id(r) == res.ref.signer, STORE_CORRUPT,
+  KVT_CHECK(signer_id(r) == ref.signer, STORE_CORRUPT,
             "the stored artifact's signer does not match the signer its ref recorded");
+}
+
+}  // namespace
+
+StoreGetResult Store::get(const StoreKey& key, const StoreTrust& trust) {
+  check_store_key(key, false);
+  StoreGetResult res;
+  std::vector<StoreRef> hits;
+  for (auto& rf : refs(res.warnings))
+    if (matches(rf.ref.key, key)) hits.push_back(rf.ref);
+  KVT_CHECK(!hits.empty(), STORE_MISS,
+            "no artifact in the store for tenant '" << key.tenant << "' and this key"
+                                                    << (res.warnings.empty() ? "" : " (damaged refs were skipped)"));
+  if (hits.size() == 1) {
+    serve_ref(objects_, dir_, hits[0], key, trust, res);
+    return res;
+  }
+  // Trust decides before ambiguity does: anyone who may write refs could otherwise add one with
+  // other params under this key and deny service to every reader whose trust would refuse it.
+  // Every match is checked as it would be served; those that fail are skipped with a warning.
+  std::vector<StoreGetResult> served;
+  std::exception_ptr first_refusal;
+  for (const auto& h : hits) {
+    StoreGetResult one;
+    try {
+      serve_ref(objects_, dir_, h, key, trust, one);
+      served.push_back(std::move(one));
+    } catch (const Error& e) {
+      if (!first_refusal) first_refusal = std::current_exception();
+      res.warnings.push_back({"refs/" + ref_id(h.key) + ".json", reason_name(e.reason()), e.what()});
+    }
+  }
+  if (served.empty()) std::rethrow_exception(first_refusal);  // none is servable: the first one's reason
+  KVT_CHECK(served.size() == 1, STORE_AMBIGUOUS,
+            served.size() << " artifacts this trust admits match (different params); give --params-digest to "
+                             "choose one");
+  std::vector<StoreWarning> warnings = std::move(res.warnings);
+  res = std::move(served[0]);
+  res.warnings = std::move(warnings);
   return res;
 }
 
 StoreListing Store::ls(const std::string& tenant) const {
+  if (!tenant.empty()) check_key_part(tenant, "tenant", true);  // the rule get, put and rm apply
   StoreListing res;
   for (auto& rf : refs(res.warnings))
     if (tenant.empty() || rf.ref.key.tenant == tenant) res.refs.push_back(rf.ref);

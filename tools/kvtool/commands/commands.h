@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "kvtool/import.h"
 #include "kvtool/signing.h"
+#include "kvtool/store.h"
 
 namespace kvtool::cmd {
 
@@ -40,8 +41,18 @@ cli::Command register_completion(CLI::App& app, Flags& flags);
 // Helpers several commands share (shared.cpp).
 // A command's result: `j` as JSON with --json, else `text()` unless -q. Returns 0.
 int emit(const Flags& flags, const json& j, const std::function<void()>& text);
-// The keys of --pubkey files and of a --trusted-keys directory (verify, load).
-std::vector<PublicKeyRaw> trusted_keys(const std::vector<std::string>& pubkeys, const std::string& dir);
+// The trust options of every command that checks signatures (verify, load, store put/get): one
+// set of flags, one loader (load_store_trust), the same accepted forms and errors everywhere.
+struct TrustArgs {
+  std::vector<std::string> pubkeys;
+  std::string dir;
+  bool require_signature = false;
+  CLI::Option* dir_option = nullptr;
+  bool any() const;  // some trust option was given
+};
+void add_trust_options(CLI::App* sub, TrustArgs& t, const std::string& require_help);
+// USAGE for an empty --trusted-keys / KVTOOL_TRUSTED_KEYS and for --require-signature without a key.
+StoreTrust load_trust(const TrustArgs& t);
 // What the dump producers (dump, synth) write and say: -o, the identity options, --json, -q.
 void add_dump_output_options(CLI::App* sub, std::string& out, IdentityOptions& ident, Flags& flags);
 

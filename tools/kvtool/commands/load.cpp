@@ -15,9 +15,10 @@ namespace {
 
 struct Args {
   LoadOptions lo;
-  std::string device = "auto", host_budget = "8G", device_budget = "4G", budget = "0.1", trusted;
+  std::string device = "auto", host_budget = "8G", device_budget = "4G", budget = "0.1";
   int64_t min_collisions = 2;
-  std::vector<std::string> pubkeys, options;
+  std::vector<std::string> options;
+  TrustArgs trust;
 };
 
 void add_store_key_options(CLI::App* c, StoreKey& k) {
@@ -39,11 +40,7 @@ int run(Args& a, const Flags& flags) {
   for (const auto& o : a.options)  // each artifact takes the ones its kind has
     for (const auto& [name, value] : parse_query_settings(o)) lo.settings[name] = value;
   lo.tenant = lo.store_key.tenant;
-  lo.trust.trusted = trusted_keys(a.pubkeys, a.trusted);
-  // Any key can sign anything: "signed" alone says nothing about who wrote the manifest.
-  KVT_CHECK(!lo.trust.require_signature || !lo.trust.trusted.empty(), USAGE,
-            "--require-signature needs --pubkey or --trusted-keys: a signature only means something when it is "
-            "checked against a key you trust");
+  lo.trust = load_trust(a.trust);
   if (!lo.store_dir.empty()) {
     check_store_key(lo.store_key, false);
   } else {
@@ -89,10 +86,7 @@ cli::Command register_load(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   sub->add_option("-o,--option", a->options,
                   "query options for the replay as NAME=VALUE; each artifact takes its kind's");
-  sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
-  sub->add_option("--trusted-keys", a->trusted, "directory of trusted public keys (*.pem)");
-  sub->add_flag("--require-signature", a->lo.trust.require_signature,
-                "refuse unsigned artifacts (needs --pubkey or --trusted-keys)");
+  add_trust_options(sub, a->trust, "refuse unsigned artifacts (needs --pubkey or --trusted-keys)");
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] { return run(*a, flags); }};
 }

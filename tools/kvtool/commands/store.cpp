@@ -11,9 +11,9 @@ namespace kvtool::cmd {
 namespace {
 
 struct Args {
-  std::string dir, art, grace = "1h", trusted, ls_tenant;
-  std::vector<std::string> pubkeys;
-  bool require_signature = false, all_tenants = false, group_shared = false;
+  std::string dir, art, grace = "1h", ls_tenant;
+  TrustArgs put_trust, get_trust;  // one each: a TrustArgs knows its own --trusted-keys option
+  bool all_tenants = false, group_shared = false;
   int64_t keep = 0;
   StoreKey key;
   CLI::App *put = nullptr, *get = nullptr, *ls = nullptr, *rm = nullptr, *gc = nullptr;
@@ -30,25 +30,35 @@ void add_key_options(CLI::App* c, StoreKey& k) {
   c->add_option("--position-contract", k.position_contract, "position contract (optional filter)");
 }
 
-// The same trust options as `kvtool verify` and `kvtool load`, plus per-tenant key folders.
-void add_trust_options(CLI::App* c, Args& a) {
-  c->add_option("--pubkey", a.pubkeys, "trusted Ed25519 public key (PEM), for every tenant; may be repeated");
-  c->add_option("--trusted-keys", a.trusted,
-                "directory of trusted public keys (*.pem for every tenant, <tenant>/*.pem for that tenant only)")
-      ->envname("KVTOOL_TRUSTED_KEYS");
-  c->add_flag("--require-signature", a.require_signature, "refuse unsigned artifacts");
+// Names and paths from the store directory, printed so that no byte of theirs acts on the terminal
+// or reorders the line: controls, DEL and every non-ASCII byte as \xNN (bidi overrides included).
+std::string shown(const std::string& s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
 }
 
 void print_warnings(const std::vector<StoreWarning>& w) {
   for (const auto& x : w)
-    std::cerr << "kvtool: warning [" << x.reason << "]: " << x.path << ": " << x.message << " (skipped)\n";
+    std::cerr << "kvtool: warning [" << x.reason << "]: " << shown(x.path) << ": " << shown(x.message)
+              << " (skipped)\n";
 }
 
 void print_refs(const StoreListing& l) {
   for (const auto& r : l.refs)
-    std::cout << r.key.tenant << "  " << r.key.kind << "  prefix " << r.key.prefix_hash.substr(0, 12) << "  model "
-              << r.key.model.substr(0, 12) << "  -> " << r.object.substr(0, 16)
-              << (r.signer.empty() ? "  unsigned" : "  signer " + r.signer.substr(0, 12)) << "\n";
+    std::cout << shown(r.key.tenant) << "  " << shown(r.key.kind) << "  prefix "
+              << shown(r.key.prefix_hash.substr(0, 12)) << "  model " << shown(r.key.model.substr(0, 12)) << "  -> "
+              << r.object.substr(0, 16) << (r.signer.empty() ? "  unsigned" : "  signer " + r.signer.substr(0, 12))
+              << "\n";
 }
 
 // Runs one subcommand; `warnings` go to stderr in text mode (they are in the JSON otherwise).
@@ -60,7 +70,7 @@ int finish(const Flags& flags, const Result& res, Text text) {
 
 int run(const Args& a, const Flags& flags) {
   StoreTrust trust;
-  if (*a.put || *a.get) trust = load_store_trust(a.pubkeys, a.trusted, a.require_signature);
+  if (*a.put || *a.get) trust = load_trust(*a.put ? a.put_trust : a.get_trust);
   if (*a.put) {
     StoreCreateOptions co;
     co.group_shared = a.group_shared;
@@ -97,10 +107,10 @@ cli::Command register_store(CLI::App& app, Flags& flags) {
   a->put->add_option("ART", a->art, "artifact")->required();
   a->put->add_flag("--group-shared", a->group_shared,
                    "when this put creates the store: files 0640 and directories 0750 (group may read)");
-  add_trust_options(a->put, *a);
+  add_trust_options(a->put, a->put_trust, "refuse unsigned artifacts (needs --pubkey or --trusted-keys)");
   a->get = sub->add_subcommand("get", "Print the path of the verified artifact stored for a key");
   add_key_options(a->get, a->key);
-  add_trust_options(a->get, *a);
+  add_trust_options(a->get, a->get_trust, "refuse unsigned artifacts (needs --pubkey or --trusted-keys)");
   a->ls = sub->add_subcommand("ls", "List the refs of one tenant (--tenant) or of all (--all-tenants)");
   a->ls->add_option("--tenant", a->ls_tenant, "list this tenant's refs (default: KVTOOL_TENANT, unless --all-tenants)");
   a->ls->add_flag("--all-tenants", a->all_tenants, "list every tenant's refs");

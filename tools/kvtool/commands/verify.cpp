@@ -14,8 +14,7 @@ namespace {
 struct Args {
   std::string path;
   VerifyOptions opt;
-  std::vector<std::string> pubkeys;
-  std::string trusted_dir;
+  TrustArgs trust;
   LlamaStateArgs llama;
 };
 
@@ -27,7 +26,7 @@ void require_file(const std::string& p, const char* what) {
 int run(Args& a, const Flags& flags) {
   const cli::InputFile in(a.path);
   if (looks_like_llama_state(in.path())) {
-    KVT_CHECK(a.pubkeys.empty() && !a.opt.require_signature && !a.opt.strict_snapshot, USAGE,
+    KVT_CHECK(a.trust.pubkeys.empty() && !a.trust.require_signature && !a.opt.strict_snapshot, USAGE,
               "signature and snapshot options apply to artifacts, not to llama.cpp state files");
     if (!a.opt.source.empty()) require_file(a.opt.source, "source dump");
     return run_llama_verify(in.path(), a.path, a.opt.source, a.llama, flags);
@@ -36,19 +35,23 @@ int run(Args& a, const Flags& flags) {
   KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
             "'" << a.path << "' is neither a kvdump (HDF5) nor a kvi artifact");
   VerifyOptions& o = a.opt;
-  o.trusted_keys = trusted_keys(a.pubkeys, a.trusted_dir);
+  const StoreTrust trust = load_trust(a.trust);
   if (!o.source.empty()) require_file(o.source, "source dump");
   if (k == FileKind::dump) {
-    KVT_CHECK(o.source.empty() && o.trusted_keys.empty() && !o.require_signature && !o.strict_snapshot, USAGE,
+    KVT_CHECK(o.source.empty() && !a.trust.any() && !o.strict_snapshot, USAGE,
               "--source, --strict-snapshot and signature options apply to artifacts, not to dumps");
     DumpVerification v = verify_dump(in.path());
     v.path = a.path;  // "-", not the temporary that held stdin
     return emit(flags, v.to_json(), [&] { cli::print_verify_result(v); });
   }
-  // Any key can sign anything: "signed" alone says nothing about who wrote the manifest.
-  KVT_CHECK(!o.require_signature || !o.trusted_keys.empty(), USAGE,
-            "--require-signature needs --pubkey or --trusted-keys: a signature only means something when it is "
-            "checked against a key you trust");
+  // The policy `store get` and `load` apply: <tenant>/ key folders vouch for that tenant only.
+  TrustPolicy p = trust.all;
+  if (!trust.tenant_keys.empty()) {
+    const ArtifactReader r(in.path());
+    p = tenant_policy(trust, r.source().id.tenant_namespace, r.is_signed());
+  }
+  o.trusted_keys = p.trusted;
+  o.require_signature = p.require_signature;
   ArtifactVerification v = verify_artifact(in.path(), o);
   v.path = a.path;
   return emit(flags, v.to_json(), [&] { cli::print_verify_result(v); });
@@ -67,11 +70,7 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   add_llama_state_options(sub, a->llama, true);
   sub->add_flag("--strict-snapshot", a->opt.strict_snapshot,
                 "also require the dump's snapshot digest (generations, frontier) to match");
-  sub->add_option("--pubkey", a->pubkeys, "trusted Ed25519 public key (PEM); may be repeated");
-  sub->add_option("--trusted-keys", a->trusted_dir, "directory of trusted public keys (*.pem)")
-      ->envname("KVTOOL_TRUSTED_KEYS");
-  sub->add_flag("--require-signature", a->opt.require_signature,
-                "fail unsigned artifacts (needs --pubkey or --trusted-keys)");
+  add_trust_options(sub, a->trust, "fail unsigned artifacts (needs --pubkey or --trusted-keys)");
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] { return run(*a, flags); }};
 }

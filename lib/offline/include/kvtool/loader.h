@@ -19,7 +19,9 @@ struct LoadOptions {
   StoreKey store_key;  // with store_dir: the artifact the store holds for this key is loaded too
   PoolOptions pool;    // budgets and the device backend (nullptr: host tier only)
   std::string tenant;  // expected tenant (default: the dump's)
-  TrustPolicy trust;
+  // Trust as `kvtool store get` applies it: each artifact under its tenant's policy
+  // (tenant_policy: the expected tenant, else the artifact's own).
+  StoreTrust trust;
   // Query options for the replay (e.g. budget, min_collisions); each artifact takes the ones its
   // kind has (settings_for), so one set serves a pool of mixed kinds.
   QuerySettings settings;

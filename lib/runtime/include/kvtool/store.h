@@ -55,9 +55,17 @@ struct StoreTrust {
   TrustPolicy all;
   std::map<std::string, std::vector<PublicKeyRaw>> tenant_keys;
 };
-// --pubkey files, a --trusted-keys directory (may be empty) and --require-signature.
+// The one loader of trust options for every command that takes them (store put/get, load,
+// verify): --pubkey files, a --trusted-keys directory (*.pem at its top, <tenant>/*.pem folders)
+// and --require-signature. A given directory without any key is a USAGE error.
 StoreTrust load_store_trust(const std::vector<std::string>& pubkeys, const std::string& trusted_dir,
                             bool require_signature);
+
+// The policy one tenant's artifacts are admitted under: the keys for every tenant plus the tenant's
+// own folder (which makes a signature required). With tenant folders configured but no key that
+// holds for this tenant, a signed artifact (`is_signed`) is trusted under no key, and an unsigned
+// one passes unless a signature is required.
+TrustPolicy tenant_policy(const StoreTrust& t, const std::string& tenant, bool is_signed);
 
 // A ref or directory entry that was skipped, and why (damaged refs never stop other tenants).
 struct StoreWarning {
@@ -112,9 +120,12 @@ class Store {
   // artifact (SIGNATURE_REQUIRED) or one signed by another key (UNTRUSTED_KEY).
   StorePutResult put(const std::string& artifact, const StoreTrust& trust);
   // The admitted object for the key (STORE_MISS / STORE_AMBIGUOUS / STORE_CORRUPT / the admission
-  // reason under the tenant's trust, as `kvtool load` applies it).
+  // reason under the tenant's trust, as `kvtool load` applies it). Trust is applied before
+  // ambiguity: a matching ref whose object this trust refuses is skipped with a warning, so only
+  // several admissible matches are STORE_AMBIGUOUS; when none is admissible, the first one's reason.
   StoreGetResult get(const StoreKey& key, const StoreTrust& trust);
-  // The refs of one tenant; an empty tenant lists every tenant.
+  // The refs of one tenant (BAD_STORE_KEY for a name get/put/rm would refuse); an empty tenant
+  // lists every tenant.
   StoreListing ls(const std::string& tenant) const;
   StoreRmResult rm(const StoreKey& key);
   // Drops all but the newest `keep_last` refs per (tenant, model, adapter, prefix, kind, position
