@@ -105,8 +105,8 @@ void add_builder_options(CLI::App* cmd, BuilderCli& b) {
   cmd->add_option("--layers", b.layers, "layer range A-B (inclusive; default: all layers)");
   cmd->add_option("--seed", b.opt.seed, "seed of every random choice (per part: seed, layer, kv head)")
       ->capture_default_str();
-  cmd->add_option("--threads", b.opt.threads, "worker threads (default: the CPUs this process may use)")
-      ->check(CLI::NonNegativeNumber)
+  cmd->add_option("--threads", b.opt.threads, "worker threads (default: the CPUs this process may use; at most 1024)")
+      ->check(CLI::Range(0, kMaxThreads))
       ->envname("KVTOOL_THREADS");
   cmd->add_option("--shard", b.shard,
                   "build only shard I/N of the parts (contiguous ranges in (layer, kv head) order), or 'auto' from the "

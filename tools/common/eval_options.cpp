@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "env.h"
+#include "kvtool/builder.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
 
@@ -25,8 +26,8 @@ void SweepFlags::add(CLI::App* sub, const Defaults& d) {
   sub->add_option("--positions-seed", positions_seed, "seed of --positions random:N")->capture_default_str();
   sub->add_option("--threads", threads,
                   "worker threads over (layer, kv head) parts (default: the CPUs this process may use); the "
-                  "report is the same for any count")
-      ->check(CLI::NonNegativeNumber)
+                  "report is the same for any count; at most 1024")
+      ->check(CLI::Range(0, kMaxThreads))
       ->envname("KVTOOL_THREADS");
 }
 

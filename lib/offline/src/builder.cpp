@@ -102,7 +102,8 @@ BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& op
             "--layers " << lf << "-" << ll << " is outside the dump's layers 0-" << g.layers - 1);
   KVT_CHECK(opt.shard_count >= 1 && opt.shard_index >= 0 && opt.shard_index < opt.shard_count, USAGE, "bad shard");
   kind.check(g.head_dim);
-  KVT_CHECK(opt.threads >= 0, USAGE, "--threads must be positive");
+  KVT_CHECK(opt.threads >= 0 && opt.threads <= kMaxThreads, USAGE,
+            "threads must be 0 (every CPU) to " << kMaxThreads << ", got " << opt.threads);
   const int threads =
       opt.threads > 0 ? opt.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 

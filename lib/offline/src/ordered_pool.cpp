@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kvtool/builder.h"
 #include "kvtool/error.h"
 
 namespace kvtool {
@@ -74,7 +75,8 @@ class Scheduler {
 
 void run_ordered_erased(int64_t n, const OrderedPoolOptions& opt, const std::function<void(int64_t, int)>& produce,
                         const std::function<void(int64_t)>& consume) {
-  KVT_CHECK(opt.threads >= 1, INTERNAL, "ordered pool: " << opt.threads << " threads");
+  KVT_CHECK(opt.threads >= 1 && opt.threads <= kMaxThreads, USAGE,
+            "threads must be 1 to " << kMaxThreads << ", got " << opt.threads);
   if (n <= 0) return;
   Scheduler sched(n, in_flight_bound(opt));
   std::vector<std::thread> workers;

@@ -5,6 +5,7 @@
 #include <exception>
 #include <thread>
 
+#include "kvtool/builder.h"
 #include "kvtool/error.h"
 #include "kvtool/json.h"
 #include "kvtool/progress.h"
@@ -212,6 +213,8 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
     }
   };
   const int64_t parts = L * H;
+  KVT_CHECK(o.threads >= 0 && o.threads <= kMaxThreads, USAGE,
+            "threads must be 0 (every CPU) to " << kMaxThreads << ", got " << o.threads);
   const int64_t wanted = o.threads > 0 ? o.threads : static_cast<int64_t>(std::thread::hardware_concurrency());
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(parts, wanted));
   std::vector<Slice> batch(static_cast<size_t>(workers));

@@ -13,6 +13,10 @@
 
 namespace kvtool {
 
+// The most worker threads any command takes: every thread costs a stack and a slice buffer, so an
+// unbounded count (a typo, a hostile KVTOOL_THREADS) would grow memory without end.
+inline constexpr int kMaxThreads = 1024;
+
 struct BuildOptions {
   std::string output;
   int64_t prefix = -1;                       // coverage end; -1: the dump's committed frontier
@@ -22,7 +26,7 @@ struct BuildOptions {
   uint64_t seed = 0;
   // Worker threads. The library reads no environment: callers pass the count they want (the CLI
   // uses tools/common/env.h default_threads(): affinity, cgroup quota, SLURM_CPUS_PER_TASK).
-  // 0: std::thread::hardware_concurrency() (at least 1).
+  // 0: std::thread::hardware_concurrency() (at least 1); at most kMaxThreads.
   int threads = 0;
   int64_t shard_index = 0, shard_count = 1;
   std::string sign_key;
