@@ -48,6 +48,9 @@ const std::vector<KindSpec>& registry() {
 
 }  // namespace
 
+// The largest row-count budget: 2^53, below which doubles hold every integer.
+constexpr double kMaxBudgetRows = 9007199254740992.0;
+
 int64_t Budget::rows(int64_t indexed) const {
   if (!fraction) return std::min<int64_t>(static_cast<int64_t>(value), indexed);
   return std::min<int64_t>(indexed, static_cast<int64_t>(std::llround(value * static_cast<double>(indexed))));
@@ -79,14 +82,16 @@ Budget Budget::parse(const std::string& s) {
       b.value = v;
       b.fraction = true;
     } else {
-      KVT_CHECK(v == std::floor(v), USAGE, "bad budget");
+      // A count beyond 2^53 is no row count a dump can have, and beyond it doubles skip integers
+      // (1e19 would also overflow int64 in rows()): refused here rather than failing later.
+      KVT_CHECK(v == std::floor(v) && v <= kMaxBudgetRows, USAGE, "bad budget");
       b.value = v;
       b.fraction = false;
     }
   } catch (...) {
     KVT_THROW(USAGE, "--budget '" << s
                                   << "' must be a fraction of the indexed rows in (0, 1) such as 0.1, a percentage "
-                                     "such as 10%, or a row count such as 64");
+                                     "such as 10%, or a row count such as 64 (at most 2^53)");
   }
   return b;
 }
