@@ -107,6 +107,15 @@ std::string pem_of(EVP_PKEY* p, bool priv) {
   long n = BIO_get_mem_data(bio.get(), &data);
   return std::string(data, static_cast<size_t>(n));
 }
+
+// OpenSSL's PEM readers take the first block and ignore the rest, so a file with several keys
+// would sign or trust with whichever comes first, silently: a key file must hold exactly one.
+void check_one_pem_block(const std::string& pem, const std::string& path) {
+  size_t blocks = 0;
+  for (size_t at = pem.find("-----BEGIN "); at != std::string::npos; at = pem.find("-----BEGIN ", at + 1)) ++blocks;
+  KVT_CHECK(blocks <= 1, BAD_KEY,
+            "'" << path << "' holds " << blocks << " PEM blocks; a key file must hold exactly one key");
+}
 }  // namespace
 
 std::string dsse_pae(const Digest& d) {
@@ -119,6 +128,7 @@ std::string key_id(const PublicKeyRaw& pub) { return to_hex(sha256(pub.data(), p
 
 SigningKey SigningKey::load(const std::string& path) {
   std::string pem = read_small_file(path);
+  check_one_pem_block(pem, path);
   std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   EVP_PKEY* p = PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr);
   KVT_CHECK(p, BAD_KEY, "'" << path << "' is not a PEM private key");
@@ -174,6 +184,7 @@ std::string generate_keypair(const std::string& priv_path) {
 
 PublicKeyRaw load_public_key(const std::string& path) {
   std::string pem = read_small_file(path);
+  check_one_pem_block(pem, path);
   std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   PkeyPtr p(PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr));
   if (!p) {
