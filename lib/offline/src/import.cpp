@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 
+#include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/import.h"
@@ -286,6 +287,11 @@ void read_region(const Bound& b, const std::vector<int64_t>& fixed, Region& r) {
   size_t run_from = n;  // trailing free axes: one contiguous run
   int64_t run = 1;
   while (run_from > 0 && fixed[run_from - 1] < 0) run *= b.shape[--run_from];
+  // Short strided runs (an L or K/V axis after d, e.g. T,H,d,L) would cost a call per run and, for
+  // a deflated .npz member, a new inflation per layer: the tensor is read once into memory instead
+  // (within the read budget), so every layout imports in time linear in the file.
+  constexpr int64_t kShortRun = 4096;
+  if (run < kShortRun && total > run) b.ref.file->hold(b.ref.index, default_read_budget());
   std::vector<int64_t> idx(n, 0);
   int64_t pos = 0;
   while (true) {

@@ -23,12 +23,38 @@ namespace kvtool {
 
 namespace {
 
-constexpr uint64_t kMaxHeader = 1 << 20;               // npy header text; NumPy itself caps it far lower
-constexpr uint64_t kMaxSafetensorsHeader = 100 << 20;  // the safetensors format's own limit
+constexpr uint64_t kMaxHeader = 1 << 20;  // npy header text; NumPy itself caps it far lower
+// The safetensors format allows 100 MB, but a parsed JSON document costs tens of bytes per value:
+// a 60 MiB header of small values would take gigabytes. K/V headers are a few KiB (a 1,000-tensor
+// checkpoint's, about 100 KiB), so 16 MiB and 2^20 values are far above any real one and keep the
+// parse within a few hundred MB.
+constexpr uint64_t kMaxSafetensorsHeader = 16 << 20;
+constexpr uint64_t kMaxSafetensorsValues = 1 << 20;
 constexpr uint64_t kMaxZipEntries = 1 << 16;
 constexpr int kMaxRank = 16;
 // Deflate cannot expand a stream by more than 1032:1; a member claiming more is lying.
 constexpr uint64_t kMaxDeflateRatio = 1032;
+
+// An upper bound on the values (and keys) a JSON text holds: one per ',' or ':' or opening bracket
+// outside strings, plus one. Counted before parsing, so that the parsed document's size is bounded.
+uint64_t json_value_bound(const std::string& text) {
+  uint64_t n = 1;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == ',' || c == ':' || c == '[' || c == '{') {
+      ++n;
+    }
+  }
+  return n;
+}
 
 uint64_t le(const uint8_t* p, int n) {
   uint64_t v = 0;
@@ -263,6 +289,7 @@ struct TensorFile::Impl {
   std::vector<TensorInfo> tensors;
   std::vector<Storage> where;
   mutable std::vector<std::unique_ptr<Inflater>> cursors;
+  mutable std::vector<std::vector<uint8_t>> held;  // hold(): a tensor's bytes, or empty
 
   ~Impl() {
     if (fd >= 0) close(fd);
@@ -303,7 +330,10 @@ struct TensorFile::Impl {
   void inflate_range(size_t idx, uint64_t pos, size_t n, uint8_t* out) const;
   void read_bytes(size_t idx, uint64_t byte_off, size_t n, uint8_t* out) const {
     const Storage& s = where[idx];
-    if (s.deflated)
+    if (!held[idx].empty()) {
+      KVT_CHECK(byte_off <= held[idx].size() && n <= held[idx].size() - byte_off, INTERNAL, "read past a tensor");
+      std::memcpy(out, held[idx].data() + byte_off, n);
+    } else if (s.deflated)
       inflate_range(idx, s.skip + byte_off, n, out);
     else
       pread_all(s.offset + byte_off, n, out);
@@ -315,6 +345,7 @@ struct TensorFile::Impl {
     tensors.push_back(std::move(info));
     where.push_back(st);
     cursors.emplace_back();
+    held.emplace_back();
   }
 
   // The npy header at the start of `head` (head_len bytes available); returns the header's size.
@@ -603,10 +634,14 @@ void TensorFile::Impl::open_safetensors() {
   pread_all(0, 8, h8);
   const uint64_t n = le(h8, 8);
   KVT_CHECK(n <= kMaxSafetensorsHeader, BAD_TENSOR_FILE,
-            "'" << path << "' claims a " << n << "-byte safetensors header");
+            "'" << path << "' claims a " << n << "-byte safetensors header (at most " << kMaxSafetensorsHeader
+                << " are read)");
   KVT_CHECK(n <= size - 8, TRUNCATED, "'" << path << "' is shorter than its safetensors header length (" << n << ")");
   std::string text(static_cast<size_t>(n), '\0');
   pread_all(8, text.size(), text.data());
+  KVT_CHECK(json_value_bound(text) <= kMaxSafetensorsValues, BAD_TENSOR_FILE,
+            "the safetensors header of '" << path << "' holds more than " << kMaxSafetensorsValues
+                                          << " JSON values (a header lists tensors, not data)");
   const json j = parse_untrusted_json(text, "the safetensors header of '" + path + "'", Reason::BAD_TENSOR_FILE);
   KVT_CHECK(j.is_object(), BAD_TENSOR_FILE, "the safetensors header of '" << path << "' is not a JSON object");
   const uint64_t base = 8 + n, region = size - base;
@@ -773,6 +808,22 @@ float decode_fp8(uint8_t byte, TensorType kind) {
   if (!e5m2 && e == emax && m == 7) return std::nanf("");
   if (e == 0) return sign * std::ldexp(static_cast<float>(m), 1 - bias - mbits);
   return sign * std::ldexp(static_cast<float>((1 << mbits) + m), e - bias - mbits);
+}
+
+bool TensorFile::hold(int64_t index, uint64_t budget) const {
+  const Impl& m = *impl_;
+  KVT_CHECK(index >= 0 && index < static_cast<int64_t>(m.tensors.size()), INTERNAL, "tensor index");
+  const size_t idx = static_cast<size_t>(index);
+  if (!m.held[idx].empty()) return true;
+  // The data size was checked at open to be exactly elements x element size, in the file (or,
+  // deflated, within what its compressed bytes can produce).
+  const uint64_t bytes = static_cast<uint64_t>(m.tensors[idx].elements) * type_size(m.tensors[idx].type);
+  if (bytes == 0 || bytes > budget) return false;
+  std::vector<uint8_t> all(static_cast<size_t>(bytes));
+  m.read_bytes(idx, 0, all.size(), all.data());
+  m.held[idx] = std::move(all);
+  m.cursors[idx].reset();  // no inflation is needed any more
+  return true;
 }
 
 void TensorFile::read_fp8(int64_t index, int64_t first, int64_t count, TensorType kind, float* out) const {

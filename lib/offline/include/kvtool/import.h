@@ -50,6 +50,11 @@ class TensorFile {
   void release() const;
   // Index of the tensor called `name`, or -1.
   int64_t find(const std::string& name) const;
+  // Keeps tensor `index`'s bytes in memory, read (a deflated member: inflated) in one pass, when
+  // they are at most `budget` bytes; later reads of it are copies. True when held. For layouts
+  // read in short strided runs, which would otherwise cost a call per run and, deflated, a new
+  // inflation for every backwards jump.
+  bool hold(int64_t index, uint64_t budget) const;
   // Elements [first, first + count) of tensor `index` in C order, as float32 (float types only).
   void read_f32(int64_t index, int64_t first, int64_t count, float* out) const;
   // The same as int64 (integer types only; a u64 above INT64_MAX is BAD_ATTRIBUTE).
