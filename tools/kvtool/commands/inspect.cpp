@@ -12,6 +12,7 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
     int top_channels = 3;
     bool unchecked = false;
     LlamaStateArgs llama;
+    std::string stdin_limit = "16G";
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("inspect",
@@ -27,9 +28,10 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
                 "artifacts: show a file that fails verification (container and manifest schema still checked); "
                 "by default inspect refuses what verify, query and load refuse");
   add_llama_state_options(sub, a->llama, false);
+  cli::add_stdin_limit_option(sub, a->stdin_limit);
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] {
-            const cli::InputFile in(a->path);
+            const cli::InputFile in(a->path, a->stdin_limit);
             if (looks_like_llama_state(in.path())) return run_llama_inspect(in.path(), a->path, a->llama, flags);
             FileKind k = detect_file_kind(in.path());
             KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,

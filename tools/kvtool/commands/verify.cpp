@@ -16,6 +16,7 @@ struct Args {
   VerifyOptions opt;
   TrustArgs trust;
   LlamaStateArgs llama;
+  std::string stdin_limit = "16G";
 };
 
 void require_file(const std::string& p, const char* what) {
@@ -24,7 +25,7 @@ void require_file(const std::string& p, const char* what) {
 }
 
 int run(Args& a, const Flags& flags) {
-  const cli::InputFile in(a.path);
+  const cli::InputFile in(a.path, a.stdin_limit);
   if (looks_like_llama_state(in.path())) {
     KVT_CHECK(a.trust.pubkeys.empty() && !a.trust.require_signature && !a.opt.strict_snapshot, USAGE,
               "signature and snapshot options apply to artifacts, not to llama.cpp state files");
@@ -71,6 +72,7 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   sub->add_flag("--strict-snapshot", a->opt.strict_snapshot,
                 "also require the dump's snapshot digest (generations, frontier) to match");
   add_trust_options(sub, a->trust, "fail unsigned artifacts (needs --pubkey or --trusted-keys)");
+  cli::add_stdin_limit_option(sub, a->stdin_limit);
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] { return run(*a, flags); }};
 }
