@@ -103,7 +103,9 @@ class Lease:
     def query(self, layer, q_head, q, position, keys=None, **settings):
         """The receipt (a dict, as ``kvtool query --json``, with np.int64 ``"candidates"`` and
         np.float32 ``"scores"``) of query vector ``q`` (d numbers: NumPy, torch CPU tensor or list)
-        of query head ``q_head`` in ``layer``, sitting at row ``position`` (>= coverage end - 1).
+        of query head ``q_head`` in ``layer``, sitting at row ``position`` (>= coverage end - 1,
+        below 2^31, and at most 2^20 rows past the index's end: the rows past it are listed as
+        always included; a position beyond is UsageError).
 
         ``settings``: the kind's query options (``budget=0.1``, ``min_collisions=2``,
         ``quantile=0.8``, ``flat=True``); a name the kind does not take raises UsageError.

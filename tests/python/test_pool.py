@@ -217,6 +217,16 @@ def test_errors(q):
         expect_error(lambda: lease.query(5, 0, q[0, 0], POSITION), "USAGE", 2, "layer 5")
         expect_error(lambda: lease.query(0, 99, q[0, 0], POSITION), "USAGE", 2, "q_head 99")
         expect_error(lambda: lease.query(0, 0, q[0, 0], 3), "USAGE", 2, "position before the coverage end")
+        # Positions past every row a dump or decode has: refused, not answered with millions of
+        # always-included rows that do not exist (single queries, batches, select).
+        for far in (10**7, 2**31, 2**62, 2**63 - 1):
+            e = expect_error(lambda: lease.query(0, 0, q[0, 0], far), "USAGE", 2, f"position {far}")
+            check("position" in str(e), f"position {far}: the message names the position: {e}")
+            expect_error(lambda: lease.query_batch(0, [0, 1], q[0][:2], far), "USAGE", 2, f"batch position {far}")
+        for far in (2**31, 2**62):
+            expect_error(lambda: lease.select(0, [0, 1], q[0][:2], far), "USAGE", 2, f"select position {far}")
+        check(len(lease.query(0, 0, q[0, 0], POSITION + (1 << 19))["always_included"]) < (1 << 20) + 1024,
+              "a position 2^19 rows on lists the rows up to it")
         expect_error(lambda: lease.query(0, 0, q[0, 0], POSITION, budget="most"), "USAGE", 2, "bad budget")
         expect_error(lambda: lease.query(0, 0, q[0, 0], POSITION, min_collisions=2), "USAGE", 2, "lsh option on pq")
         expect_error(lambda: lease.query(0, 0, q[0, 0], POSITION, keys=np.zeros((5, 3))), "USAGE", 2, "short keys")

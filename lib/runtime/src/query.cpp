@@ -12,6 +12,7 @@
 
 #include "kvtool/atomic_file.h"
 #include "kvtool/error.h"
+#include "kvtool/identity.h"
 #include "workers.h"
 
 namespace kvtool {
@@ -79,6 +80,15 @@ std::unique_ptr<QueryParams> SelectorSet::params(const QuerySettings& settings) 
   return kind_->parse_query(r_, settings);
 }
 
+namespace {
+
+// A receipt lists the uncovered rows between the coverage end and the query's position as always
+// included: at most this many (8 MiB of row ids), so a position far past every row that exists
+// cannot make a query allocate without end. A longer decode is indexed again (build --prefix).
+constexpr int64_t kMaxUncoveredRows = int64_t(1) << 20;
+
+}  // namespace
+
 void SelectorSet::check_query(int64_t layer, int64_t q_head, int64_t position) const {
   const auto& src = r_.source();
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
@@ -87,6 +97,9 @@ void SelectorSet::check_query(int64_t layer, int64_t q_head, int64_t position) c
   KVT_CHECK(position >= rows_.coverage_end - 1, USAGE,
             "position " << position << " lies inside the covered rows [0, " << rows_.coverage_end
                         << "); index queries are for positions >= " << rows_.coverage_end - 1);
+  // No dump, and no decode continuing one, has 2^31 rows (formats/kvdump-v1.md, "Limits").
+  KVT_CHECK(position < kMaxDumpTokens, USAGE,
+            "position " << position << " is beyond the " << kMaxDumpTokens << " rows a dump or decode can have");
 }
 
 CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* q, int64_t position,
@@ -117,6 +130,10 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   rc.part = sel.describe();
   rc.selector = params.receipt(rc.indexed_rows);
   for (int64_t i = 0; i < rows_.begin(); ++i) rc.always_included.push_back(i);
+  KVT_CHECK(position - rows_.end() < kMaxUncoveredRows, USAGE,
+            "position " << position << " is " << position - rows_.end() + 1 << " rows past the index's end "
+                        << rows_.end() << "; a query lists at most " << kMaxUncoveredRows
+                        << " uncovered rows as always included (index the longer prefix: build --prefix)");
   for (int64_t i = rows_.end(); i <= position; ++i) rc.always_included.push_back(i);
   return rc;
 }
