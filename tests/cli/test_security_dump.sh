@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 /usr/bin/python3 "$HERE/make_hostile_dumps.py" d || { echo "cannot write the hostile dumps" >&2; exit 1; }
-build() { "$KVTOOL" build pq "$1" -o "$WORK/x.kvi" --subspaces 4 --bits 4 --threads 1 -q; }
+build() { "$KVTOOL" build pq "$1" -o "$WORK/x.kvi" --force --subspaces 4 --bits 4 --threads 1 -q; }
 
 expect_exit 0 "$KVTOOL" verify d/ok.h5
 expect_exit 0 build d/ok.h5

@@ -65,15 +65,20 @@ Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json) {
   struct Args {
     BuilderCli b;
     std::string dump;
+    bool force = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("build", spec.about);
   sub->add_option("DUMP", a->dump, spec.dump_help)->required();
   spec.options(sub);
   add_builder_options(sub, a->b);
+  sub->add_flag("--force", a->force, "overwrite an existing output");
   return {sub, [a, &as_json, make = std::move(spec.make)] {
             as_json = a->b.json;
             finish_builder_options(a->b);
+            KVT_CHECK(!same_file(a->b.opt.output, a->dump), USAGE,
+                      "-o '" << a->b.opt.output << "' is the input dump; choose another path");
+            if (!a->force) refuse_existing_output(a->b.opt.output);
             BuildSummary s = build_artifact(a->dump, a->b.opt, *make());
             if (a->b.json)
               print_json(s.to_json());
@@ -91,6 +96,7 @@ CLI::App* add_append_options(CLI::App& app, const AppendHelp& help, AppendArgs& 
   sub->add_option("--prefix", a.prefix, help.prefix_help);
   if (help.options) help.options(sub);
   sub->add_option("--sign-key", a.sign_key, "Ed25519 private key (PEM)");
+  sub->add_flag("--force", a.force, "overwrite an existing output");
   sub->add_flag("--json", as_json, "JSON summary");
   sub->add_flag("-q,--quiet", a.quiet, "no progress");
   return sub;

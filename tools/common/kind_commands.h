@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "kvtool/output_path.h"
 
 namespace kvtool::cli {
 
@@ -46,7 +47,7 @@ Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json);
 struct AppendArgs {
   std::string artifact, dump, output, sign_key;
   int64_t prefix = -1;
-  bool quiet = false;
+  bool quiet = false, force = false;
 };
 struct AppendHelp {
   std::string about, art_help, dump_help, prefix_help;
@@ -65,6 +66,9 @@ Command add_append_command(CLI::App& app, AppendCommand<Summary> spec, bool& as_
   auto a = std::make_shared<AppendArgs>();
   CLI::App* sub = add_append_options(app, spec.help, *a, as_json);
   return {sub, [a, &as_json, append = std::move(spec.append), summary = std::move(spec.summary)] {
+            for (const std::string* in : {&a->artifact, &a->dump})  // never over an input, even with --force
+              KVT_CHECK(!same_file(a->output, *in), USAGE, "-o '" << a->output << "' is the input '" << *in << "'");
+            if (!a->force) refuse_existing_output(a->output);  // before any work, as every output
             Summary s = append(*a, a->quiet || as_json);
             if (as_json)
               print_json(s.to_json());

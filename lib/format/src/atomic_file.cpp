@@ -1,4 +1,5 @@
 #include "kvtool/atomic_file.h"
+#include "kvtool/output_path.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -131,11 +132,24 @@ void install_cleanup_handlers() {
   if (sigaction(SIGHUP, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, nullptr);
 }
 
+void refuse_existing_output(const std::string& path) {
+  struct stat st {};
+  // A symlink, even a dangling one, is an existing output.
+  KVT_CHECK(lstat(path.c_str(), &st) != 0, OUTPUT_EXISTS,
+            "'" << path << "' already exists; refusing to overwrite it (--force replaces it)");
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {
+  }, sb{};
+  return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 AtomicOutput::AtomicOutput(std::string final_path, bool overwrite) : final_(std::move(final_path)) {
   KVT_CHECK(!final_.empty(), USAGE, "empty output path");
   struct stat st {};
-  if (lstat(final_.c_str(), &st) == 0) {  // a symlink, even a dangling one, is an existing output
-    KVT_CHECK(overwrite, OUTPUT_EXISTS, "'" << final_ << "' already exists; refusing to overwrite it");
+  if (lstat(final_.c_str(), &st) == 0) {
+    if (!overwrite) refuse_existing_output(final_);
     struct stat target {};
     KVT_CHECK(stat(final_.c_str(), &target) != 0 || !S_ISDIR(target.st_mode), IO_ERROR,
               "'" << final_ << "' is a directory");

@@ -30,6 +30,7 @@ cli::Command register_import(CLI::App& app, Flags& flags);
 cli::Command register_demo(CLI::App& app, Flags& flags);
 cli::Command register_query(CLI::App& app, Flags& flags);
 cli::Command register_eval(CLI::App& app, Flags& flags);
+cli::Command register_eval_decode(CLI::App& app, Flags& flags);
 cli::Command register_compare(CLI::App& app, Flags& flags);
 cli::Command register_merge(CLI::App& app, Flags& flags);
 cli::Command register_build(CLI::App& app, Flags& flags);
@@ -53,8 +54,8 @@ struct TrustArgs {
 void add_trust_options(CLI::App* sub, TrustArgs& t, const std::string& require_help);
 // USAGE for an empty --trusted-keys / KVTOOL_TRUSTED_KEYS and for --require-signature without a key.
 StoreTrust load_trust(const TrustArgs& t);
-// What the dump producers (dump, synth) write and say: -o, the identity options, --json, -q.
-void add_dump_output_options(CLI::App* sub, std::string& out, IdentityOptions& ident, Flags& flags);
+// What the dump producers (dump, synth) write and say: -o, --force, the identity options, --json, -q.
+void add_dump_output_options(CLI::App* sub, std::string& out, bool& force, IdentityOptions& ident, Flags& flags);
 
 // llama.cpp state files in inspect, verify and import (llama_state.cpp, formats/llama-state.md).
 struct LlamaStateArgs {

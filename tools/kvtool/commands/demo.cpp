@@ -39,7 +39,7 @@ void make_dump(Args& a, const std::string& path) {
     o.tokens = 256;
     o.queries = true;
     std::cout << "== kvtool dump --llama2c " << a.model << (a.tokenizer.empty() ? "" : " --tokenizer " + a.tokenizer)
-              << " --tokens 256 --queries -o " << path << "\n";
+              << " --tokens 256 --queries --force -o " << path << "\n";
     ModelDumpResult r = dump_llama2c(o, DType::f32, IdentityOptions{}, path);
     std::cout << "greedy text: " << r.text << "\n\n";
   } else {
@@ -51,8 +51,8 @@ void make_dump(Args& a, const std::string& path) {
     o.tokens = 256;
     o.seed = 1;
     o.query_count = 64;
-    std::cout << "== kvtool synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 32 --tokens 256 --seed 1 -o " << path
-              << "\n";
+    std::cout << "== kvtool synth --layers 2 --kv-heads 2 --q-heads 4 --head-dim 32 --tokens 256 --seed 1 --force -o "
+              << path << "\n";
     synth_dump(o, IdentityOptions{}, path);
   }
 }
@@ -71,8 +71,8 @@ void verify_and_eval(const std::string& art, const std::string& dump, const Eval
 // Returns the path the store gives back.
 std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOptions bo) {
   std::string sq = a.dir + "/demo.sq.kvi", store_dir = a.dir + "/store";
-  std::cout << "\n== kvtool build squeeze " << dump << " --prefix 192 --observation-window 32 --percent-clusters 10 -o "
-            << sq << "\n";
+  std::cout << "\n== kvtool build squeeze " << dump
+            << " --prefix 192 --observation-window 32 --percent-clusters 10 --force -o " << sq << "\n";
   SqueezeParams sp;
   sp.observation_window = 32;
   sp.percent_clusters = 10;
@@ -105,7 +105,7 @@ int run(Args& a) {
   std::cout << "\n== kvtool verify " << path << "\n";
   cli::print_verify_result(verify_dump(path));
   const std::string art = a.dir + "/demo.pq.kvi";
-  std::cout << "\n== kvtool build pq " << path << " --prefix 192 -o " << art << "\n";
+  std::cout << "\n== kvtool build pq " << path << " --prefix 192 --force -o " << art << "\n";
   BuildOptions bo;
   bo.output = art;
   bo.prefix = 192;

@@ -12,6 +12,7 @@ cli::Command register_dump(CLI::App& app, Flags& flags) {
     ModelDumpOptions model;
     std::string out, dtype = "f32";
     IdentityOptions ident;
+    bool force = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -25,10 +26,10 @@ cli::Command register_dump(CLI::App& app, Flags& flags) {
       ->check(CLI::PositiveNumber);
   sub->add_flag("--queries", a->model.queries, "also write the post-RoPE queries of every position to /kv/q");
   sub->add_option("--dtype", a->dtype, "f32 | f16 | bf16")->capture_default_str();
-  add_dump_output_options(sub, a->out, a->ident, flags);
+  add_dump_output_options(sub, a->out, a->force, a->ident, flags);
   return {sub, [a, &flags] {
             DType t = parse_dtype(a->dtype);
-            ModelDumpResult r = dump_llama2c(a->model, t, a->ident, a->out);
+            ModelDumpResult r = dump_llama2c(a->model, t, a->ident, a->out, a->force);
             json j{{"schema_version", kJsonSchemaVersion},
                    {"ok", true},
                    {"output", a->out},

@@ -40,8 +40,9 @@ StoreTrust load_trust(const TrustArgs& t) {
 
 bool TrustArgs::any() const { return !pubkeys.empty() || !dir.empty() || require_signature; }
 
-void add_dump_output_options(CLI::App* sub, std::string& out, IdentityOptions& ident, Flags& flags) {
+void add_dump_output_options(CLI::App* sub, std::string& out, bool& force, IdentityOptions& ident, Flags& flags) {
   sub->add_option("-o,--output", out, "output dump (.h5)")->required();
+  sub->add_flag("--force", force, "overwrite an existing output");
   cli::add_identity_options(sub, ident);
   sub->add_flag("--json", flags.json, "machine-readable summary");
   sub->add_flag("-q,--quiet", flags.quiet, "print nothing on success");

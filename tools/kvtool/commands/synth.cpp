@@ -12,6 +12,7 @@ cli::Command register_synth(CLI::App& app, Flags& flags) {
     SynthOptions opt;
     std::string out, dtype = "f16";
     IdentityOptions ident;
+    bool force = false;
   };
   auto a = std::make_shared<Args>();
   SynthOptions& o = a->opt;
@@ -30,11 +31,11 @@ cli::Command register_synth(CLI::App& app, Flags& flags) {
   sub->add_option("--threads", o.threads, "worker threads (default: the CPUs this process may use); same file for any")
       ->check(CLI::NonNegativeNumber)
       ->envname("KVTOOL_THREADS");
-  add_dump_output_options(sub, a->out, a->ident, flags);
+  add_dump_output_options(sub, a->out, a->force, a->ident, flags);
   return {sub, [a, &flags] {
             a->opt.dtype = parse_dtype(a->dtype);
             if (a->opt.threads == 0) a->opt.threads = cli::default_threads();
-            synth_dump(a->opt, a->ident, a->out, true, flags.quiet || flags.json);
+            synth_dump(a->opt, a->ident, a->out, a->force, flags.quiet || flags.json);
             json j{{"schema_version", kJsonSchemaVersion}, {"ok", true}, {"output", a->out}, {"synthetic", true}};
             return emit(flags, j, [&] { std::cout << "wrote synthetic dump " << a->out << "\n"; });
           }};
