@@ -17,7 +17,7 @@ from . import _kvtool
 from ._arrays import as_float32
 from .errors import UsageError
 
-__all__ = ["inspect", "verify", "build", "eval", "query"]
+__all__ = ["inspect", "verify", "build", "eval", "eval_decode", "query"]
 
 
 def _usage(msg):
@@ -67,6 +67,20 @@ def _setting_text(name, v):
 def _settings(settings):
     """**settings of query/Pool queries -> {name: text} (None values dropped)."""
     return {k: _setting_text(k, v) for k, v in settings.items() if v is not None}
+
+
+def _sweep_lists(sweep):
+    """Swept query options (a value or a list of values each) -> name: [value text, ...]."""
+    lists = {}
+    for name, values in sweep.items():
+        if values is None:
+            continue
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            values = [values]
+        lists[name] = [_setting_text(name, v) for v in values]
+        if not lists[name]:
+            raise _usage(f"{name}: an empty list of values to sweep")
+    return lists
 
 
 def _key_paths(keys, name="trusted_keys"):
@@ -234,15 +248,7 @@ def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, **
     ``positions_seed``) of the dumped query positions, as ``--positions``; ``result["position_sample"]``
     lists those evaluated.
     """
-    lists = {}
-    for name, values in sweep.items():
-        if values is None:
-            continue
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-            values = [values]
-        lists[name] = [_setting_text(name, v) for v in values]
-        if not lists[name]:
-            raise _usage(f"{name}: an empty list of values to sweep")
+    lists = _sweep_lists(sweep)
     if not isinstance(positions, str):
         raise _usage(f"positions: 'all', 'every:K' or 'random:N', not {positions!r}")
     text, recs = _kvtool.eval(_path(artifact, "artifact"), _path(dump, "dump"), lists, bool(records), positions,
@@ -251,6 +257,37 @@ def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, **
     if records:
         result["records"] = recs
     return result
+
+
+def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sinks=4, **sweep):
+    """Decode ``source``'s tokens with the llama2.c model ``llama2c`` (the checkpoint that produced
+    the dump) densely and with each artifact's sparse attention through a runtime pool; returns
+    what ``kvtool eval-decode ART... --llama2c M --source DUMP --json`` prints, as a dict (one entry
+    of ``"results"`` per artifact and setting: selected fraction and its union per KV head, mean
+    and max KL(dense || sparse), top-1 agreement, perplexities, first greedy divergence or None).
+
+    ``artifacts``: a path or a list of paths. ``steps``: decode steps (0: up to 64 the dump holds).
+    ``baselines``: any of ``"window"`` and ``"topk"``, each a row per setting with its row count.
+    ``sweep``: the kinds' query options as for :func:`eval` (``budget=[0.05, 0.1]``,
+    ``quantile=0.8``, ``min_collisions=2``); a name no kind takes is ignored by kinds without it.
+    """
+    if isinstance(artifacts, (str, bytes, os.PathLike)):
+        artifacts = [artifacts]
+    paths = [_path(a, "artifact") for a in artifacts]
+    if not paths:
+        raise _usage("artifacts: give at least one artifact")
+    if isinstance(baselines, str):
+        baselines = [baselines]
+    for b in baselines:
+        if b not in ("window", "topk"):
+            raise _usage(f"baselines: 'window' or 'topk', not {b!r}")
+    for name, v in (("steps", steps), ("window_sinks", window_sinks)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 2**31:
+            raise _usage(f"{name}: an integer in 0..2^31, not {v!r}")
+    lists = _sweep_lists(sweep)
+    text = _kvtool.eval_decode(paths, _path(source, "source"), _path(llama2c, "llama2c"), steps, lists,
+                               list(baselines), window_sinks)
+    return json.loads(text)
 
 
 def _receipt(answer):

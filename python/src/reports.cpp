@@ -11,6 +11,7 @@
 #include "kvtool/admission.h"
 #include "kvtool/dump.h"
 #include "kvtool/eval.h"
+#include "kvtool/eval_decode.h"
 #include "kvtool/kind_builders.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
@@ -154,6 +155,24 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
   return py::make_tuple(text, recs);
 }
 
+std::string eval_decode(const std::vector<std::string>& artifacts, const std::string& source,
+                        const std::string& llama2c, int64_t steps,
+                        const std::map<std::string, std::vector<std::string>>& sweep,
+                        const std::vector<std::string>& baselines, int64_t window_sinks) {
+  py::gil_scoped_release nogil;
+  if (auto it = sweep.find("budget"); it != sweep.end())
+    for (const auto& b : it->second) Budget::parse(b);  // USAGE for a bad budget, as the CLI
+  require_file(llama2c, "llama2c model");
+  EvalDecodeOptions o;
+  o.model_path = llama2c;
+  o.steps = steps;
+  o.sweep = sweep;
+  o.baselines = baselines;
+  o.window_sinks = window_sinks;
+  DumpReader d(source);
+  return kvtool::eval_decode(artifacts, d, o).to_json().dump();
+}
+
 // The dumped query at `position` of (layer, q_head), as `kvtool query --position` reads it.
 std::vector<float> dumped_query(DumpReader& d, int64_t layer, int64_t q_head, int64_t position, int64_t dim) {
   KVT_CHECK(d.info().has_q, NO_QUERIES, "the dump has no /kv/q; pass vector= or dump with queries");
@@ -221,6 +240,8 @@ void bind_reports(py::module_& m) {
   m.def("eval", &eval, py::arg("artifact"), py::arg("dump"), py::arg("sweep"), py::arg("records"),
         py::arg("positions") = "all", py::arg("positions_seed") = 0,
         "(JSON text of `kvtool eval --json`, list of record dicts or None).");
+  m.def("eval_decode", &eval_decode, py::arg("artifacts"), py::arg("source"), py::arg("llama2c"), py::arg("steps"),
+        py::arg("sweep"), py::arg("baselines"), py::arg("window_sinks"), "JSON text of `kvtool eval-decode --json`.");
   m.def("query", &query, py::arg("artifact"), py::arg("source"), py::arg("layer"), py::arg("q_head"),
         py::arg("position"), py::arg("vector"), py::arg("settings"),
         "(JSON text of `kvtool query --json`, candidates int64 array, scores float32 array).");

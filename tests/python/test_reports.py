@@ -1,4 +1,4 @@
-"""kvtool.inspect / verify / build / eval / query give what the command line gives: for a small
+"""kvtool.inspect / verify / build / eval / eval_decode / query give what the command line gives: for a small
 synthetic dump, each dict equals `kvtool <cmd> --json` run by subprocess; kvtool.build writes the
 artifact `kvtool build KIND` writes (same manifest digest, same bytes) for all four kinds; eval's
 records are the rows of `eval --csv`; query takes NumPy and torch vectors and returns arrays; bad
@@ -267,12 +267,37 @@ def test_gil_released():
         check(elapsed >= 0.05, f"{name} took {elapsed:.3f} s: too short to tell")
 
 
+def test_eval_decode():
+    """kvtool.eval_decode equals `kvtool eval-decode --json` (a trained model from the shared
+    folder; skipped without it), 100 % reproduces dense decoding, and bad arguments raise."""
+    model = os.path.join(os.environ.get("KVTOOL_SHARED", "../shared"), "models", "stories260K.bin")
+    if not os.path.exists(model):
+        print(f"  eval_decode: no {model}, not run")
+        return
+    cli("dump", "--llama2c", model, "--tokens", 120, "-o", "m.h5", "-q")
+    cli("build", "pq", "m.h5", "--prefix", 96, "-o", "m.pq.kvi", "-q")
+    want = cli_json("eval-decode", "m.pq.kvi", "--llama2c", model, "--source", "m.h5", "--steps", 12, "--budget", "0.1",
+                    "--budget", "100%", "--baseline", "window", "--json", "-q")
+    got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=12, budget=[0.1, "100%"], baselines="window")
+    check(got == want, f"eval_decode: {got} != {want}")
+    full = [r for r in got["results"] if r["kind"] == "pq" and r["budget"] == 1.0]
+    check(len(full) == 1 and full[0]["mean_kl"] == 0 and full[0]["top1_agreement"] == 1, f"100 %: {full}")
+    expect_error(lambda: kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, baselines="random"), "USAGE", 2,
+                 kvtool.UsageError, "baseline")
+    expect_error(lambda: kvtool.eval_decode([], "m.h5", llama2c=model), "USAGE", 2, kvtool.UsageError, "no artifact")
+    expect_error(lambda: kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=-1), "USAGE", 2,
+                 kvtool.UsageError, "steps")
+    expect_error(lambda: kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c="nope.bin"), "IO_ERROR", 3, what="model")
+    expect_error(lambda: kvtool.eval_decode("m.pq.kvi", "d.h5", llama2c=model), "MODEL_MISMATCH", 1, what="dump")
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         os.chdir(d)
         cli("synth", "--layers", 2, "--kv-heads", 2, "--q-heads", 4, "--head-dim", 32, "--tokens", 300, "--seed", 4,
             "--query-count", 120, "-o", "d.h5", "-q")
-        for t in (test_builds, test_inspect_verify, test_eval, test_query, test_errors, test_gil_released):
+        for t in (test_builds, test_inspect_verify, test_eval, test_eval_decode, test_query, test_errors,
+                  test_gil_released):
             t0 = time.perf_counter()
             t()
             print(f"ok {t.__name__} ({time.perf_counter() - t0:.2f} s)")

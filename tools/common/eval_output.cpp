@@ -252,4 +252,53 @@ void write_compare_plot(AtomicOutput& out, const CompareReport& report) {
   write_text(out, s.str());
 }
 
+void write_decode_csv(AtomicOutput& out, const EvalDecodeReport& report) {
+  std::string text =
+      "artifact,kind,setting,steps,selected_fraction,selected_fraction_kv_union,mean_kl,max_kl,top1_agreement,"
+      "ppl_dense,ppl_sparse,diverge_step\n";
+  for (const auto& r : report.results)
+    text += csv_field(r.artifact) + "," + r.kind + "," + csv_field(r.setting) + "," + std::to_string(r.steps) + "," +
+            fmt(r.selected_fraction) + "," + fmt(r.selected_fraction_kv_union) + "," + fmt(r.mean_kl) + "," +
+            fmt(r.max_kl) + "," + fmt(r.top1_agreement) + "," + fmt(r.ppl_dense) + "," + fmt(r.ppl_sparse) + "," +
+            (r.diverge_step < 0 ? std::string() : std::to_string(r.diverge_step)) + "\n";
+  write_text(out, text);
+}
+
+void write_decode_plot(AtomicOutput& out, const EvalDecodeReport& report) {
+  static const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                 "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+  std::vector<Series> kl, top1;
+  std::vector<std::string> names;
+  for (const auto& r : report.results) {
+    const std::string name = basename(r.artifact) + " (" + r.kind + ")";
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) {
+      const char* c = colors[names.size() % (sizeof colors / sizeof colors[0])];
+      names.push_back(name);
+      kl.push_back({name, c, {}});
+      top1.push_back({name, c, {}});
+      it = names.end() - 1;
+    }
+    const auto k = static_cast<size_t>(it - names.begin());
+    kl[k].pts.emplace_back(r.selected_fraction, r.mean_kl);
+    top1[k].pts.emplace_back(r.selected_fraction, r.top1_agreement);
+  }
+  double kmax = 0;
+  for (const auto& c : kl)
+    for (const auto& pt : c.pts) kmax = std::max(kmax, pt.second);
+  kmax = std::max(0.01, kmax * 1.1);
+  const double W = 840, L = 80, R = 280, T = 50, PH = 300, GAP = 60;
+  const double xmax = x_range(kl), H = T + 2 * PH + GAP + 60;
+  const Panel top{L, T, W - L - R, PH, xmax, 0.0, kmax}, bottom{L, T + PH + GAP, W - L - R, PH, xmax, 0.0, 1.0};
+  std::ostringstream s;
+  s << svg_open(W, H, "kvtool eval-decode on " + basename(report.source));
+  draw_panel(s, top, "mean KL(dense || sparse), nats", kl);
+  draw_panel(s, bottom, "top-1 agreement", top1);
+  s << "<text x='" << px(L + (W - L - R) / 2 - 80) << "' y='" << px(H - 15)
+    << "'>selected fraction of the prefix</text>\n";
+  draw_legend(s, W - R + 15, T + 20, kl);
+  s << "</svg>\n";
+  write_text(out, s.str());
+}
+
 }  // namespace kvtool::cli

@@ -10,6 +10,7 @@
 #include "kvtool/atomic_file.h"
 #include "kvtool/compare.h"
 #include "kvtool/eval.h"
+#include "kvtool/eval_decode.h"
 #include "kvtool/json.h"
 
 namespace kvtool::cli {
@@ -24,5 +25,10 @@ void write_compare_csv(AtomicOutput& out, const CompareReport& report);
 // Two panels sharing the x axis (selected fraction): retained mass with the dense oracle, and
 // relative output error; one curve per artifact and setting variant (QueryParams::label).
 void write_compare_plot(AtomicOutput& out, const CompareReport& report);
+// One row per decode result (`kvtool eval-decode`): the fields of its JSON.
+void write_decode_csv(AtomicOutput& out, const EvalDecodeReport& report);
+// Two panels sharing the x axis (selected fraction): mean KL(dense || sparse) and top-1 agreement;
+// one curve per artifact and per baseline matched to it.
+void write_decode_plot(AtomicOutput& out, const EvalDecodeReport& report);
 
 }  // namespace kvtool::cli

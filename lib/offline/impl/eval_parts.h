@@ -3,11 +3,26 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "kvtool/eval.h"
 #include "kvtool/query.h"
 
 namespace kvtool::eval {
+
+// One evaluated selector setting: the kind's parameters, its label (CSV) and summary keys.
+struct Setting {
+  std::unique_ptr<QueryParams> params;
+  json selector;
+  std::string label;
+};
+
+// Every combination of the swept values of the kind's query options (EvalOptions::sweep, else the
+// kind's default sweep), first option outermost; USAGE for a value the kind refuses.
+std::vector<Setting> eval_settings(const ArtifactReader& art, const KindSpec& kind, const EvalOptions& opt,
+                                   int64_t indexed_rows);
 
 // Asks the kernel for transparent huge pages on [p, p + bytes) (Linux; nothing elsewhere).
 void advise_huge_pages(void* p, size_t bytes);

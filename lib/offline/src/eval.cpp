@@ -22,18 +22,12 @@
 
 namespace kvtool {
 
-namespace {
-
-// One evaluated selector setting: the kind's parameters, its label (CSV) and summary keys.
-struct Setting {
-  std::unique_ptr<QueryParams> params;
-  json selector;
-  std::string label;
-};
+using eval::eval_settings;
+using eval::Setting;
 
 // Every combination of the swept values of the kind's query options, first option outermost.
-std::vector<Setting> eval_settings(const ArtifactReader& art, const KindSpec& kind, const EvalOptions& opt,
-                                   int64_t indexed_rows) {
+std::vector<Setting> eval::eval_settings(const ArtifactReader& art, const KindSpec& kind, const EvalOptions& opt,
+                                         int64_t indexed_rows) {
   for (const auto& [name, values] : opt.sweep) check_query_settings(kind, {{name, values.empty() ? "" : values[0]}});
   std::vector<QuerySettings> combos{{}};
   for (const auto& o : kind.query_options) {
@@ -63,6 +57,8 @@ std::vector<Setting> eval_settings(const ArtifactReader& art, const KindSpec& ki
   }
   return out;
 }
+
+namespace {
 
 struct Acc {
   std::vector<double> retained, oracle, recall, err, rel_err, frac, rows;

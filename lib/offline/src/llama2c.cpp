@@ -110,15 +110,53 @@ Llama2cModel::Llama2cModel(const std::string& path) {
   val_cache_.assign(L * S * KV, 0.f);
 }
 
+// Each query head's attention output into out [n_heads * head_dim]: over every row 0..pos, or over
+// the rows `select` chooses, in ascending order either way (so that choosing all rows is dense).
+void Llama2cModel::attend(int32_t l, int32_t pos, const float* q, float* out_all, const AttentionSelect& select,
+                          AttentionRows& rows, std::vector<float>& att) const {
+  const auto& c = cfg_;
+  const int KV = c.kv_dim(), hs = c.head_dim(), S = c.seq_len, kv_mul = c.n_heads / c.n_kv_heads;
+  for (int h = 0; h < c.n_heads; ++h) {
+    const float* qh = q + h * hs;
+    const bool sparse = select && select(l, h, qh, pos, rows);
+    const int n = sparse ? static_cast<int>(rows.rows.size()) : pos + 1;
+    KVT_CHECK(n > 0 && (!sparse || rows.log_weight.size() == rows.rows.size()), INTERNAL,
+              "sparse attention needs at least one row, each with a weight");
+    att.resize(static_cast<size_t>(n));
+    const int kvh = h / kv_mul;
+    float mx = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+      const int t = sparse ? rows.rows[j] : j;
+      KVT_CHECK(t >= 0 && t <= pos, INTERNAL, "sparse attention row " << t << " outside 0.." << pos);
+      const float* kt = key_cache_.data() + (static_cast<size_t>(l) * S + t) * KV + kvh * hs;
+      float s = 0;
+      for (int i = 0; i < hs; ++i) s += qh[i] * kt[i];
+      att[j] = s / std::sqrt(static_cast<float>(hs));
+      if (sparse) att[j] += rows.log_weight[j];
+      mx = std::max(mx, att[j]);
+    }
+    float sum = 0;
+    for (int j = 0; j < n; ++j) sum += (att[j] = std::exp(att[j] - mx));
+    float* out = out_all + h * hs;
+    std::fill(out, out + hs, 0.f);
+    for (int j = 0; j < n; ++j) {
+      const int t = sparse ? rows.rows[j] : j;
+      const float* vt = val_cache_.data() + (static_cast<size_t>(l) * S + t) * KV + kvh * hs;
+      float a = att[j] / sum;
+      for (int i = 0; i < hs; ++i) out[i] += a * vt[i];
+    }
+  }
+}
+
 void Llama2cModel::forward(int32_t token, int32_t pos, std::vector<float>& q_out, std::vector<float>& k_out,
-                           std::vector<float>& v_out, std::vector<float>& logits) {
+                           std::vector<float>& v_out, std::vector<float>& logits, const AttentionSelect& select) {
   const auto& c = cfg_;
   KVT_CHECK(token >= 0 && token < c.vocab_size, BAD_MODEL, "token " << token << " outside the vocabulary");
   KVT_CHECK(pos >= 0 && pos < c.seq_len, USAGE, "position " << pos << " beyond the model context " << c.seq_len);
   const int D = c.dim, KV = c.kv_dim(), hs = c.head_dim(), Hd = c.hidden_dim, S = c.seq_len;
-  const int kv_mul = c.n_heads / c.n_kv_heads;
   std::vector<float> x(emb_ + static_cast<size_t>(token) * D, emb_ + static_cast<size_t>(token + 1) * D);
   std::vector<float> xb(D), xb2(D), q(D), hb(Hd), hb2(Hd), att(pos + 1);
+  AttentionRows rows;
   q_out.assign(static_cast<size_t>(c.n_layers) * D, 0.f);
   k_out.assign(static_cast<size_t>(c.n_layers) * KV, 0.f);
   v_out.assign(static_cast<size_t>(c.n_layers) * KV, 0.f);
@@ -134,27 +172,7 @@ void Llama2cModel::forward(int32_t token, int32_t pos, std::vector<float>& q_out
     std::copy(q.begin(), q.end(), q_out.begin() + static_cast<size_t>(l) * D);
     std::copy(kc, kc + KV, k_out.begin() + static_cast<size_t>(l) * KV);
     std::copy(vc, vc + KV, v_out.begin() + static_cast<size_t>(l) * KV);
-    for (int h = 0; h < c.n_heads; ++h) {
-      const float* qh = q.data() + h * hs;
-      int kvh = h / kv_mul;
-      float mx = -INFINITY;
-      for (int t = 0; t <= pos; ++t) {
-        const float* kt = key_cache_.data() + (static_cast<size_t>(l) * S + t) * KV + kvh * hs;
-        float s = 0;
-        for (int i = 0; i < hs; ++i) s += qh[i] * kt[i];
-        att[t] = s / std::sqrt(static_cast<float>(hs));
-        mx = std::max(mx, att[t]);
-      }
-      float sum = 0;
-      for (int t = 0; t <= pos; ++t) sum += (att[t] = std::exp(att[t] - mx));
-      float* out = xb.data() + h * hs;
-      std::fill(out, out + hs, 0.f);
-      for (int t = 0; t <= pos; ++t) {
-        const float* vt = val_cache_.data() + (static_cast<size_t>(l) * S + t) * KV + kvh * hs;
-        float a = att[t] / sum;
-        for (int i = 0; i < hs; ++i) out[i] += a * vt[i];
-      }
-    }
+    attend(l, pos, q.data(), xb.data(), select, rows, att);
     matvec(xb2.data(), xb.data(), wo_ + static_cast<size_t>(l) * D * D, D, D);
     for (int i = 0; i < D; ++i) x[i] += xb2[i];
     rmsnorm(xb.data(), x.data(), rms_ffn_ + static_cast<size_t>(l) * D, D);

@@ -2,6 +2,7 @@
 // exposes the post-RoPE q, k, v of every layer (../shared/models/README.md for the layout).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,19 @@ struct Llama2cConfig {
   int32_t kv_dim() const { return head_dim() * n_kv_heads; }
 };
 
+// The rows one query head attends to at a position, ascending, each with a log weight added to its
+// score: 0 for a row taken as is, -log(p) for a row sampled with inclusion probability p (the
+// importance-sampling estimator of sampled attention).
+struct AttentionRows {
+  std::vector<int32_t> rows;
+  std::vector<float> log_weight;
+};
+
+// Chooses the rows of (layer, q_head) for query `q` at `pos`; returns false for dense attention
+// (every row 0..pos). Rows must be ascending, unique and <= pos.
+using AttentionSelect =
+    std::function<bool(int32_t layer, int32_t q_head, const float* q, int32_t pos, AttentionRows& out)>;
+
 class Llama2cModel {
  public:
   // Reads and checks the checkpoint (sizes must match the header exactly); BAD_MODEL otherwise.
@@ -22,16 +36,26 @@ class Llama2cModel {
   const std::string& sha256_hex() const { return sha_; }
 
   // Runs one position. Appends this position's k, v to the cache; fills q_out [n_heads*head_dim],
-  // k_out/v_out [n_kv_heads*head_dim] (all post-RoPE) and logits [vocab].
+  // k_out/v_out [n_kv_heads*head_dim] (all post-RoPE) and logits [vocab]. With `select`, each
+  // query head attends to the rows it chooses (sparse attention); selecting every row 0..pos with
+  // weight 0 gives the same bits as dense attention.
   void forward(int32_t token, int32_t pos, std::vector<float>& q_out, std::vector<float>& k_out,
-               std::vector<float>& v_out, std::vector<float>& logits);
+               std::vector<float>& v_out, std::vector<float>& logits, const AttentionSelect& select = nullptr);
   void reset() { key_cache_.assign(key_cache_.size(), 0.f), val_cache_.assign(val_cache_.size(), 0.f); }
+  // The K/V cache, to run several continuations of one prefill.
+  struct Cache {
+    std::vector<float> k, v;
+  };
+  Cache save_cache() const { return {key_cache_, val_cache_}; }
+  void restore_cache(const Cache& c) { key_cache_ = c.k, val_cache_ = c.v; }
 
  private:
   Llama2cConfig cfg_;
   std::string sha_;
   std::vector<float> w_;  // all weights, in file order
   const float *emb_, *rms_att_, *wq_, *wk_, *wv_, *wo_, *rms_ffn_, *w1_, *w2_, *w3_, *rms_final_, *wcls_;
+  void attend(int32_t layer, int32_t pos, const float* q, float* out, const AttentionSelect& select,
+              AttentionRows& rows, std::vector<float>& att) const;
   std::vector<float> key_cache_, val_cache_;  // [L, seq_len, kv_dim]
 };
 

@@ -1,0 +1,61 @@
+// Decode-level evaluation (docs/quality.md, "Decode"): what an index's sparse attention does to a
+// model's output. A llama2.c model prefills the artifact's prefix densely, then decodes the dump's
+// next tokens (teacher forced, so dense and sparse see the same tokens) while each query head of
+// the artifact's layers attends only to the prefix rows that a runtime pool selects for it
+// (published and leased as a decode engine does), plus the always-included rows and the decode
+// rows. The sparse run keeps its own K/V for the decode rows.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kvtool/json.h"
+
+namespace kvtool {
+
+class DumpReader;
+
+struct EvalDecodeOptions {
+  std::string model_path;  // llama2.c checkpoint the dump was produced with (its SHA-256 must match)
+  // Decode steps after the prefix; 0: min(64, the dump's tokens after the prefix - 1).
+  int64_t steps = 0;
+  // Swept values per query option of each artifact's kind, as EvalOptions::sweep (an option the
+  // kind does not take is ignored; none named: the kind's default sweep).
+  std::map<std::string, std::vector<std::string>> sweep;
+  // Selections of the same row count as each artifact's, for scale: "window" (the first
+  // window_sinks rows and the most recent prefix rows) and "topk" (the exact top rows by q·k).
+  std::vector<std::string> baselines;
+  int64_t window_sinks = 4;
+  bool quiet = true;
+};
+
+// One artifact (or baseline) at one setting.
+struct DecodeResult {
+  std::string artifact, kind, setting;  // kind "window" / "topk" for a baseline matched to `artifact`
+  json budget;                          // the setting's options (e.g. {"budget": 0.1})
+  int64_t steps = 0;
+  // Prefix rows attended per query as a fraction of the prefix, and per KV head the union over
+  // its query heads (the rows a GQA engine must fetch), over the artifact's layers.
+  double selected_fraction = 0, selected_fraction_kv_union = 0;
+  double mean_kl = 0, max_kl = 0;        // KL(dense || sparse) of the next-token distribution, nats
+  double top1_agreement = 0;             // steps whose argmax tokens agree
+  double ppl_dense = 0, ppl_sparse = 0;  // perplexity of the dump's continuation
+  // First step at which free-running sparse greedy decoding leaves dense greedy decoding; -1: none
+  // within the steps.
+  int64_t diverge_step = -1;
+  json to_json() const;
+};
+
+struct EvalDecodeReport {
+  std::string source, model_sha256;
+  std::vector<DecodeResult> results;
+  json to_json() const;  // {"schema_version", "source", "model_sha256", "results": [...]}
+};
+
+// USAGE for bad options; MODEL_MISMATCH when the model is not the dump's; the binding checks of
+// eval (STALE_SOURCE, PREFIX_MISMATCH, ...) for an artifact that is not the dump's.
+EvalDecodeReport eval_decode(const std::vector<std::string>& artifacts, const DumpReader& dump,
+                             const EvalDecodeOptions& opt);
+
+}  // namespace kvtool

@@ -1,0 +1,414 @@
+// `kvtool eval-decode` (kvtool/eval_decode.h): dense and sparse decode runs of a llama2.c model over
+// a dump's tokens, the sparse rows chosen through a runtime pool.
+#include "kvtool/eval_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "impl/eval_parts.h"
+#include "kvtool/admission.h"
+#include "kvtool/dump.h"
+#include "kvtool/error.h"
+#include "kvtool/llama2c.h"
+#include "kvtool/pool.h"
+#include "kvtool/progress.h"
+#include "kvtool/source_binding.h"
+
+namespace kvtool {
+
+namespace {
+
+std::vector<double> log_softmax(const std::vector<float>& logits) {
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(x - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
+  return out;
+}
+
+template <typename T>
+int32_t argmax(const std::vector<T>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// KL(p || q) of two log-probability vectors, in nats.
+double kl_divergence(const std::vector<double>& lp, const std::vector<double>& lq) {
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return std::max(0.0, kl);
+}
+
+// The model and what every run replays: the dump's tokens.
+struct Decoder {
+  Llama2cModel model;
+  std::vector<int32_t> tokens;
+  int64_t layers = 0, kv_heads = 0, q_heads = 0, head_dim = 0, group = 1;
+  explicit Decoder(const std::string& path) : model(path) {}
+};
+
+// Checks that `dump` was produced by the model (same checkpoint, geometry, positions 0..T-1, tokens
+// in its vocabulary) and reads its tokens.
+void bind_decoder(Decoder& dec, const DumpReader& dump) {
+  const auto& info = dump.info();
+  const auto& c = dec.model.config();
+  KVT_CHECK(info.id.model_artifact_sha256 == dec.model.sha256_hex(), MODEL_MISMATCH,
+            "the dump was produced by model " << info.id.model_artifact_sha256 << ", not by this checkpoint ("
+                                              << dec.model.sha256_hex() << ")");
+  KVT_CHECK(info.geo.layers == c.n_layers && info.geo.kv_heads == c.n_kv_heads && info.geo.head_dim == c.head_dim() &&
+                info.geo.q_heads == c.n_heads,
+            MODEL_MISMATCH, "the dump's geometry differs from the model's");
+  KVT_CHECK(info.has_tokens, USAGE, "the dump has no /kv/tokens: eval-decode replays the dump's tokens");
+  if (info.has_positions) {
+    const auto pos = dump.positions();
+    for (size_t i = 0; i < pos.size(); ++i)
+      KVT_CHECK(pos[i] == static_cast<int64_t>(i), USAGE,
+                "eval-decode needs a dump whose row i is position i (row " << i << " is position " << pos[i] << ")");
+  }
+  for (int64_t t : dump.tokens()) {
+    KVT_CHECK(t >= 0 && t < c.vocab_size, MODEL_MISMATCH, "dump token " << t << " is outside the model's vocabulary");
+    dec.tokens.push_back(static_cast<int32_t>(t));
+  }
+  dec.layers = c.n_layers;
+  dec.kv_heads = c.n_kv_heads;
+  dec.q_heads = c.n_heads;
+  dec.head_dim = c.head_dim();
+  dec.group = c.n_heads / c.n_kv_heads;
+}
+
+// The dense reference of one prefix: its prefilled cache, the teacher-forced next-token
+// log-probabilities per step, and dense greedy decoding's tokens (greedy[0] follows the prefill,
+// greedy[s + 1] is step s's argmax).
+struct DenseRun {
+  int64_t E = 0, N = 0;
+  Llama2cModel::Cache prefill;
+  std::vector<std::vector<double>> logp;
+  std::vector<int32_t> greedy;
+  double ppl = 0;
+};
+
+DenseRun dense_run(Decoder& dec, int64_t E, int64_t N) {
+  DenseRun r;
+  r.E = E;
+  r.N = N;
+  std::vector<float> q, k, v, logits;
+  dec.model.reset();
+  for (int64_t p = 0; p < E; ++p) dec.model.forward(dec.tokens[p], static_cast<int32_t>(p), q, k, v, logits);
+  r.prefill = dec.model.save_cache();
+  r.greedy.push_back(argmax(logits));
+  double nll = 0;
+  for (int64_t s = 0; s < N; ++s) {
+    dec.model.forward(dec.tokens[E + s], static_cast<int32_t>(E + s), q, k, v, logits);
+    r.logp.push_back(log_softmax(logits));
+    nll -= r.logp.back()[dec.tokens[E + s + 1]];
+  }
+  r.ppl = std::exp(nll / static_cast<double>(N));
+  dec.model.restore_cache(r.prefill);
+  for (int64_t s = 0; s < N; ++s) {
+    dec.model.forward(r.greedy.back(), static_cast<int32_t>(E + s), q, k, v, logits);
+    r.greedy.push_back(argmax(logits));
+  }
+  return r;
+}
+
+// What a sparse run attends to in the prefix [0, E): rows per query, and per KV head the union
+// over its query heads (the select hook is called for query heads 0, 1, ... of each layer in turn).
+struct Tally {
+  int64_t E = 0, group = 1;
+  std::vector<int64_t> mark;
+  int64_t stamp = 0, open_union = -1;
+  double rows = 0, unions = 0;
+  int64_t queries = 0, groups = 0;
+  Tally(int64_t e, int64_t g) : E(e), group(g), mark(static_cast<size_t>(e), 0) {}
+  void close() {
+    if (open_union >= 0) unions += static_cast<double>(open_union), ++groups;
+    open_union = -1;
+  }
+  void add(int32_t q_head, const std::vector<int32_t>& chosen) {
+    if (q_head % group == 0 || open_union < 0) close(), open_union = 0, ++stamp;
+    for (int32_t r : chosen) {
+      if (r >= E) break;  // ascending: the decode rows follow
+      rows += 1;
+      if (mark[static_cast<size_t>(r)] != stamp) mark[static_cast<size_t>(r)] = stamp, ++open_union;
+    }
+    ++queries;
+  }
+  double fraction() const { return queries ? rows / static_cast<double>(queries * E) : 0; }
+  double union_fraction() const { return groups ? unions / static_cast<double>(groups * E) : 0; }
+};
+
+// Adds the decode rows [E, pos] (weight 0) to `out`, which holds prefix rows.
+void add_decode_rows(int64_t E, int32_t pos, AttentionRows& out) {
+  for (int64_t r = E; r <= pos; ++r) out.rows.push_back(static_cast<int32_t>(r)), out.log_weight.push_back(0.f);
+}
+
+// A receipt's rows: the always-included ones and the candidates (a sampled candidate weighted by
+// -log of its inclusion probability), ascending and unique, the decode rows after them.
+void receipt_rows(const CandidateReceipt& rc, int64_t E, int32_t pos, AttentionRows& out) {
+  std::vector<std::pair<int32_t, float>> rw;
+  for (int64_t r : rc.always_included)
+    if (r < E) rw.emplace_back(static_cast<int32_t>(r), 0.f);
+  for (size_t i = 0; i < rc.candidates.size(); ++i) {
+    const int64_t r = rc.candidates[i];
+    if (r >= E) continue;
+    if (rc.inclusion.empty()) {
+      rw.emplace_back(static_cast<int32_t>(r), 0.f);
+    } else if (rc.inclusion[i] > 0) {
+      rw.emplace_back(static_cast<int32_t>(r), static_cast<float>(-std::log(std::min(1.0, rc.inclusion[i]))));
+    }
+  }
+  std::sort(rw.begin(), rw.end());  // a row both always included and sampled keeps weight 0 (first)
+  out.rows.clear();
+  out.log_weight.clear();
+  for (size_t i = 0; i < rw.size(); ++i)
+    if (i == 0 || rw[i].first != rw[i - 1].first)
+      out.rows.push_back(rw[i].first), out.log_weight.push_back(rw[i].second);
+  add_decode_rows(E, pos, out);
+}
+
+// The prefix keys [0, E) of every (layer, kv head) as the dump holds them (lsh receipts and the
+// exact top-k baseline score against them).
+struct PrefixKeys {
+  std::vector<std::vector<float>> data;
+  std::vector<KeyRows> rows;  // [layer * kv_heads + kv_head]
+};
+
+PrefixKeys prefix_keys(const DumpReader& dump, int64_t E) {
+  const auto& g = dump.info().geo;
+  PrefixKeys pk;
+  for (int64_t l = 0; l < g.layers; ++l)
+    for (int64_t h = 0; h < g.kv_heads; ++h) {
+      pk.data.emplace_back(static_cast<size_t>(E * g.head_dim));
+      dump.read_k(l, h, 0, E, pk.data.back().data());
+    }
+  for (const auto& k : pk.data) pk.rows.push_back(KeyRows{k.data(), E, g.head_dim});
+  return pk;
+}
+
+// Which query heads a selection applies to: the artifact's layers (the others attend densely).
+struct LayerRange {
+  int64_t first = 0, last = -1;
+  bool covers(int32_t l) const { return l >= first && l <= last; }
+};
+
+// The pool's selection, queried through a lease as a decode engine would.
+AttentionSelect pool_select(const Lease& lease, const QueryParams& params, const PrefixKeys& keys, const Decoder& dec,
+                            LayerRange layers, int64_t E) {
+  return
+      [&lease, &params, &keys, &dec, layers, E](int32_t l, int32_t h, const float* q, int32_t pos, AttentionRows& out) {
+        if (!layers.covers(l)) return false;
+        const KeyRows& kr = keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)];
+        receipt_rows(lease.query(l, h, q, pos, params, &kr), E, pos, out);
+        return true;
+      };
+}
+
+// The window baseline: the first `sinks` rows and the most recent prefix rows, `n` in all.
+AttentionSelect window_select(LayerRange layers, int64_t E, int64_t n, int64_t sinks) {
+  return [layers, E, n, sinks](int32_t l, int32_t, const float*, int32_t pos, AttentionRows& out) {
+    if (!layers.covers(l)) return false;
+    out.rows.clear();
+    out.log_weight.clear();
+    const int64_t s = std::min(sinks, n);
+    for (int64_t r = 0; r < s; ++r) out.rows.push_back(static_cast<int32_t>(r));
+    for (int64_t r = std::max(s, E - (n - s)); r < E; ++r) out.rows.push_back(static_cast<int32_t>(r));
+    out.log_weight.assign(out.rows.size(), 0.f);
+    add_decode_rows(E, pos, out);
+    return true;
+  };
+}
+
+// The exact top-k baseline: the `n` prefix rows of highest q·k (ties to the lower row).
+AttentionSelect topk_select(const PrefixKeys& keys, const Decoder& dec, LayerRange layers, int64_t E, int64_t n) {
+  return [&keys, &dec, layers, E, n](int32_t l, int32_t h, const float* q, int32_t pos, AttentionRows& out) {
+    if (!layers.covers(l)) return false;
+    const KeyRows& kr = keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)];
+    std::vector<std::pair<float, int32_t>> scored(static_cast<size_t>(E));
+    for (int64_t r = 0; r < E; ++r) {
+      float s = 0;
+      for (int64_t i = 0; i < kr.d; ++i) s += q[i] * kr.row(r)[i];
+      scored[static_cast<size_t>(r)] = {-s, static_cast<int32_t>(r)};
+    }
+    const auto keep = static_cast<size_t>(std::clamp<int64_t>(n, 1, E));
+    std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(keep), scored.end());
+    out.rows.clear();
+    for (size_t i = 0; i < keep; ++i) out.rows.push_back(scored[i].second);
+    std::sort(out.rows.begin(), out.rows.end());
+    out.log_weight.assign(out.rows.size(), 0.f);
+    add_decode_rows(E, pos, out);
+    return true;
+  };
+}
+
+// Teacher-forced sparse decoding against the dense reference, then free-running greedy decoding
+// until it leaves dense greedy decoding. Fills the metrics of `res`.
+void sparse_run(Decoder& dec, const DenseRun& dense, const AttentionSelect& select, DecodeResult& res) {
+  Tally tally(dense.E, dec.group);
+  const AttentionSelect counted = [&](int32_t l, int32_t h, const float* q, int32_t pos, AttentionRows& out) {
+    const bool sparse = select(l, h, q, pos, out);
+    if (sparse) tally.add(h, out.rows);
+    return sparse;
+  };
+  std::vector<float> q, k, v, logits;
+  dec.model.restore_cache(dense.prefill);
+  double kl_sum = 0, nll = 0;
+  int64_t agree = 0;
+  for (int64_t s = 0; s < dense.N; ++s) {
+    const int64_t p = dense.E + s;
+    dec.model.forward(dec.tokens[p], static_cast<int32_t>(p), q, k, v, logits, counted);
+    const auto lp = log_softmax(logits);
+    const double kl = kl_divergence(dense.logp[s], lp);
+    kl_sum += kl;
+    res.max_kl = std::max(res.max_kl, kl);
+    agree += argmax(lp) == argmax(dense.logp[s]);
+    nll -= lp[dec.tokens[p + 1]];
+  }
+  tally.close();
+  const auto N = static_cast<double>(dense.N);
+  res.steps = dense.N;
+  res.mean_kl = kl_sum / N;
+  res.top1_agreement = static_cast<double>(agree) / N;
+  res.ppl_dense = dense.ppl;
+  res.ppl_sparse = std::exp(nll / N);
+  res.selected_fraction = tally.fraction();
+  res.selected_fraction_kv_union = tally.union_fraction();
+  dec.model.restore_cache(dense.prefill);
+  res.diverge_step = -1;
+  for (int64_t s = 0; s < dense.N && res.diverge_step < 0; ++s) {
+    dec.model.forward(dense.greedy[s], static_cast<int32_t>(dense.E + s), q, k, v, logits, select);
+    if (argmax(logits) != dense.greedy[s + 1]) res.diverge_step = s;
+  }
+}
+
+// What evaluating one artifact needs besides the artifact: the shared decoder, pool and dense
+// references, which later artifacts with the same prefix reuse.
+struct Session {
+  const DumpReader& dump;
+  const EvalDecodeOptions& opt;
+  Decoder dec;
+  Pool pool{PoolOptions{}};
+  std::map<int64_t, DenseRun> dense;   // by prefix rows
+  std::map<int64_t, PrefixKeys> keys;  // by prefix rows
+  Session(const DumpReader& d, const EvalDecodeOptions& o) : dump(d), opt(o), dec(o.model_path) {}
+};
+
+// Decode steps for a prefix of E rows: the dump must hold the steps' tokens and their targets.
+int64_t decode_steps(const Session& ss, int64_t E) {
+  const int64_t left = static_cast<int64_t>(ss.dec.tokens.size()) - E - 1;
+  KVT_CHECK(left >= 1, USAGE,
+            "the dump has no tokens after the artifact's prefix of " << E << " rows to decode (it has "
+                                                                     << ss.dec.tokens.size() << ")");
+  const int64_t N = ss.opt.steps > 0 ? ss.opt.steps : std::min<int64_t>(64, left);
+  KVT_CHECK(N <= left, USAGE,
+            "--steps " << N << " needs " << E + N + 1 << " dump tokens (the prefix, the steps and their targets); "
+                       << "the dump has " << ss.dec.tokens.size());
+  return N;
+}
+
+// The settings of the artifact's kind that the sweep names (options of other kinds ignored).
+std::vector<eval::Setting> decode_settings(const ArtifactReader& r, const KindSpec& kind, const EvalDecodeOptions& o) {
+  EvalOptions eo;
+  for (const auto& qo : kind.query_options)
+    if (auto it = o.sweep.find(qo.name); it != o.sweep.end()) eo.sweep[qo.name] = it->second;
+  return eval::eval_settings(r, kind, eo, IndexedRows::of(r).count());
+}
+
+DecodeResult baseline(Session& ss, const DenseRun& dense, const DecodeResult& art, const std::string& name,
+                      LayerRange layers) {
+  DecodeResult b = art;
+  b.kind = name;
+  b.max_kl = 0;
+  const int64_t n = std::max<int64_t>(1, std::llround(art.selected_fraction * static_cast<double>(dense.E)));
+  const AttentionSelect sel = name == "window" ? window_select(layers, dense.E, n, ss.opt.window_sinks)
+                                               : topk_select(ss.keys.at(dense.E), ss.dec, layers, dense.E, n);
+  sparse_run(ss.dec, dense, sel, b);
+  return b;
+}
+
+void evaluate_artifact(Session& ss, const std::string& path, std::vector<DecodeResult>& out, Progress& progress) {
+  ArtifactReader r(path);
+  const KindSpec& kind = admit_artifact(r, {});
+  check_source(r.source(), ss.dump, false);
+  const int64_t E = IndexedRows::of(r).coverage_end;
+  if (!ss.dense.count(E)) ss.dense.emplace(E, dense_run(ss.dec, E, decode_steps(ss, E)));
+  if (!ss.keys.count(E)) ss.keys.emplace(E, prefix_keys(ss.dump, E));
+  const DenseRun& dense = ss.dense.at(E);
+  PublishRequest req;
+  req.key = path;
+  req.artifact = path;
+  ss.pool.publish(req);
+  const json& params = r.manifest()["params"];
+  const LayerRange layers{params["layers"][0].get<int64_t>(), params["layers"][1].get<int64_t>()};
+  {
+    const Lease lease = ss.pool.acquire(path);  // released before retire, which waits for leases
+    for (const auto& st : decode_settings(r, kind, ss.opt)) {
+      DecodeResult res;
+      res.artifact = path;
+      res.kind = r.kind();
+      res.setting = st.label;
+      res.budget = st.params->setting();
+      sparse_run(ss.dec, dense, pool_select(lease, *st.params, ss.keys.at(E), ss.dec, layers, E), res);
+      out.push_back(res);
+      for (const auto& b : ss.opt.baselines) out.push_back(baseline(ss, dense, res, b, layers));
+    }
+  }
+  ss.pool.retire(path);
+  progress.advance();
+}
+
+}  // namespace
+
+json DecodeResult::to_json() const {
+  // A budget as a number: the fraction of the indexed rows, or the row count; other kinds' settings
+  // (squeeze's quantile, lsh's collisions) as their options.
+  json b = budget;
+  if (budget.is_object() && budget.contains("budget") && budget["budget"].is_string()) {
+    const Budget parsed = Budget::parse(budget["budget"].get<std::string>());
+    b = parsed.fraction ? json(parsed.value) : json(static_cast<int64_t>(parsed.value));
+  }
+  return json{{"artifact", artifact},
+              {"kind", kind},
+              {"setting", setting},
+              {"budget", b},
+              {"steps", steps},
+              {"selected_fraction", selected_fraction},
+              {"selected_fraction_kv_union", selected_fraction_kv_union},
+              {"mean_kl", mean_kl},
+              {"max_kl", max_kl},
+              {"top1_agreement", top1_agreement},
+              {"ppl_dense", ppl_dense},
+              {"ppl_sparse", ppl_sparse},
+              {"diverge_step", diverge_step < 0 ? json(nullptr) : json(diverge_step)}};
+}
+
+json EvalDecodeReport::to_json() const {
+  json rs = json::array();
+  for (const auto& r : results) rs.push_back(r.to_json());
+  return json{
+      {"schema_version", kJsonSchemaVersion}, {"source", source}, {"model_sha256", model_sha256}, {"results", rs}};
+}
+
+EvalDecodeReport eval_decode(const std::vector<std::string>& artifacts, const DumpReader& dump,
+                             const EvalDecodeOptions& opt) {
+  KVT_CHECK(!artifacts.empty(), USAGE, "eval-decode needs at least one artifact");
+  KVT_CHECK(opt.steps >= 0 && opt.steps <= kMaxDumpTokens, USAGE, "steps must be between 0 and " << kMaxDumpTokens);
+  KVT_CHECK(opt.window_sinks >= 0, USAGE, "window sinks must not be negative");
+  for (const auto& b : opt.baselines)
+    KVT_CHECK(b == "window" || b == "topk", USAGE, "unknown baseline '" << b << "' (window, topk)");
+  for (size_t i = 0; i < artifacts.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      KVT_CHECK(artifacts[i] != artifacts[j], USAGE, "artifact '" << artifacts[i] << "' is named twice");
+  Session ss(dump, opt);
+  bind_decoder(ss.dec, dump);
+  EvalDecodeReport rep;
+  rep.source = dump.path();
+  rep.model_sha256 = ss.dec.model.sha256_hex();
+  Progress progress("kvtool eval-decode", static_cast<int64_t>(artifacts.size()), opt.quiet);
+  for (const auto& a : artifacts) evaluate_artifact(ss, a, rep.results, progress);
+  progress.finish();
+  return rep;
+}
+
+}  // namespace kvtool

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# kvtool eval-decode: decoding a trained llama2.c model through the runtime pool. A budget that
+# selects every row reproduces dense decoding exactly; sparse settings and the window / top-k
+# baselines report their distance; wrong models, dumps and options are refused with a reason.
+. "$(dirname "$0")/lib.sh"
+M=$SHARED/models
+[ -e "$M/stories260K.bin" ] || { echo "skip: no $M/stories260K.bin"; exit 77; }
+py() { /usr/bin/python3 - "$@"; }
+
+expect_exit 0 "$KVTOOL" dump --llama2c "$M/stories260K.bin" --tokens 200 --queries -o s.h5 -q
+for kind in pq clusterkv squeeze lsh; do
+  expect_exit 0 "$KVTOOL" build "$kind" s.h5 --prefix 160 -o "$kind.kvi" -q
+done
+
+# A budget of 100 % selects every indexed row: dense decoding exactly (KL 0, top-1 1, same perplexity, no
+# divergence), whichever kind proposes the rows.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi clusterkv.kvi --llama2c "$M/stories260K.bin" --source s.h5 \
+  --steps 24 --budget 100% --json
+cp "$WORK/out" full.json
+py full.json <<'EOF' || fail "budget 100% is not dense decoding: $(cat full.json)"
+import json, sys
+rep = json.load(open(sys.argv[1]))
+assert rep["schema_version"] and len(rep["results"]) == 2, rep
+for r in rep["results"]:
+    assert r["steps"] == 24 and r["budget"] == 1.0, r
+    assert r["selected_fraction"] == 1.0 and r["selected_fraction_kv_union"] == 1.0, r
+    assert r["mean_kl"] == 0.0 and r["max_kl"] == 0.0 and r["top1_agreement"] == 1.0, r
+    assert r["ppl_sparse"] == r["ppl_dense"] and r["ppl_dense"] > 1, r
+    assert r["diverge_step"] is None, r
+EOF
+
+# Sparse settings of every kind, with both baselines matched to each artifact's row count.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi clusterkv.kvi squeeze.kvi lsh.kvi --llama2c "$M/stories260K.bin" \
+  --source s.h5 --steps 24 --budget 0.1 --budget 0.3 --baseline window --baseline topk --json \
+  --csv d.csv --plot d.svg
+cp "$WORK/out" sparse.json
+py sparse.json <<'EOF' || fail "sparse report: $(head -c 2000 sparse.json)"
+import json, sys
+rs = json.load(open(sys.argv[1]))["results"]
+kinds = {r["kind"] for r in rs}
+assert kinds == {"pq", "clusterkv", "squeeze", "lsh", "window", "topk"}, kinds
+for r in rs:
+    assert 0 < r["selected_fraction"] <= r["selected_fraction_kv_union"] <= 1, r
+    assert 0 <= r["mean_kl"] <= r["max_kl"] and 0 <= r["top1_agreement"] <= 1, r
+    assert r["diverge_step"] is None or 0 <= r["diverge_step"] < 24, r
+# Baselines follow their artifact's row and use its row count (within rounding of one row).
+for i, r in enumerate(rs):
+    if r["kind"] in ("window", "topk"):
+        a = next(x for x in reversed(rs[:i]) if x["kind"] not in ("window", "topk"))
+        assert a["artifact"] == r["artifact"] and a["setting"] == r["setting"], (a, r)
+        assert abs(a["selected_fraction"] - r["selected_fraction"]) <= 1.5 / 160, (a, r)
+# A sparse pq selection is not dense.
+pq = [r for r in rs if r["kind"] == "pq" and r["budget"] == 0.1]
+assert pq and pq[0]["mean_kl"] > 0 and pq[0]["selected_fraction"] < 0.5, pq
+EOF
+[ "$(wc -l < d.csv)" -gt 10 ] || fail "the CSV has a row per result"
+contains d.svg "<svg"
+
+# The text table names each artifact and baseline.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 8 --baseline window -q
+contains "$WORK/out" "window"
+contains "$WORK/out" "8 decode steps"
+
+# Refusals: another model, a dump without tokens, more steps than the dump holds, bad options,
+# an artifact of another dump.
+expect_reason 1 MODEL_MISMATCH "$KVTOOL" eval-decode pq.kvi --llama2c "$M/babyllama361.bin" --source s.h5
+expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 40
+expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --baseline random
+expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi pq.kvi --llama2c "$M/stories260K.bin" --source s.h5
+expect_reason 3 IO_ERROR "$KVTOOL" eval-decode pq.kvi --llama2c missing.bin --source s.h5
+expect_exit 0 "$KVTOOL" dump --llama2c "$M/stories260K.bin" --tokens 200 --dtype f16 -o other.h5 -q
+expect_exit 1 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source other.h5
+finish

@@ -1,0 +1,83 @@
+// kvtool eval-decode ART... --llama2c M.bin --source DUMP [--steps N] [--budget B ...]
+// [--min-collisions c ...] [--quantile q ...] [--baseline window|topk ...] [--csv F] [--plot F.svg] [--json] [-q]
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "eval_options.h"
+#include "eval_output.h"
+#include "kvtool/dump.h"
+#include "kvtool/eval_decode.h"
+
+namespace kvtool::cmd {
+
+namespace {
+
+struct Args {
+  std::vector<std::string> arts;
+  std::string source;
+  EvalDecodeOptions opt;
+  cli::SweepFlags sweep;  // --budget, --min-collisions, --quantile; --csv, --plot
+};
+
+void print_decode(const EvalDecodeReport& rep) {
+  std::printf("%-28s %-9s %-10s %6s %6s %9s %9s %6s %9s %9s %7s\n", "artifact", "kind", "setting", "frac", "kv∪",
+              "mean KL", "max KL", "top-1", "ppl", "ppl dense", "diverge");
+  for (const auto& r : rep.results) {
+    const std::string div = r.diverge_step < 0 ? "-" : std::to_string(r.diverge_step);
+    std::printf("%-28s %-9s %-10s %6.3f %6.3f %9.4g %9.4g %6.3f %9.4f %9.4f %7s\n",
+                r.artifact.substr(r.artifact.size() > 28 ? r.artifact.size() - 28 : 0).c_str(), r.kind.c_str(),
+                r.setting.c_str(), r.selected_fraction, r.selected_fraction_kv_union, r.mean_kl, r.max_kl,
+                r.top1_agreement, r.ppl_sparse, r.ppl_dense, div.c_str());
+  }
+  if (!rep.results.empty())
+    std::printf("%lld decode steps, teacher forced; diverge: first step where free-running greedy decoding differs\n",
+                static_cast<long long>(rep.results.front().steps));
+}
+
+int run(Args& a, const Flags& flags) {
+  std::vector<std::string> inputs = a.arts;
+  inputs.push_back(a.source);
+  inputs.push_back(a.opt.model_path);
+  a.opt.sweep = a.sweep.flag_values();
+  a.opt.quiet = flags.quiet || flags.json;
+  const auto out = a.sweep.open_outputs(inputs);
+  DumpReader dump(a.source);
+  const EvalDecodeReport rep = eval_decode(a.arts, dump, a.opt);
+  if (out.csv) cli::write_decode_csv(*out.csv, rep);
+  if (out.plot) cli::write_decode_plot(*out.plot, rep);
+  return emit({flags.json, false}, rep.to_json(), [&] { print_decode(rep); });
+}
+
+}  // namespace
+
+cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "eval-decode",
+      "What sparse attention through the runtime pool does to a llama2.c model's decoding: KL, top-1 agreement, "
+      "perplexity and divergence against dense attention, per artifact and budget");
+  sub->add_option("ART", a->arts, "artifacts (.kvi) built on --source")->required();
+  sub->add_option("--llama2c", a->opt.model_path, "the llama2.c checkpoint (.bin) that produced --source")->required();
+  sub->add_option("--source", a->source, "dump with /kv/tokens: its prefix is prefilled, its next tokens decoded")
+      ->required();
+  sub->add_option("--steps", a->opt.steps, "decode steps after the prefix (default: up to 64 the dump holds)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  sub->add_option("--budget", a->sweep.budgets, "budgets of pq / clusterkv (and squeeze's budget mode); default 0.1");
+  sub->add_option("--min-collisions", a->sweep.min_collisions, "lsh collision thresholds; default the artifact's");
+  sub->add_option("--quantile", a->sweep.quantiles, "squeeze quantiles; default every calibrated one");
+  sub->add_option("--baseline", a->opt.baselines,
+                  "also decode with a selection of the same row count: window (sinks + most recent rows), topk "
+                  "(exact top rows by q.k)")
+      ->check(CLI::IsMember({"window", "topk"}));
+  sub->add_option("--window-sinks", a->opt.window_sinks, "first rows the window baseline keeps")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  sub->add_option("--csv", a->sweep.csv, "write one row per (artifact, setting, baseline)");
+  sub->add_option("--plot", a->sweep.plot, "write an SVG of KL and top-1 agreement vs selected fraction");
+  sub->add_flag("--json", flags.json, "machine-readable output");
+  sub->add_flag("-q,--quiet", flags.quiet, "no progress");
+  return {sub, [a, &flags] { return run(*a, flags); }};
+}
+
+}  // namespace kvtool::cmd
