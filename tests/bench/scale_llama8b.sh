@@ -26,7 +26,7 @@ total=0
 printf '%-10s %10s %12s %12s\n' kind seconds "peak MiB" "index MiB"
 for kind in pq clusterkv lsh squeeze; do
   out=$dir/scale8b.$kind.kvi
-  /usr/bin/time -f '%e %M' -o "$dir/time.txt" "$bin/kvtool-$kind" build "$dump" -o "$out" -q
+  /usr/bin/time -f '%e %M' -o "$dir/time.txt" "$bin/kvtool-$kind" build "$dump" -o "$out" -q --force
   read -r secs kib < "$dir/time.txt"
   awk -v k="$kind" -v s="$secs" -v m="$kib" -v b="$(stat -c %s "$out")" \
     'BEGIN { printf "%-10s %10.1f %12.0f %12.1f\n", k, s, m / 1024, b / 1048576 }'

@@ -12,7 +12,7 @@ mkdir -p "$dir"
 for args in "$@"; do
   out="$dir/$(basename "$dump" .h5).$(echo "$args" | tr -c 'A-Za-z0-9.\n' '_').kvi"
   # shellcheck disable=SC2086
-  "$BIN/kvtool-pq" build "$dump" --prefix "$prefix" -o "$out" -q $args
+  "$BIN/kvtool-pq" build "$dump" --prefix "$prefix" -o "$out" -q --force $args
   # shellcheck disable=SC2046
   "$BIN/kvtool" eval "$out" --source "$dump" --json $(echo "$budgets" | tr ',' '\n' | sed 's/^/--budget /') |
     /usr/bin/python3 -c '

@@ -18,15 +18,15 @@
 # raw section bytes (baselines.py --gain-over; stored bytes printed).
 . "$(dirname "$0")/quality_lib.sh"
 gate() {  # model prefix min [extra]
-  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 -o "$1.ckv.kvi" -q || { fail "build $1"; return; }
+  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 -o "$1.ckv.kvi" -q --force || { fail "build $1"; return; }
   "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 --kmeans tree --kmeans-leaf-clusters 8 \
-    -o "$1.ckv-tree.kvi" -q || { fail "build $1 (tree)"; return; }
+    -o "$1.ckv-tree.kvi" -q --force || { fail "build $1 (tree)"; return; }
   baselines --kind clusterkv --model "$1" --dump "$1.h5" --artifact "$1.ckv.kvi" --eval-args "--budget 0.1" --settings 0.1 \
     --min-ratio "$3" --always 16 --indexed-fraction 0.1 0.095 0.105 --max-key-fraction 0.5 --param sink=16 --param local=0 --param tokens_per_cluster=8 \
     --param kmeans=auto --versus "$1.ckv-tree.kvi" 0.01 "${@:4}"
 }
 equal_bytes() {  # model prefix min gain
-  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 5 --centroid-dtype f16 -o "$1.ckv16.kvi" -q ||
+  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 5 --centroid-dtype f16 -o "$1.ckv16.kvi" -q --force ||
     { fail "build $1 f16"; return; }
   baselines --kind clusterkv --model "$1" --dump "$1.h5" --artifact "$1.ckv16.kvi" --eval-args "--budget 0.1" --settings 0.1 \
     --min-ratio "$3" --always 16 --indexed-fraction 0.1 0.095 0.105 --param tokens_per_cluster=5 --param centroid_dtype=f16 \

@@ -15,7 +15,7 @@
 #   tables are larger than the keys, 243-803 bytes per indexed row here).
 . "$(dirname "$0")/quality_lib.sh"
 gate() {  # model prefix min max-rel-err
-  "$BIN/kvtool-lsh" build "$1.h5" --prefix "$2" -K 8 -L 100 -o "$1.lsh.kvi" -q || { fail "build $1"; return; }
+  "$BIN/kvtool-lsh" build "$1.h5" --prefix "$2" -K 8 -L 100 -o "$1.lsh.kvi" -q --force || { fail "build $1"; return; }
   baselines --kind lsh --model "$1" --dump "$1.h5" --artifact "$1.lsh.kvi" --settings c=2 \
     --min-ratio "$3" --always 68 --lsh-max-rel-err "$4" --param bits=8 --param tables=100 --param sink=4 --param local=64
 }

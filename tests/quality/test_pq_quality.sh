@@ -17,12 +17,12 @@
 # (baselines.py --gain-over; stored bytes printed).
 . "$(dirname "$0")/quality_lib.sh"
 gate() {  # model prefix min [extra]
-  "$BIN/kvtool-pq" build "$1.h5" --prefix "$2" -o "$1.pq.kvi" -q || { fail "build $1"; return; }
+  "$BIN/kvtool-pq" build "$1.h5" --prefix "$2" -o "$1.pq.kvi" -q --force || { fail "build $1"; return; }
   baselines --kind pq --model "$1" --dump "$1.h5" --artifact "$1.pq.kvi" --eval-args "--budget 0.1" --settings 0.1 \
     --min-ratio "$3" --always 32 --indexed-fraction 0.1 0.095 0.105 --max-key-fraction 0.5 --param sink=32 --param local=0 --param subspaces=2 --param bits=6 "${@:4}"
 }
 equal_bytes() {  # model prefix min gain
-  "$BIN/kvtool-pq" build "$1.h5" --prefix "$2" -b 7 --codebook-dtype f16 -o "$1.pq16.kvi" -q || { fail "build $1 f16"; return; }
+  "$BIN/kvtool-pq" build "$1.h5" --prefix "$2" -b 7 --codebook-dtype f16 -o "$1.pq16.kvi" -q --force || { fail "build $1 f16"; return; }
   baselines --kind pq --model "$1" --dump "$1.h5" --artifact "$1.pq16.kvi" --eval-args "--budget 0.1" --settings 0.1 \
     --min-ratio "$3" --always 32 --indexed-fraction 0.1 0.095 0.105 --param bits=7 --param codebook_dtype=f16 \
     --gain-over "$1.pq.kvi" "$4"

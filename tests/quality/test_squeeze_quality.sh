@@ -24,10 +24,10 @@
 #   +0.0124: a gain is no failure).
 . "$(dirname "$0")/quality_lib.sh"
 gate() {  # model prefix window min [extra]
-  "$BIN/kvtool-squeeze" build "$1.h5" --prefix "$2" --observation-window "$3" --percent-clusters 10 -o "$1.sq.kvi" -q ||
+  "$BIN/kvtool-squeeze" build "$1.h5" --prefix "$2" --observation-window "$3" --percent-clusters 10 -o "$1.sq.kvi" -q --force ||
     { fail "build $1"; return; }
   "$BIN/kvtool-squeeze" build "$1.h5" --prefix "$2" --observation-window "$3" --percent-clusters 10 --kmeans tree \
-    --kmeans-leaf-clusters 8 -o "$1.sq-tree.kvi" -q || { fail "build $1 (tree)"; return; }
+    --kmeans-leaf-clusters 8 -o "$1.sq-tree.kvi" -q --force || { fail "build $1 (tree)"; return; }
   local bounds=() q m
   for q in 0.5 0.7 0.8 0.9; do
     for m in hier flat; do

@@ -293,15 +293,15 @@ void print_eval(const EvalReport& r) {
     std::replace(l.begin(), l.end(), '/', ' ');
     return l;
   };
-  std::printf("  %-12s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s%s\n", sampling || centroids ? "setting" : "budget",
-              "sel.frac", "retained", "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err", "rows bytes",
-              sampling ? "  est.err  sampled" : "", centroids ? "  centroids" : "");
+  std::printf("  %-12s %9s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s%s\n", sampling || centroids ? "setting" : "budget",
+              "sel.frac", "kv.union", "retained", "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err",
+              "rows bytes", sampling ? "  est.err  sampled" : "", centroids ? "  centroids" : "");
   for (const auto& s : r.settings) {
     const EvalStats& b = s.overall;
-    std::printf("  %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(s).c_str(),
-                b.selected_fraction_mean, b.retained_mass_mean, b.retained_mass_p10, b.oracle_retained_mass_mean,
-                b.quality_ratio, b.recall_support_mean, b.output_error_mean, b.relative_output_error_mean,
-                b.selected_row_bytes_mean);
+    std::printf("  %-12s %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(s).c_str(),
+                b.selected_fraction_mean, b.selected_fraction_kv_union_mean, b.retained_mass_mean, b.retained_mass_p10,
+                b.oracle_retained_mass_mean, b.quality_ratio, b.recall_support_mean, b.output_error_mean,
+                b.relative_output_error_mean, b.selected_row_bytes_mean);
     if (sampling)
       std::printf("  %7.4f  %7.4f", b.estimator_output_error_mean.value_or(0), b.sampled_fraction_mean.value_or(0));
     if (centroids) std::printf("  %9.1f", b.centroids_scored_mean.value_or(0));
@@ -309,6 +309,8 @@ void print_eval(const EvalReport& r) {
   }
   if (sampling)
     std::cout << "  out.err: top-k renormalization over the sampled set; est.err: importance-sampling estimator\n";
+  std::cout << "  kv.union: per KV head, the union of its query heads' rows at one position (what a GQA engine "
+               "fetches)\n";
   if (r.settings.empty()) return;
   const EvalSetting& s0 = r.settings[0];
   std::cout << "  index bytes " << human_bytes(s0.index_bytes) << ", metadata bytes " << human_bytes(s0.metadata_bytes)
@@ -331,18 +333,19 @@ void print_compare(const CompareReport& r) {
                 static_cast<long long>(e.indexed_rows), static_cast<unsigned long long>(e.query_positions),
                 human_bytes(e.index.stored).c_str(), e.index.stored_fraction());
   }
-  std::printf("\n  %-*s %-9s %-12s %9s %9s %9s %8s %9s %9s %12s\n", static_cast<int>(w), "artifact", "kind", "setting",
-              "sel.frac", "retained", "oracle", "ratio", "out.err", "rel.err", "index bytes");
+  std::printf("\n  %-*s %-9s %-12s %9s %9s %9s %9s %8s %9s %9s %12s\n", static_cast<int>(w), "artifact", "kind",
+              "setting", "sel.frac", "kv.union", "retained", "oracle", "ratio", "out.err", "rel.err", "index bytes");
   for (const auto& a : r.artifacts)
     for (const auto& s : a.report.settings) {
       const EvalStats& b = s.overall;
-      std::printf("  %-*s %-9s %-12s %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %12llu\n", static_cast<int>(w),
+      std::printf("  %-*s %-9s %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %12llu\n", static_cast<int>(w),
                   a.report.artifact.c_str(), a.report.kind.c_str(), s.label.c_str(), b.selected_fraction_mean,
-                  b.retained_mass_mean, b.oracle_retained_mass_mean, b.quality_ratio, b.output_error_mean,
-                  b.relative_output_error_mean, static_cast<unsigned long long>(s.index_bytes));
+                  b.selected_fraction_kv_union_mean, b.retained_mass_mean, b.oracle_retained_mass_mean, b.quality_ratio,
+                  b.output_error_mean, b.relative_output_error_mean, static_cast<unsigned long long>(s.index_bytes));
     }
   std::cout << "  oracle: dense top-k with each query's selected row count; ratio = retained / oracle; out.err = "
-               "|o_R - o|, rel.err = out.err / |o| (mean over queries)\n";
+               "|o_R - o|, rel.err = out.err / |o| (mean over queries); kv.union: per KV head, the union of its "
+               "query heads' rows (what a GQA engine fetches)\n";
 }
 
 void print_load(const LoadReport& j) {

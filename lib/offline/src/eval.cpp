@@ -2,6 +2,7 @@
 // summaries. The dense reference, the metrics and the estimator are in eval_reference.cpp and
 // eval_estimator.cpp; writing CSV/SVG is the tool's (tools/common/eval_output.cpp).
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -64,6 +65,7 @@ struct Acc {
   std::vector<double> retained, oracle, recall, err, rel_err, frac, rows;
   std::vector<double> est_err, est_rel_err, sampled_frac;  // sampling kinds only
   std::vector<double> scored;                              // centroid kinds: centroids scored per query
+  std::vector<double> kv_union;                            // per query: its KV head's union fraction
   void add(double r, double o, double rc, double e, double re, double f, double n) {
     retained.push_back(r);
     oracle.push_back(o);
@@ -94,6 +96,7 @@ EvalStats summary(const Acc& a, int64_t row_bytes) {
   st.relative_output_error_mean = mean(a.rel_err);
   st.selected_fraction_mean = mean(a.frac);
   st.selected_rows_mean = mean(a.rows);
+  st.selected_fraction_kv_union_mean = mean(a.kv_union);
   st.selected_row_bytes_mean = st.selected_rows_mean * static_cast<double>(row_bytes);
   if (!a.scored.empty()) st.centroids_scored_mean = mean(a.scored);
   if (!a.est_err.empty()) {
@@ -116,6 +119,9 @@ struct Totals {
 struct Measured {
   EvalRecord rec;
   double output_norm = 0;
+  // The union over the query heads of its KV head of their rows at the same position and setting,
+  // as a fraction of the support: what a grouped-query engine fetches for this query.
+  double kv_union = 0;
   int64_t centroids_scored = -1, candidates = 0;
 };
 
@@ -125,6 +131,7 @@ void record(Totals& t, size_t bi, size_t li, const Measured& m, bool sampling, i
   for (Acc* a : {&t.overall[bi], &t.per_layer[bi][li]}) {
     a->add(r.retained_mass, r.oracle_retained_mass, r.recall_support, r.output_error, r.relative_output_error,
            r.selected_fraction, static_cast<double>(r.selected_rows));
+    a->kv_union.push_back(m.kv_union);
     if (m.centroids_scored >= 0) a->scored.push_back(static_cast<double>(m.centroids_scored));
     if (!sampling) continue;
     a->est_err.push_back(r.estimator_output_error);
@@ -196,6 +203,8 @@ struct Worker {
   eval::OracleIndex oracle;
   std::vector<eval::ReceiptMetrics> metrics;  // per query of the block
   eval::KeptOutputs kept;
+  // Rows kept per (dumped query, setting) over the KV head's query heads: key j * settings + bi.
+  std::map<size_t, std::vector<int64_t>> group_rows;
 };
 
 using Item = std::pair<int64_t, size_t>;  // (query head, index into the dumped queries)
@@ -216,6 +225,8 @@ void eval_setting(const EvalRun& run, Worker& w, int64_t l, int64_t kvh, const s
     eval::ReceiptMetrics& m = w.metrics[static_cast<size_t>(i)];
     const eval::DenseReference ref = w.block.row(i);
     m.measure(ref, rc, w.oracle, i, run.E);
+    auto& group = w.group_rows[j * run.settings.size() + bi];
+    group.insert(group.end(), m.ids.begin(), m.ids.end());
     const double est = run.sampling ? eval::sampled_output_error(ref, m.kept, rc, w.V.data(), run.E, run.d) : 0;
     Measured& r = out[(b0 + static_cast<size_t>(i)) * run.settings.size() + bi];
     r.rec = {st.label, l, h, kvh, run.qpos[j], m.rows, m.fraction, m.retained, m.oracle, m.recall, 0, 0, est};
@@ -231,6 +242,20 @@ void eval_setting(const EvalRun& run, Worker& w, int64_t l, int64_t kvh, const s
     r.rec.relative_output_error = m.relative_error;
     r.output_norm = m.output_norm;
   }
+}
+
+// Each query's KV-head union (Measured::kv_union) from the rows its group kept; clears them.
+void set_kv_unions(Worker& w, const std::vector<Item>& items, size_t settings, int64_t E, std::vector<Measured>& out) {
+  std::map<size_t, double> fraction;
+  for (auto& [key, rows] : w.group_rows) {
+    std::sort(rows.begin(), rows.end());
+    const auto n = std::unique(rows.begin(), rows.end()) - rows.begin();
+    fraction[key] = static_cast<double>(n) / static_cast<double>(E);
+  }
+  for (size_t k = 0; k < items.size(); ++k)
+    for (size_t bi = 0; bi < settings; ++bi)
+      out[k * settings + bi].kv_union = fraction[items[k].second * settings + bi];
+  w.group_rows.clear();
 }
 
 // Every query of one (layer, kv head), in record order: query heads ascending, positions
@@ -266,6 +291,7 @@ std::vector<Measured> eval_kv_head(const EvalRun& run, Worker& w, int64_t l, int
     if (w.metrics.size() < b1 - b0) w.metrics.resize(b1 - b0);
     for (size_t bi = 0; bi < run.settings.size(); ++bi) eval_setting(run, w, l, kvh, items, b0, bi, out);
   }
+  set_kv_unions(w, items, run.settings.size(), E, out);
   return out;
 }
 
@@ -433,6 +459,7 @@ json EvalStats::to_json() const {
             {"output_error_p90", output_error_p90},
             {"relative_output_error_mean", relative_output_error_mean},
             {"selected_fraction_mean", selected_fraction_mean},
+            {"selected_fraction_kv_union_mean", selected_fraction_kv_union_mean},
             {"selected_rows_mean", selected_rows_mean},
             {"selected_row_bytes_mean", selected_row_bytes_mean}};
   if (centroids_scored_mean) j["centroids_scored_mean"] = *centroids_scored_mean;

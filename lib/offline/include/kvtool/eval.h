@@ -56,6 +56,9 @@ struct EvalStats {
          omitted_mass_mean = 0, recall_support_mean = 0, output_error_mean = 0, output_error_p90 = 0,
          relative_output_error_mean = 0, selected_fraction_mean = 0, selected_rows_mean = 0,
          selected_row_bytes_mean = 0;
+  // Per KV head, the union of its query heads' selections at one position (the rows a grouped-query
+  // engine must fetch), as a fraction of the support; equals selected_fraction_mean without GQA.
+  double selected_fraction_kv_union_mean = 0;
   std::optional<double> centroids_scored_mean;  // centroid kinds
   std::optional<double> estimator_output_error_mean, estimator_relative_output_error_mean,
       sampled_fraction_mean;  // sampling kinds
