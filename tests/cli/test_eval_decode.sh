@@ -61,6 +61,24 @@ expect_exit 0 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --sour
 contains "$WORK/out" "window"
 contains "$WORK/out" "8 decode steps"
 
+# Rerank (budget kinds): the index proposes F x the budget, exact q.k keeps the budget's rows, so
+# the row counts are the plain setting's; lsh takes no rerank.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 8 --budget 0.1 \
+  --rerank 1 --rerank 4 --json
+cp "$WORK/out" rr.json
+py rr.json <<'EOF2' || fail "rerank rows: $(cat rr.json)"
+import json, sys
+rs = json.load(open(sys.argv[1]))["results"]
+assert [r["setting"] for r in rs] == ["0.1", "0.1 r4"], rs
+assert rs[0]["selected_fraction"] == rs[1]["selected_fraction"], rs
+EOF2
+expect_exit 0 "$KVTOOL" eval pq.kvi --source s.h5 --budget 0.1 --rerank 4 --json
+contains "$WORK/out" '"rerank": 4'
+expect_exit 0 "$KVTOOL" query pq.kvi --source s.h5 --layer 1 --q-head 0 --position 170 --budget 8 --rerank 4 --json
+contains "$WORK/out" '"proposed_rows": 32'
+expect_reason 2 USAGE "$KVTOOL" query lsh.kvi --source s.h5 --layer 1 --q-head 0 --position 170 --rerank 4
+expect_reason 2 USAGE "$KVTOOL" eval pq.kvi --source s.h5 --rerank 0.5
+
 # Refusals: another model, a dump without tokens, more steps than the dump holds, bad options,
 # an artifact of another dump.
 expect_reason 1 MODEL_MISMATCH "$KVTOOL" eval-decode pq.kvi --llama2c "$M/babyllama361.bin" --source s.h5

@@ -1,9 +1,12 @@
 // The C API: statuses, per-thread reasons, NULL arguments, the same answers as the C++ pool.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <thread>
 
 #include "kvtool/builder.h"
+#include "kvtool/dump.h"
+#include "kvtool/kinds.h"
 #include "kvtool/kvtool_c.h"
 #include "kvtool/pool.h"
 #include "pq/pq.h"
@@ -164,4 +167,69 @@ TEST_CASE("c api: statuses are the exit classes of the one reason table") {
   // A failure's status is its reason's exit class and its reason name is the table's.
   CHECK(kvtool_pool_publish(nullptr, "k", "a.kvi", nullptr, nullptr) == static_cast<int>(exit_code_for(Reason::USAGE)));
   CHECK(std::string(kvtool_last_reason()) == reason_name(Reason::USAGE));
+}
+
+TEST_CASE("c api: rerank proposes F x the budget and keeps the exact top rows over the host keys") {
+  TempDir tmp;
+  kind_dump(tmp.file("d.h5"), 300, 4, 4);
+  PqParams p;
+  p.subspaces = 4;
+  p.bits = 4;
+  build_artifact(tmp.file("d.h5"), quiet_build(tmp.file("a.kvi"), 1, 1), PqBuilder(p));
+  ArtifactReader r(tmp.file("a.kvi"));
+  const IndexedRows ix = IndexedRows::of(r);
+  const int64_t d = r.source().geo.head_dim, E = r.source().coverage_end, layer = 1, q_head = 2;
+  DumpReader dump(tmp.file("d.h5"));
+  std::vector<float> keys(static_cast<size_t>(E * d));
+  dump.read_k(layer, r.source().id.q_to_kv_head[q_head], 0, E, keys.data());
+  std::vector<float> q(static_cast<size_t>(d));
+  for (int64_t i = 0; i < d; ++i) q[static_cast<size_t>(i)] = static_cast<float>((i * 7) % 5) * 0.3f - 0.5f;
+
+  kvtool_pool* pool = nullptr;
+  REQUIRE(kvtool_pool_new(int64_t{1} << 30, 0, KVTOOL_DEVICE_CPU, &pool) == KVTOOL_OK);
+  int64_t gen = 0;
+  REQUIRE(kvtool_pool_publish(pool, "doc", tmp.file("a.kvi").c_str(), nullptr, &gen) == KVTOOL_OK);
+  kvtool_lease* lease = nullptr;
+  REQUIRE(kvtool_pool_acquire(pool, "doc", &lease) == KVTOOL_OK);
+  int64_t ids[64], n = 0;
+  // A factor that proposes every indexed row: the rerank is the exact top 12 by q.k, best first.
+  REQUIRE(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, "budget=12,rerank=1024", keys.data(), E, ids,
+                                  64, &n) == KVTOOL_OK);
+  std::vector<std::pair<double, int64_t>> exact;
+  for (int64_t row = ix.begin(); row < ix.end(); ++row) {
+    double s = 0;
+    for (int64_t i = 0; i < d; ++i)
+      s += static_cast<double>(q[static_cast<size_t>(i)]) * keys[static_cast<size_t>(row * d + i)];
+    exact.emplace_back(-static_cast<double>(static_cast<float>(s)), row);
+  }
+  std::sort(exact.begin(), exact.end());
+  REQUIRE(n == 12);
+  for (int64_t i = 0; i < n; ++i) CHECK(ids[i] == exact[static_cast<size_t>(i)].second);
+  // rerank=1 is the plain query; a factor proposes more than the budget yet returns the budget.
+  int64_t plain[64], np = 0, one[64], n1 = 0;
+  REQUIRE(kvtool_lease_query(lease, layer, q_head, q.data(), E - 1, "budget=12", plain, 64, &np) == KVTOOL_OK);
+  REQUIRE(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, "budget=12,rerank=1", keys.data(), E, one, 64,
+                                  &n1) == KVTOOL_OK);
+  CHECK(std::vector<int64_t>(plain, plain + np) == std::vector<int64_t>(one, one + n1));
+  REQUIRE(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, "budget=12,rerank=3", keys.data(), E, ids, 64,
+                                  &n) == KVTOOL_OK);
+  CHECK(n == 12);
+  // Refusals: no keys, too few key rows, factors outside [1, 1024], a batch.
+  CHECK(kvtool_lease_query(lease, layer, q_head, q.data(), E - 1, "budget=12,rerank=4", ids, 64, &n) ==
+        KVTOOL_ERR_USAGE);
+  CHECK(std::string(kvtool_last_error()).find("host keys") != std::string::npos);
+  CHECK(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, "budget=12,rerank=1024", keys.data(), 10, ids,
+                                64, &n) == KVTOOL_ERR_USAGE);
+  for (const char* bad : {"budget=12,rerank=0.5", "budget=12,rerank=2000", "budget=12,rerank=nan"})
+    CHECK(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, bad, keys.data(), E, ids, 64, &n) ==
+          KVTOOL_ERR_USAGE);
+  kvtool_query_params* qp = nullptr;
+  REQUIRE(kvtool_lease_params(lease, "budget=12,rerank=2", &qp) == KVTOOL_OK);
+  const int64_t heads[1] = {q_head}, pos[1] = {E - 1};
+  int64_t counts[1];
+  CHECK(kvtool_lease_query_batch(lease, layer, 1, heads, q.data(), pos, qp, 1, ids, nullptr, 64, counts) ==
+        KVTOOL_ERR_USAGE);
+  kvtool_query_params_free(qp);
+  kvtool_lease_release(lease);
+  kvtool_pool_free(pool);
 }

@@ -16,6 +16,9 @@ void SweepFlags::add(CLI::App* sub, const Defaults& d) {
                   "lsh: collision threshold(s) c (default " + d.min_collisions + ")");
   sub->add_option("--quantile", quantiles,
                   "squeeze: quantile(s) to evaluate, hierarchical and flat (default " + d.quantile + ")");
+  sub->add_option("--rerank", reranks,
+                  "pq, clusterkv: rerank factor(s) F: the index proposes F x budget rows, exact q.k over the dump's "
+                  "keys keeps the budget; 1 is no rerank (default 1)");
   sub->add_option("-o,--option", options,
                   "a query option of a kind as NAME=VALUE (any kind's own option; see its man page); repeat to "
                   "sweep");
@@ -39,6 +42,7 @@ std::map<std::string, std::vector<std::string>> SweepFlags::flag_values() const 
   }
   for (int64_t c : min_collisions) all["min_collisions"].push_back(std::to_string(c));
   for (double q : quantiles) all["quantile"].push_back(json(q).dump());
+  for (double f : reranks) all["rerank"].push_back(json(f).dump());
   return all;
 }
 

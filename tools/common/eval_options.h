@@ -16,6 +16,7 @@ struct SweepFlags {
   std::vector<std::string> budgets;
   std::vector<int64_t> min_collisions;
   std::vector<double> quantiles;
+  std::vector<double> reranks;       // --rerank F: budget kinds' rerank factors (1: none)
   std::vector<std::string> options;  // --option NAME=VALUE: one more swept value of that option
   std::string positions = "all";
   uint64_t positions_seed = 0;

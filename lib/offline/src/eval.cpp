@@ -214,14 +214,13 @@ using Item = std::pair<int64_t, size_t>;  // (query head, index into the dumped 
 void eval_setting(const EvalRun& run, Worker& w, int64_t l, int64_t kvh, const std::vector<Item>& items, size_t b0,
                   size_t bi, std::vector<Measured>& out) {
   const KeyRows keys{w.K.data(), run.E, run.d};
-  const KindSpec& kind = run.sel.kind();
   const Setting& st = run.settings[bi];
   const int64_t n = w.block.n;
   for (int64_t i = 0; i < n; ++i) {
     const auto [h, j] = items[b0 + static_cast<size_t>(i)];
     const float* q = w.Q[static_cast<size_t>(h)].data() + static_cast<int64_t>(j) * run.d;
-    const CandidateReceipt rc = run.sel.query(l, h, q, std::max<int64_t>(run.qpos[j], run.E - 1), *st.params,
-                                              kind.needs_keys ? &keys : nullptr);
+    // The keys for lsh's inclusion probabilities and for a budget kind's rerank.
+    const CandidateReceipt rc = run.sel.query(l, h, q, std::max<int64_t>(run.qpos[j], run.E - 1), *st.params, &keys);
     eval::ReceiptMetrics& m = w.metrics[static_cast<size_t>(i)];
     const eval::DenseReference ref = w.block.row(i);
     m.measure(ref, rc, w.oracle, i, run.E);

@@ -154,18 +154,26 @@ void kvtool_lease_release(kvtool_lease* lease) { delete lease; }
 
 int64_t kvtool_lease_generation(const kvtool_lease* lease) { return lease ? lease->lease.generation() : 0; }
 
-int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q, int64_t position,
-                       const char* options, int64_t* ids, int64_t capacity, int64_t* count) {
+int kvtool_lease_query_keys(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q, int64_t position,
+                            const char* options, const float* keys, int64_t key_rows, int64_t* ids, int64_t capacity,
+                            int64_t* count) {
   return guarded([&] {
     need(lease, "lease");
     need(q, "q");
     need(count, "count");
     KVT_CHECK(capacity >= 0 && (capacity == 0 || ids), USAGE, "ids must hold capacity entries");
+    KVT_CHECK(key_rows >= 0 && (key_rows == 0 || keys), USAGE, "keys must hold key_rows rows");
     auto params = lease->lease.params(kvtool::parse_query_settings(options ? options : ""));
-    kvtool::CandidateReceipt rc = lease->lease.query(layer, q_head, q, position, *params);
+    const kvtool::KeyRows k{keys, key_rows, lease->lease.artifact().source().geo.head_dim};
+    kvtool::CandidateReceipt rc = lease->lease.query(layer, q_head, q, position, *params, keys ? &k : nullptr);
     *count = static_cast<int64_t>(rc.candidates.size());
     for (int64_t i = 0; i < std::min<int64_t>(capacity, *count); ++i) ids[i] = rc.candidates[static_cast<size_t>(i)];
   });
+}
+
+int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q, int64_t position,
+                       const char* options, int64_t* ids, int64_t capacity, int64_t* count) {
+  return kvtool_lease_query_keys(lease, layer, q_head, q, position, options, nullptr, 0, ids, capacity, count);
 }
 
 int kvtool_lease_params(const kvtool_lease* lease, const char* options, kvtool_query_params** out) {

@@ -97,11 +97,41 @@ Budget Budget::parse(const std::string& s) {
 }
 
 json BudgetParams::receipt(int64_t indexed) const {
-  return {{"budget", budget.str()}, {"budget_rows", budget.rows(indexed)}};
+  json j = {{"budget", budget.str()}, {"budget_rows", budget.rows(indexed)}};
+  if (rerank > 1) j["rerank"] = rerank, j["proposed_rows"] = proposal().rows(indexed);
+  return j;
+}
+
+// Without a rerank the label and setting are what they were before the option existed, so that
+// reports of plain budgets keep their keys.
+std::string BudgetParams::label() const {
+  if (rerank <= 1) return budget.str();
+  std::ostringstream os;
+  os << budget.str() << " r" << rerank;
+  return os.str();
+}
+
+json BudgetParams::setting() const {
+  json j = {{"budget", budget.str()}, {"budget_is_fraction", budget.fraction}};
+  if (rerank > 1) j["rerank"] = rerank;
+  return j;
+}
+
+Budget BudgetParams::proposal() const {
+  Budget b = budget;
+  b.value = budget.fraction ? std::min(1.0, budget.value * rerank) : std::floor(budget.value * rerank);
+  return b;
+}
+
+const BudgetParams* reranking(const QueryParams& params) {
+  const auto* b = dynamic_cast<const BudgetParams*>(&params);
+  return b && b->rerank > 1 ? b : nullptr;
 }
 
 std::vector<QueryOption> budget_query_options() {
-  return {{"budget", "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)", "0.1"}};
+  return {{"budget", "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)", "0.1"},
+          {"rerank",
+           "F >= 1: the index proposes F x budget rows, exact q.k over the host keys keeps the budget (1: off)", "1"}};
 }
 
 // From near the sink/local floor to well past eval's default 0.1: where the budget kinds' curves
@@ -112,6 +142,9 @@ std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const Que
   check_query_settings(kind, s);
   auto p = std::make_unique<BudgetParams>();
   p->budget = Budget::parse(setting_or_default(kind, s, "budget"));
+  p->rerank = parse_double_option("rerank", setting_or_default(kind, s, "rerank"));
+  KVT_CHECK(p->rerank >= 1 && p->rerank <= BudgetParams::kMaxRerank, USAGE,
+            "query option rerank=" << p->rerank << " must be between 1 (no rerank) and " << BudgetParams::kMaxRerank);
   return p;
 }
 

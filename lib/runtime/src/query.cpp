@@ -87,6 +87,30 @@ namespace {
 // cannot make a query allocate without end. A longer decode is indexed again (build --prefix).
 constexpr int64_t kMaxUncoveredRows = int64_t(1) << 20;
 
+// The rerank of a budget kind's proposal (BudgetParams::rerank): exact q.k of each proposed row
+// over the host keys, the best `keep` kept, best first (ties by lower row), their exact scores.
+void rerank_selection(Selection& out, const float* q, const KeyRows& keys, int64_t keep) {
+  std::vector<std::pair<float, int64_t>> scored;
+  scored.reserve(out.ids.size());
+  for (int64_t id : out.ids) {
+    KVT_CHECK(
+        id >= 0 && id < keys.rows, USAGE,
+        "rerank: row " << id << " is outside the " << keys.rows << " key rows given (pass rows [0, coverage end))");
+    const float* k = keys.row(id);
+    double s = 0;
+    for (int64_t i = 0; i < keys.d; ++i) s += static_cast<double>(q[i]) * k[i];
+    scored.emplace_back(static_cast<float>(s), id);
+  }
+  const auto n = static_cast<size_t>(std::min<int64_t>(keep, static_cast<int64_t>(scored.size())));
+  auto better = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(n), scored.end(), better);
+  out.ids.resize(n);
+  out.scores.resize(n);
+  for (size_t i = 0; i < n; ++i) out.ids[i] = scored[i].second, out.scores[i] = scored[i].first;
+}
+
 }  // namespace
 
 void SelectorSet::check_query(int64_t layer, int64_t q_head, int64_t position) const {
@@ -120,8 +144,20 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   req.q = q;
   req.params = &params;
   req.keys = keys;
+  const BudgetParams* rerank = reranking(params);
+  BudgetParams proposal;
+  if (rerank) {  // the index proposes F x the budget; exact scores over the keys keep the budget
+    KVT_CHECK(keys && keys->d == src.geo.head_dim, USAGE,
+              "rerank=" << rerank->rerank << " scores the proposed rows exactly: pass the host keys of the prefix");
+    proposal.budget = rerank->proposal();
+    req.params = &proposal;
+  }
   Selection out;
   if (!hook || !hook(layer, rc.kv_head, sel, req, out)) sel.select(req, out);
+  if (rerank) {
+    out.budget_rows = rerank->budget.rows(sel.indexed_rows());
+    rerank_selection(out, q, *keys, out.budget_rows);
+  }
   rc.budget_rows = out.budget_rows;
   rc.candidates = std::move(out.ids);
   rc.scores = std::move(out.scores);
@@ -274,6 +310,7 @@ void SelectorSet::query_batch(const QueryBatch& batch, const QueryParams& params
             "batch answers need counts and, with a capacity, ids");
   KVT_CHECK(out.capacity <= INT64_MAX / batch.count, USAGE, "batch answers: capacity x count overflows");
   KVT_CHECK(threads >= 1 && threads <= 1024, USAGE, "a batch runs on 1..1024 threads (got " << threads << ")");
+  KVT_CHECK(!reranking(params), USAGE, "rerank applies to single queries (query with the host keys), not to batches");
   const auto& src = r_.source();
   // Per-query checks and part lookups first, on this thread: the parallel part only reads.
   thread_local std::vector<const PartSelector*> parts;

@@ -1,5 +1,6 @@
 // kvtool eval-decode ART... --llama2c M.bin --source DUMP [--steps N] [--budget B ...]
-// [--min-collisions c ...] [--quantile q ...] [--baseline window|topk ...] [--csv F] [--plot F.svg] [--json] [-q]
+// [--rerank F ...] [--min-collisions c ...] [--quantile q ...] [--baseline window|topk ...] [--csv F] [--plot F.svg]
+// [--json] [-q]
 #include <cstdio>
 #include <iostream>
 
@@ -64,6 +65,9 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
   sub->add_option("--steps", a->opt.steps, "decode steps after the prefix (default: up to 64 the dump holds)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
   sub->add_option("--budget", a->sweep.budgets, "budgets of pq / clusterkv (and squeeze's budget mode); default 0.1");
+  sub->add_option("--rerank", a->sweep.reranks,
+                  "pq, clusterkv rerank factors F: the index proposes F x budget rows, exact q.k over the prefix keys "
+                  "keeps the budget (1: none, the default)");
   sub->add_option("--min-collisions", a->sweep.min_collisions, "lsh collision thresholds; default the artifact's");
   sub->add_option("--quantile", a->sweep.quantiles, "squeeze quantiles; default every calibrated one");
   sub->add_option("--baseline", a->opt.baselines,

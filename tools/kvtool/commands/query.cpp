@@ -1,5 +1,5 @@
 // kvtool query ART --source DUMP --layer l --q-head h (--position t | --vector FILE) [--budget B]
-// [--min-collisions c] [--quantile q] [--flat] [--json]
+// [--rerank F] [--min-collisions c] [--quantile q] [--flat] [--json]
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -18,10 +18,11 @@ namespace {
 struct Args {
   std::string art, source, vector, budget = "0.1";
   int64_t layer = 0, q_head = 0, position = -1, min_collisions = 2;
-  double quantile = -1;
+  double quantile = -1, rerank = 1;
   bool flat = false;
   std::vector<std::string> options;  // --option NAME=VALUE, passed to the kind as given
-  CLI::Option *position_opt = nullptr, *budget_opt = nullptr, *min_collisions_opt = nullptr, *quantile_opt = nullptr;
+  CLI::Option *position_opt = nullptr, *budget_opt = nullptr, *min_collisions_opt = nullptr, *quantile_opt = nullptr,
+              *rerank_opt = nullptr;
 };
 
 // The query vector: --vector's file, or the dumped query at --position. Sets `position`.
@@ -54,6 +55,7 @@ QuerySettings query_settings(const Args& a, const KindSpec& kind) {
   if (a.quantile_opt->count() > 0) s["quantile"] = json(a.quantile).dump();
   if (a.flat) s["flat"] = "true";
   s = settings_for(kind, s);
+  if (a.rerank_opt->count() > 0) s["rerank"] = json(a.rerank).dump();  // a kind without it: USAGE
   for (const auto& o : a.options)  // named explicitly: a name the kind does not take is USAGE
     for (const auto& [name, value] : parse_query_settings(o)) s[name] = value;
   return s;
@@ -90,17 +92,19 @@ int run(const Args& a, const Flags& flags) {
             "--q-head " << a.q_head << " is outside 0-" << r.source().geo.q_heads - 1);
   KVT_CHECK(a.layer >= 0 && a.layer < r.source().geo.layers, USAGE,
             "--layer " << a.layer << " is outside 0-" << r.source().geo.layers - 1);
+  const auto params = sel.params(query_settings(a, sel.kind()));
+  // lsh receipts carry inclusion probabilities computed from the full keys; a rerank scores its
+  // proposal exactly over them.
+  const bool with_keys = sel.kind().needs_keys || reranking(*params);
   std::vector<float> krows;
   KeyRows keys;
-  if (sel.kind().needs_keys) {  // lsh receipts carry inclusion probabilities computed from the full keys
+  if (with_keys) {
     const int64_t E = r.source().coverage_end, dim = r.source().geo.head_dim;
     krows.resize(static_cast<size_t>(E * dim));
     d.read_k(a.layer, r.source().id.q_to_kv_head[static_cast<size_t>(a.q_head)], 0, E, krows.data());
     keys = KeyRows{krows.data(), E, dim};
   }
-  const auto params = sel.params(query_settings(a, sel.kind()));
-  CandidateReceipt rc =
-      sel.query(a.layer, a.q_head, q.data(), position, *params, sel.kind().needs_keys ? &keys : nullptr);
+  CandidateReceipt rc = sel.query(a.layer, a.q_head, q.data(), position, *params, with_keys ? &keys : nullptr);
   return emit(flags, rc.to_json(), [&] { print_receipt(rc); });
 }
 
@@ -122,6 +126,9 @@ cli::Command register_query(CLI::App& app, Flags& flags) {
   a->budget_opt = sub->add_option("--budget", a->budget,
                                   "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)")
                       ->capture_default_str();
+  a->rerank_opt = sub->add_option("--rerank", a->rerank,
+                                  "pq, clusterkv: the index proposes F x budget rows, exact q.k over the dump's keys "
+                                  "keeps the budget (as an engine holding full K in host memory)");
   a->min_collisions_opt =
       sub->add_option("--min-collisions", a->min_collisions, "lsh: emit rows colliding in at least c tables")
           ->capture_default_str();

@@ -257,13 +257,21 @@ int64_t parse_int_option(const std::string& name, const std::string& text);
 double parse_double_option(const std::string& name, const std::string& text);
 bool parse_bool_option(const std::string& name, const std::string& text);  // true/false/1/0
 
-// Parameters of the budget kinds (pq, clusterkv): one option, "budget".
+// Parameters of the budget kinds (pq, clusterkv): "budget", and "rerank" F: the index proposes
+// F x the budget's rows and exact q.k over the host keys keeps the budget's best (SelectorSet::query;
+// the caller must pass the keys). F = 1: no rerank.
 struct BudgetParams : QueryParams {
   Budget budget;
+  double rerank = 1;
+  static constexpr double kMaxRerank = 1024;
   json receipt(int64_t indexed) const override;
-  std::string label() const override { return budget.str(); }
-  json setting() const override { return {{"budget", budget.str()}, {"budget_is_fraction", budget.fraction}}; }
+  std::string label() const override;
+  json setting() const override;
+  // The budget the index proposes from: F x the budget (fraction or rows).
+  Budget proposal() const;
 };
+// `params` when they are a budget kind's with rerank F > 1, else null.
+const BudgetParams* reranking(const QueryParams& params);
 std::vector<QueryOption> budget_query_options();
 // The budgets (fractions of the indexed rows) a budget kind's compare curve sweeps.
 std::vector<std::string> budget_curve();

@@ -87,6 +87,14 @@ KVTOOL_C_API int64_t kvtool_lease_generation(const kvtool_lease* lease);
 KVTOOL_C_API int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q,
                                     int64_t position, const char* options, int64_t* ids, int64_t capacity,
                                     int64_t* count);
+/* kvtool_lease_query with the host keys of the query's kv head: `keys` [key_rows, head_dim] floats,
+ * rows [0, key_rows) of the prefix (at least the coverage end). Needed by "rerank=F" (pq,
+ * clusterkv: the index proposes F x the budget's rows, exact q.k over these keys keeps the budget;
+ * without keys it is KVTOOL_ERR_USAGE); lsh uses them for its inclusion probabilities. Batches
+ * refuse rerank. */
+KVTOOL_C_API int kvtool_lease_query_keys(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q,
+                                         int64_t position, const char* options, const float* keys, int64_t key_rows,
+                                         int64_t* ids, int64_t capacity, int64_t* count);
 
 /* Query options parsed once for a lease's kind (the same text as kvtool_lease_query takes), for
  * batches that should not parse text on the hot path. Valid for leases of artifacts of that kind;
