@@ -214,16 +214,18 @@ py::tuple query(const std::string& artifact, const std::string& source, int64_t 
               "q_head " << q_head << " is outside 0-" << r.source().geo.q_heads - 1);
     KVT_CHECK(layer >= 0 && layer < r.source().geo.layers, USAGE,
               "layer " << layer << " is outside 0-" << r.source().geo.layers - 1);
+    const auto params = sel.params(settings);
+    // lsh's inclusion probabilities and a budget kind's rerank take the full keys, as `kvtool query`.
+    const bool with_keys = sel.kind().needs_keys || reranking(*params);
     std::vector<float> krows;
     KeyRows keys;
-    if (sel.kind().needs_keys) {  // lsh receipts carry inclusion probabilities computed from the full keys
+    if (with_keys) {
       const int64_t E = r.source().coverage_end;
       krows.resize(static_cast<size_t>(E * dim));
       d.read_k(layer, r.source().id.q_to_kv_head[static_cast<size_t>(q_head)], 0, E, krows.data());
       keys = KeyRows{krows.data(), E, dim};
     }
-    const auto params = sel.params(settings);
-    rc = sel.query(layer, q_head, q.data(), pos, *params, sel.kind().needs_keys ? &keys : nullptr);
+    rc = sel.query(layer, q_head, q.data(), pos, *params, with_keys ? &keys : nullptr);
   }
   return receipt_tuple(rc);
 }

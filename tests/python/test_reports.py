@@ -274,7 +274,7 @@ def test_eval_decode():
     if not os.path.exists(model):
         print(f"  eval_decode: no {model}, not run")
         return
-    cli("dump", "--llama2c", model, "--tokens", 120, "-o", "m.h5", "-q")
+    cli("dump", "--llama2c", model, "--tokens", 120, "--queries", "-o", "m.h5", "-q")
     cli("build", "pq", "m.h5", "--prefix", 96, "-o", "m.pq.kvi", "-q")
     want = cli_json("eval-decode", "m.pq.kvi", "--llama2c", model, "--source", "m.h5", "--steps", 12, "--budget", "0.1",
                     "--budget", "100%", "--baseline", "window", "--json", "-q")
@@ -282,6 +282,13 @@ def test_eval_decode():
     check(got == want, f"eval_decode: {got} != {want}")
     full = [r for r in got["results"] if r["kind"] == "pq" and r["budget"] == 1.0]
     check(len(full) == 1 and full[0]["mean_kl"] == 0 and full[0]["top1_agreement"] == 1, f"100 %: {full}")
+    # Rerank through Python: query and eval_decode take rerank= as the CLI's --rerank.
+    got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=4, budget=0.1, rerank=[1, 4])
+    check([r["setting"] for r in got["results"]] == ["0.1", "0.1 r4"], f"rerank settings: {got}")
+    rc = kvtool.query("m.pq.kvi", "m.h5", layer=1, q_head=0, position=100, budget=8, rerank=4)
+    want = cli_json("query", "m.pq.kvi", "--source", "m.h5", "--layer", 1, "--q-head", 0, "--position", 100,
+                    "--budget", 8, "--rerank", 4, "--json")
+    check(plain(rc) == want and len(want["candidates"]) == 8, f"query rerank: {plain(rc)} != {want}")
     expect_error(lambda: kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, baselines="random"), "USAGE", 2,
                  kvtool.UsageError, "baseline")
     expect_error(lambda: kvtool.eval_decode([], "m.h5", llama2c=model), "USAGE", 2, kvtool.UsageError, "no artifact")
