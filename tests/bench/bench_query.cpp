@@ -28,6 +28,7 @@
 #include "bench_common.h"
 #include "clusterkv/clusterkv.h"
 #include "kvtool/artifact.h"
+#include "kvtool/dump.h"
 #include "kvtool/pool.h"
 #include "kvtool/scoring.h"
 #include "lsh/lsh.h"
@@ -282,6 +283,51 @@ void other_kind(const char* title, const Lease& lease, const QuerySettings& sett
       std::printf("  %-44s p50 %8.1f us  p99 %8.1f us\n", s->name, pct(s->t.s, 0.5) * 1e6, pct(s->t.s, 0.99) * 1e6);
 }
 
+// 5: what a rerank costs per query: one pq query through Lease::query plain and with rerank F
+// (F x the budget proposed, exact q.k over the host keys), and the exact scan that a rerank avoids
+// (FAISS IndexFlatIP over every key row of the kv head, top budget).
+void rerank_cost(const Lease& lease, const std::string& dump, const char* budget, int factor) {
+  DumpReader d(dump);
+  std::vector<std::vector<float>> keys(kKv, std::vector<float>(static_cast<size_t>(kRows * kD)));
+  std::vector<std::unique_ptr<faiss::IndexFlatIP>> flat;
+  for (int64_t h = 0; h < kKv; ++h) {
+    d.read_k(0, h, 0, kRows, keys[static_cast<size_t>(h)].data());
+    flat.push_back(std::make_unique<faiss::IndexFlatIP>(kD));
+    flat.back()->add(kRows, keys[static_cast<size_t>(h)].data());
+  }
+  const auto plain = lease.params({{"budget", budget}});
+  const auto rr = lease.params({{"budget", budget}, {"rerank", std::to_string(factor)}});
+  const int64_t k = Budget::parse(budget).rows(kRows);
+  std::vector<float> dist(static_cast<size_t>(k));
+  std::vector<faiss::Index::idx_t> fids(static_cast<size_t>(k));
+  Side a{"kvtool Lease::query plain", {}}, b{"kvtool Lease::query rerank", {}}, c{"faiss IndexFlatIP exact top-k", {}};
+  omp_set_num_threads(1);
+  for (int i = 0; i < 200; ++i) {
+    Queries qs(2100 + i);
+    const int64_t h = i % kQHeads, kvh = h / (kQHeads / kKv);
+    const float* q = qs.q.data() + h * kD;
+    const KeyRows kr{keys[static_cast<size_t>(kvh)].data(), kRows, kD};
+    auto ours = [&] {
+      auto t0 = Clock::now();
+      lease.query(0, h, q, kRows, *plain, &kr);
+      return since(t0);
+    };
+    auto reranked = [&] {
+      auto t0 = Clock::now();
+      lease.query(0, h, q, kRows, *rr, &kr);
+      return since(t0);
+    };
+    pair_round(i, ours, reranked, a, b);
+    auto t0 = Clock::now();
+    flat[static_cast<size_t>(kvh)]->search(1, q, k, dist.data(), fids.data());
+    c.t.s.push_back(since(t0));
+  }
+  print_pair("rerank", b, a);
+  std::printf("  %-44s p50 %8.1f us  p99 %8.1f us\n", c.name, pct(c.t.s, 0.5) * 1e6, pct(c.t.s, 0.99) * 1e6);
+  std::printf("  rerank x%d costs %.2fx the plain query and %.2fx the exact scan at p50\n", factor,
+              pct(b.t.s, 0.5) / pct(a.t.s, 0.5), pct(b.t.s, 0.5) / pct(c.t.s, 0.5));
+}
+
 }  // namespace
 
 int main() {
@@ -333,6 +379,8 @@ int main() {
   other_kind("4a. clusterkv, 80 tokens per cluster, budget 10 %", pool.acquire(ack), {{"budget", "0.1"}},
              [&](const float* q, int64_t kvh) { cen[kvh]->search(1, q, cen[kvh]->ntotal, cd.data(), ci.data()); });
   other_kind("4b. lsh, K=10, L=150, min_collisions 2", pool.acquire(alsh), {{"min_collisions", "2"}}, nullptr);
+  std::printf("5. rerank, m=2/b=6, budget 10 %%, F = 4, 1 thread\n");
+  rerank_cost(l2, dump, "0.1", 4);
   const bool targets = s16 >= 3 && s2 >= 3 && s2b >= 3 && step < 0.05;
   std::printf("%s\n", !ok ? "FAIL: answers disagree with faiss" : targets ? "PASS" : "targets MISSED (see above)");
   return ok && targets ? 0 : 1;
