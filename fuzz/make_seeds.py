@@ -65,6 +65,24 @@ def import_seeds(corpus):
     put(os.path.join(corpus, "import", "kv.safetensors"), struct.pack("<Q", len(text)) + text + x.tobytes() + bf16)
 
 
+def structured_seeds(corpus):
+    """fuzz_import_layout and fuzz_dump_struct: control bytes, then payload (their .cpp says how)."""
+    f32 = struct.pack("<64f", *[0.25 * i - 4 for i in range(64)])
+    # npz, L,H,T,d f32, L=H=2, T=d=4: k and v of 256 bytes each.
+    put(os.path.join(corpus, "import_layout", "npz-lhtd"), bytes([0, 0, 0, 1, 1, 3, 3]) + (bytes([16]) + f32) * 2)
+    # safetensors with q and tokens, L,2,T,Hd f16 with --kv-heads 2: L=1, T=4, Hd=8.
+    f16 = struct.pack("<64e", *[0.5 * i - 8 for i in range(64)])
+    put(os.path.join(corpus, "import_layout", "st-vllm"),
+        bytes([4, 15, 1, 1, 0, 3, 7, 8]) + f16[:128] + bytes([4]) + f16[:64] + bytes([1, 4]) + struct.pack("<4q", 1, 2, 3, 4))
+    # T,H,d,L with a 2^40 axis and no payload.
+    put(os.path.join(corpus, "import_layout", "huge-axis"), bytes([2, 0, 0, 10, 1, 1, 1, 0, 0]))
+    # A dump of L=2, H=1, Hq=2, T=4, d=4 with queries, f32; then none, one attribute, one dataset edit.
+    base = bytes([1, 0, 1, 3, 3, 1, 0]) + f32  # 64 floats: K and V of both layers
+    put(os.path.join(corpus, "dump_struct", "plain"), base + bytes([0]))
+    put(os.path.join(corpus, "dump_struct", "attribute"), base + bytes([1, 1, 3, 1]) + struct.pack(">q", 99))
+    put(os.path.join(corpus, "dump_struct", "dataset"), base + bytes([1, 0, 4, 1, 0, 5, 2]) + bytes(40))
+
+
 def main():
     kvtool, corpus = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "corpus")
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,6 +94,7 @@ def main():
             "--seed", 2, "--query-count", 2, "--dtype", "f32", "-o", small, "-q")
         put(os.path.join(corpus, "dump", "small-f32.h5"), open(small, "rb").read())
         import_seeds(corpus)
+        structured_seeds(corpus)
         for i, kind in enumerate(KINDS):
             art = os.path.join(tmp, kind + ".kvi")
             run(kvtool, "build", kind, dump, "-o", art, "-q", "--zstd-level", 0, "--threads", 1, "--sink", 4,
