@@ -13,6 +13,7 @@
 #include "kvtool/atomic_file.h"
 #include "kvtool/error.h"
 #include "kvtool/identity.h"
+#include "kvtool/scoring.h"
 #include "workers.h"
 
 namespace kvtool {
@@ -88,27 +89,33 @@ namespace {
 constexpr int64_t kMaxUncoveredRows = int64_t(1) << 20;
 
 // The rerank of a budget kind's proposal (BudgetParams::rerank): exact q.k of each proposed row
-// over the host keys, the best `keep` kept, best first (ties by lower row), their exact scores.
+// over the host keys (scoring's double dot products), the best `keep` kept, best first (ties by
+// lower row), with their exact scores.
 void rerank_selection(Selection& out, const float* q, const KeyRows& keys, int64_t keep) {
-  std::vector<std::pair<float, int64_t>> scored;
-  scored.reserve(out.ids.size());
-  for (int64_t id : out.ids) {
+  for (int64_t id : out.ids)
     KVT_CHECK(
         id >= 0 && id < keys.rows, USAGE,
         "rerank: row " << id << " is outside the " << keys.rows << " key rows given (pass rows [0, coverage end))");
-    const float* k = keys.row(id);
-    double s = 0;
-    for (int64_t i = 0; i < keys.d; ++i) s += static_cast<double>(q[i]) * k[i];
-    scored.emplace_back(static_cast<float>(s), id);
+  // Ascending rows: the top-k's ties by lower index are then ties by lower row.
+  std::sort(out.ids.begin(), out.ids.end());
+  const auto n = static_cast<int64_t>(out.ids.size());
+  thread_local std::vector<double> exact;
+  thread_local std::vector<float> score;
+  thread_local std::vector<int64_t> best;
+  exact.resize(static_cast<size_t>(n));
+  score.resize(static_cast<size_t>(n));
+  best.resize(static_cast<size_t>(std::min(keep, n)));
+  scoring::dot_scores_f64(q, keys.data, out.ids.data(), n, keys.d, 1.0, exact.data());
+  for (int64_t i = 0; i < n; ++i) score[static_cast<size_t>(i)] = static_cast<float>(exact[static_cast<size_t>(i)]);
+  const int64_t kept = scoring::top_k_into(score.data(), n, keep, best.data());
+  std::vector<int64_t> ids(static_cast<size_t>(kept));
+  out.scores.resize(static_cast<size_t>(kept));
+  for (int64_t i = 0; i < kept; ++i) {
+    const auto b = static_cast<size_t>(best[static_cast<size_t>(i)]);
+    ids[static_cast<size_t>(i)] = out.ids[b];
+    out.scores[static_cast<size_t>(i)] = score[b];
   }
-  const auto n = static_cast<size_t>(std::min<int64_t>(keep, static_cast<int64_t>(scored.size())));
-  auto better = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(n), scored.end(), better);
-  out.ids.resize(n);
-  out.scores.resize(n);
-  for (size_t i = 0; i < n; ++i) out.ids[i] = scored[i].second, out.scores[i] = scored[i].first;
+  out.ids = std::move(ids);
 }
 
 }  // namespace
