@@ -286,7 +286,9 @@ KindSpec make_budget_kind_spec(const std::string& name, std::string summary,
   k.parse_query = [name](const ArtifactReader&, const QuerySettings& s) {
     return parse_budget_params(*find_kind(name), s);
   };
-  k.curve_sweep = [](const ArtifactReader&, const std::string&) { return budget_curve(); };
+  k.curve_sweep = [](const ArtifactReader&, const std::string& option) {
+    return option == "budget" ? budget_curve() : std::vector<std::string>{};  // rerank: its default
+  };
   return k;
 }
 
