@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <new>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kvtool/admission.h"
+#include "kvtool/dump.h"
 #include "kvtool/error.h"
 #include "kvtool/query.h"
 
@@ -81,6 +83,28 @@ inline void query_every_part(const ArtifactReader& r) {
 inline void admit_and_query(const ArtifactReader& r) {
   admit_artifact(r, {});
   query_every_part(r);
+}
+
+// A few rows of every array of an accepted dump, inside the geometry the reader validated: what
+// `kvtool verify` and the readers touch (fuzz_dump, fuzz_dump_struct).
+inline void read_dump_rows(const DumpReader& d) {
+  const DumpInfo& in = d.info();
+  const int64_t dim = in.geo.head_dim, rows = std::min<int64_t>(in.geo.tokens, 4);
+  std::vector<float> buf(static_cast<size_t>(std::max<int64_t>(rows * dim, 1)));
+  for (int64_t l = 0; l < std::min<int64_t>(in.geo.layers, 3); ++l)
+    for (int64_t h = 0; h < std::min<int64_t>(in.geo.kv_heads, 3); ++h) {
+      d.read_k(l, h, 0, rows, buf.data());
+      d.read_v(l, h, in.geo.tokens - rows, in.geo.tokens, buf.data());
+    }
+  if (in.has_q && in.geo.q_heads > 0 && in.geo.q_tokens * dim <= (int64_t(1) << 22)) {
+    std::vector<float> q(static_cast<size_t>(std::max<int64_t>(in.geo.q_tokens * dim, 1)));
+    d.read_q(0, in.geo.q_heads - 1, q.data());
+    d.q_positions();
+  }
+  if (in.geo.tokens <= (int64_t(1) << 22)) {
+    if (in.has_tokens) d.tokens();
+    d.positions();
+  }
 }
 
 }  // namespace kvtool::fuzz

@@ -161,27 +161,6 @@ void mutate(const std::string& path, Bytes& in) {
   H5Fclose(file);
 }
 
-// What `kvtool verify` and the readers touch, inside the geometry the reader accepted.
-void read_some(const kvtool::DumpReader& d) {
-  const kvtool::DumpInfo& in = d.info();
-  const int64_t dim = in.geo.head_dim, rows = std::min<int64_t>(in.geo.tokens, 4);
-  std::vector<float> buf(static_cast<size_t>(std::max<int64_t>(rows * dim, 1)));
-  for (int64_t l = 0; l < std::min<int64_t>(in.geo.layers, 3); ++l)
-    for (int64_t h = 0; h < std::min<int64_t>(in.geo.kv_heads, 3); ++h) {
-      d.read_k(l, h, 0, rows, buf.data());
-      d.read_v(l, h, in.geo.tokens - rows, in.geo.tokens, buf.data());
-    }
-  if (in.has_q && in.geo.q_heads > 0 && in.geo.q_tokens * dim <= (int64_t(1) << 22)) {
-    std::vector<float> q(static_cast<size_t>(std::max<int64_t>(in.geo.q_tokens * dim, 1)));
-    d.read_q(0, in.geo.q_heads - 1, q.data());
-    d.q_positions();
-  }
-  if (in.geo.tokens <= (int64_t(1) << 22)) {
-    if (in.has_tokens) d.tokens();
-    d.positions();
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -201,7 +180,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mutate(tmp.path, in);
   try {
     kvtool::DumpReader d(tmp.path);
-    read_some(d);
+    kvtool::fuzz::read_dump_rows(d);
   } catch (...) {
     kvtool::fuzz::on_exception(std::current_exception());
   }

@@ -225,6 +225,30 @@ void compare_series(const CompareReport& report, std::vector<Series>& mass, std:
   }
 }
 
+// One panel of a two-panel figure: its y label, its curves and its y range.
+struct PanelSpec {
+  std::string label;
+  const std::vector<Series>* series;
+  double ymin, ymax;
+};
+
+// Two stacked panels over one x axis (the top panel's x range), the top's legend on the right.
+void write_two_panels(AtomicOutput& out, const std::string& title, const PanelSpec& a, const PanelSpec& b,
+                      const std::string& xlabel) {
+  const double W = 840, L = 80, R = 280, T = 50, PH = 300, GAP = 60;
+  const double xmax = x_range(*a.series), H = T + 2 * PH + GAP + 60;
+  const Panel top{L, T, W - L - R, PH, xmax, a.ymin, a.ymax},
+      bottom{L, T + PH + GAP, W - L - R, PH, xmax, b.ymin, b.ymax};
+  std::ostringstream s;
+  s << svg_open(W, H, title);
+  draw_panel(s, top, a.label, *a.series);
+  draw_panel(s, bottom, b.label, *b.series);
+  s << "<text x='" << px(L + (W - L - R) / 2 - 80) << "' y='" << px(H - 15) << "'>" << xlabel << "</text>\n";
+  draw_legend(s, W - R + 15, T + 20, *a.series);
+  s << "</svg>\n";
+  write_text(out, s.str());
+}
+
 }  // namespace
 
 void write_compare_plot(AtomicOutput& out, const CompareReport& report) {
@@ -237,19 +261,9 @@ void write_compare_plot(AtomicOutput& out, const CompareReport& report) {
     for (const auto& pt : c.pts) mmin = std::min(mmin, pt.second);
   emax = std::max(0.05, std::ceil(emax * 1.1 * 20) / 20);  // steps of 0.05
   mmin = std::min(0.9, std::floor(mmin * 10) / 10);        // steps of 0.1: the curves fill the panel
-  const double W = 840, L = 80, R = 280, T = 50, PH = 300, GAP = 60;
-  const double xmax = x_range(mass), H = T + 2 * PH + GAP + 60;
-  const Panel top{L, T, W - L - R, PH, xmax, std::max(0.0, mmin), 1.0},
-      bottom{L, T + PH + GAP, W - L - R, PH, xmax, 0.0, emax};
-  std::ostringstream s;
-  s << svg_open(W, H, "kvtool compare on " + basename(report.source));
-  draw_panel(s, top, "retained attention mass", mass);
-  draw_panel(s, bottom, "relative output error", err);
-  s << "<text x='" << px(L + (W - L - R) / 2 - 80) << "' y='" << px(H - 15)
-    << "'>selected fraction of covered rows</text>\n";
-  draw_legend(s, W - R + 15, T + 20, mass);
-  s << "</svg>\n";
-  write_text(out, s.str());
+  write_two_panels(out, "kvtool compare on " + basename(report.source),
+                   {"retained attention mass", &mass, std::max(0.0, mmin), 1.0},
+                   {"relative output error", &err, 0.0, emax}, "selected fraction of covered rows");
 }
 
 void write_decode_csv(AtomicOutput& out, const EvalDecodeReport& report) {
@@ -287,18 +301,9 @@ void write_decode_plot(AtomicOutput& out, const EvalDecodeReport& report) {
   for (const auto& c : kl)
     for (const auto& pt : c.pts) kmax = std::max(kmax, pt.second);
   kmax = std::max(0.01, kmax * 1.1);
-  const double W = 840, L = 80, R = 280, T = 50, PH = 300, GAP = 60;
-  const double xmax = x_range(kl), H = T + 2 * PH + GAP + 60;
-  const Panel top{L, T, W - L - R, PH, xmax, 0.0, kmax}, bottom{L, T + PH + GAP, W - L - R, PH, xmax, 0.0, 1.0};
-  std::ostringstream s;
-  s << svg_open(W, H, "kvtool eval-decode on " + basename(report.source));
-  draw_panel(s, top, "mean KL(dense || sparse), nats", kl);
-  draw_panel(s, bottom, "top-1 agreement", top1);
-  s << "<text x='" << px(L + (W - L - R) / 2 - 80) << "' y='" << px(H - 15)
-    << "'>selected fraction of the prefix</text>\n";
-  draw_legend(s, W - R + 15, T + 20, kl);
-  s << "</svg>\n";
-  write_text(out, s.str());
+  write_two_panels(out, "kvtool eval-decode on " + basename(report.source),
+                   {"mean KL(dense || sparse), nats", &kl, 0.0, kmax}, {"top-1 agreement", &top1, 0.0, 1.0},
+                   "selected fraction of the prefix");
 }
 
 }  // namespace kvtool::cli
