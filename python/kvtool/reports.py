@@ -233,7 +233,8 @@ def build(kind, dump, out, *, prefix=None, sink=None, local=None, layers=None, s
     return json.loads(text)
 
 
-def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, **sweep):  # noqa: A001
+def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, share_kv_head=False,  # noqa: A001
+         **sweep):
     """Evaluate ``artifact`` against dense attention over ``dump``'s recorded queries; returns what
     ``kvtool eval ART --source DUMP --json`` prints, as a dict (one entry of ``"budgets"`` per
     setting: retained mass, oracle, recall, output error, selected fraction, bytes).
@@ -246,20 +247,21 @@ def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, **
     head, position) with the columns of ``eval --csv`` (``pandas.DataFrame(result["records"])``).
     ``positions``: ``"all"`` (default), ``"every:K"`` or ``"random:N"`` (drawn with
     ``positions_seed``) of the dumped query positions, as ``--positions``; ``result["position_sample"]``
-    lists those evaluated.
+    lists those evaluated. ``share_kv_head=True``: one selection per KV head from the mean of its query
+    heads' queries, as ``--share-kv-head``.
     """
     lists = _sweep_lists(sweep)
     if not isinstance(positions, str):
         raise _usage(f"positions: 'all', 'every:K' or 'random:N', not {positions!r}")
     text, recs = _kvtool.eval(_path(artifact, "artifact"), _path(dump, "dump"), lists, bool(records), positions,
-                              int(positions_seed))
+                              int(positions_seed), _flag(share_kv_head, "share_kv_head"))
     result = json.loads(text)
     if records:
         result["records"] = recs
     return result
 
 
-def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sinks=4, **sweep):
+def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sinks=4, share_kv_head=False, **sweep):
     """Decode ``source``'s tokens with the llama2.c model ``llama2c`` (the checkpoint that produced
     the dump) densely and with each artifact's sparse attention through a runtime pool; returns
     what ``kvtool eval-decode ART... --llama2c M --source DUMP --json`` prints, as a dict (one entry
@@ -267,7 +269,8 @@ def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sin
     and max KL(dense || sparse), top-1 agreement, perplexities, first greedy divergence or None).
 
     ``artifacts``: a path or a list of paths. ``steps``: decode steps (0: up to 64 the dump holds).
-    ``baselines``: any of ``"window"`` and ``"topk"``, each a row per setting with its row count.
+    ``baselines``: any of ``"window"``, ``"topk"`` and ``"heavy"``, each a row per setting with its
+    row count. ``share_kv_head=True``: one selection per KV head, as ``--share-kv-head``.
     ``sweep``: the kinds' query options as for :func:`eval` (``budget=[0.05, 0.1]``,
     ``quantile=0.8``, ``min_collisions=2``); a name no kind takes is ignored by kinds without it.
     """
@@ -279,15 +282,22 @@ def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sin
     if isinstance(baselines, str):
         baselines = [baselines]
     for b in baselines:
-        if b not in ("window", "topk"):
-            raise _usage(f"baselines: 'window' or 'topk', not {b!r}")
+        if b not in ("window", "topk", "heavy"):
+            raise _usage(f"baselines: 'window', 'topk' or 'heavy', not {b!r}")
     for name, v in (("steps", steps), ("window_sinks", window_sinks)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 2**31:
             raise _usage(f"{name}: an integer in 0..2^31, not {v!r}")
     lists = _sweep_lists(sweep)
     text = _kvtool.eval_decode(paths, _path(source, "source"), _path(llama2c, "llama2c"), steps, lists,
-                               list(baselines), window_sinks)
+                               list(baselines), window_sinks, _flag(share_kv_head, "share_kv_head"))
     return json.loads(text)
+
+
+def _flag(value, name):
+    """A bool argument, strictly (an int or a string is a UsageError, not truthiness)."""
+    if not isinstance(value, bool):
+        raise _usage(f"{name}: True or False, not {value!r}")
+    return value
 
 
 def _receipt(answer):

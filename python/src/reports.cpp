@@ -130,7 +130,7 @@ py::dict record_dict(const EvalRecord& r) {
 
 py::tuple eval(const std::string& artifact, const std::string& dump,
                const std::map<std::string, std::vector<std::string>>& sweep, bool want_records,
-               const std::string& positions, uint64_t positions_seed) {
+               const std::string& positions, uint64_t positions_seed, bool share_kv_head) {
   std::vector<EvalRecord> records;
   std::string text;
   {
@@ -143,6 +143,7 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
     EvalOptions eo;
     eo.sweep = sweep;
     eo.positions = PositionSample::parse(positions, positions_seed);
+    eo.share_kv_head = share_kv_head;
     eo.quiet = true;
     text = evaluate(r, d, eo, want_records ? &records : nullptr).to_json().dump();
   }
@@ -158,7 +159,7 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
 std::string eval_decode(const std::vector<std::string>& artifacts, const std::string& source,
                         const std::string& llama2c, int64_t steps,
                         const std::map<std::string, std::vector<std::string>>& sweep,
-                        const std::vector<std::string>& baselines, int64_t window_sinks) {
+                        const std::vector<std::string>& baselines, int64_t window_sinks, bool share_kv_head) {
   py::gil_scoped_release nogil;
   if (auto it = sweep.find("budget"); it != sweep.end())
     for (const auto& b : it->second) Budget::parse(b);  // USAGE for a bad budget, as the CLI
@@ -169,6 +170,7 @@ std::string eval_decode(const std::vector<std::string>& artifacts, const std::st
   o.sweep = sweep;
   o.baselines = baselines;
   o.window_sinks = window_sinks;
+  o.share_kv_head = share_kv_head;
   DumpReader d(source);
   return kvtool::eval_decode(artifacts, d, o).to_json().dump();
 }
@@ -240,10 +242,11 @@ void bind_reports(py::module_& m) {
   m.def("build", &build, py::arg("kind"), py::arg("dump"), py::arg("options"), py::arg("params"),
         "JSON text of `kvtool build KIND --json` (options, params: JSON objects).");
   m.def("eval", &eval, py::arg("artifact"), py::arg("dump"), py::arg("sweep"), py::arg("records"),
-        py::arg("positions") = "all", py::arg("positions_seed") = 0,
+        py::arg("positions") = "all", py::arg("positions_seed") = 0, py::arg("share_kv_head") = false,
         "(JSON text of `kvtool eval --json`, list of record dicts or None).");
   m.def("eval_decode", &eval_decode, py::arg("artifacts"), py::arg("source"), py::arg("llama2c"), py::arg("steps"),
-        py::arg("sweep"), py::arg("baselines"), py::arg("window_sinks"), "JSON text of `kvtool eval-decode --json`.");
+        py::arg("sweep"), py::arg("baselines"), py::arg("window_sinks"), py::arg("share_kv_head") = false,
+        "JSON text of `kvtool eval-decode --json`.");
   m.def("query", &query, py::arg("artifact"), py::arg("source"), py::arg("layer"), py::arg("q_head"),
         py::arg("position"), py::arg("vector"), py::arg("settings"),
         "(JSON text of `kvtool query --json`, candidates int64 array, scores float32 array).");

@@ -79,6 +79,43 @@ contains "$WORK/out" '"proposed_rows": 32'
 expect_reason 2 USAGE "$KVTOOL" query lsh.kvi --source s.h5 --layer 1 --q-head 0 --position 170 --rerank 4
 expect_reason 2 USAGE "$KVTOOL" eval pq.kvi --source s.h5 --rerank 0.5
 
+# One selection per KV head (--share-kv-head): the union a grouped-query engine fetches is the
+# selection itself (stories260K: 2 query heads per KV head), the shared top-k and heavy-hitter
+# baselines too; a budget of 100 % is still dense decoding. Without it a KV head's union is larger.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi clusterkv.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 16 \
+  --budget 0.1 --budget 100% --baseline topk --baseline heavy --baseline window --share-kv-head --json
+cp "$WORK/out" shared.json
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 16 --budget 0.1 \
+  --baseline heavy --json
+cp "$WORK/out" pergroup.json
+py shared.json pergroup.json <<'EOF2' || fail "shared selection: $(head -c 3000 shared.json)"
+import json, sys
+rep = json.load(open(sys.argv[1]))
+assert rep["share_kv_head"] is True, rep
+rs = rep["results"]
+assert {r["kind"] for r in rs} == {"pq", "clusterkv", "topk", "heavy", "window"}, rs
+for r in rs:
+    assert abs(r["selected_fraction_kv_union"] - r["selected_fraction"]) < 1e-12, r
+    if r["budget"] == 1.0 and r["kind"] in ("pq", "clusterkv"):
+        assert r["mean_kl"] == 0.0 and r["top1_agreement"] == 1.0 and r["diverge_step"] is None, r
+per = json.load(open(sys.argv[2]))
+assert per["share_kv_head"] is False
+pq, heavy = per["results"]
+assert heavy["kind"] == "heavy" and abs(heavy["selected_fraction"] - pq["selected_fraction"]) <= 1.5 / 160, per
+assert pq["selected_fraction_kv_union"] > pq["selected_fraction"], pq
+assert heavy["selected_fraction_kv_union"] > heavy["selected_fraction"], heavy
+EOF2
+expect_exit 0 "$KVTOOL" eval pq.kvi --source s.h5 --budget 0.1 --share-kv-head --json
+cp "$WORK/out" evshared.json
+py evshared.json <<'EOF2' || fail "eval --share-kv-head: $(head -c 2000 evshared.json)"
+import json, sys
+rep = json.load(open(sys.argv[1]))
+assert rep["share_kv_head"] is True
+b = rep["budgets"][0]
+assert abs(b["selected_fraction_kv_union_mean"] - b["selected_fraction_mean"]) < 1e-12, b
+assert 0 < b["quality_ratio"] <= 1, b
+EOF2
+
 # Refusals: another model, a dump without tokens, more steps than the dump holds, bad options,
 # an artifact of another dump.
 expect_reason 1 MODEL_MISMATCH "$KVTOOL" eval-decode pq.kvi --llama2c "$M/babyllama361.bin" --source s.h5

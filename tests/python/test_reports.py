@@ -289,6 +289,16 @@ def test_eval_decode():
     want = cli_json("query", "m.pq.kvi", "--source", "m.h5", "--layer", 1, "--q-head", 0, "--position", 100,
                     "--budget", 8, "--rerank", 4, "--json")
     check(plain(rc) == want and len(want["candidates"]) == 8, f"query rerank: {plain(rc)} != {want}")
+    # One selection per KV head and the heavy-hitter baseline, as --share-kv-head --baseline heavy.
+    want = cli_json("eval-decode", "m.pq.kvi", "--llama2c", model, "--source", "m.h5", "--steps", 4, "--budget", "0.1",
+                    "--baseline", "heavy", "--share-kv-head", "--json", "-q")
+    got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=4, budget=0.1, baselines="heavy",
+                             share_kv_head=True)
+    check(got == want and got["share_kv_head"] is True, f"eval_decode shared: {got} != {want}")
+    got = kvtool.eval("m.pq.kvi", "m.h5", budget=0.1, share_kv_head=True)
+    check(got["share_kv_head"] is True, f"eval shared: {got}")
+    expect_error(lambda: kvtool.eval("m.pq.kvi", "m.h5", share_kv_head=1), "USAGE", 2, kvtool.UsageError,
+                 "share_kv_head")
     expect_error(lambda: kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, baselines="random"), "USAGE", 2,
                  kvtool.UsageError, "baseline")
     expect_error(lambda: kvtool.eval_decode([], "m.h5", llama2c=model), "USAGE", 2, kvtool.UsageError, "no artifact")

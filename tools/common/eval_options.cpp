@@ -19,6 +19,10 @@ void SweepFlags::add(CLI::App* sub, const Defaults& d) {
   sub->add_option("--rerank", reranks,
                   "pq, clusterkv: rerank factor(s) F: the index proposes F x budget rows, exact q.k over the dump's "
                   "keys keeps the budget; 1 is no rerank (default 1)");
+  sub->add_flag("--share-kv-head", share_kv_head,
+                "one selection per KV head: the rows chosen for the mean of its query heads' queries (what a "
+                "grouped-query engine fetches once for the group), each query head measured against its own dense "
+                "attention");
   sub->add_option("-o,--option", options,
                   "a query option of a kind as NAME=VALUE (any kind's own option; see its man page); repeat to "
                   "sweep");
@@ -50,6 +54,7 @@ void SweepFlags::fill(EvalOptions& eo, bool quiet) const {
   eo.positions = PositionSample::parse(positions, positions_seed);
   eo.quiet = quiet;
   eo.threads = threads;
+  eo.share_kv_head = share_kv_head;
 }
 
 namespace {

@@ -21,6 +21,7 @@ struct SweepFlags {
   std::string positions = "all";
   uint64_t positions_seed = 0;
   int threads = 0;
+  bool share_kv_head = false;  // --share-kv-head
 
   // Declares the options on `sub`; `defaults` says what an unnamed knob sweeps (per command).
   struct Defaults {

@@ -189,7 +189,7 @@ struct EvalRun {
   const std::vector<int64_t>& qpos;
   const std::vector<size_t>& qsel;
   int64_t E, d, indexed;
-  bool sampling;
+  bool sampling, share_kv_head;
 };
 
 // One worker's buffers, reused from one kv head to the next (tens of MiB at 32K rows: allocated
@@ -197,6 +197,7 @@ struct EvalRun {
 struct Worker {
   std::vector<float> K, V;
   std::vector<std::vector<float>> Q;  // per query head
+  std::vector<float> Qgroup;          // with share_kv_head: the group's mean query per dumped query
   std::vector<double> Qd;
   eval::DenseSupport support;
   eval::DenseBlock block;
@@ -218,7 +219,8 @@ void eval_setting(const EvalRun& run, Worker& w, int64_t l, int64_t kvh, const s
   const int64_t n = w.block.n;
   for (int64_t i = 0; i < n; ++i) {
     const auto [h, j] = items[b0 + static_cast<size_t>(i)];
-    const float* q = w.Q[static_cast<size_t>(h)].data() + static_cast<int64_t>(j) * run.d;
+    const float* q =
+        (run.share_kv_head ? w.Qgroup.data() : w.Q[static_cast<size_t>(h)].data()) + static_cast<int64_t>(j) * run.d;
     // The keys for lsh's inclusion probabilities and for a budget kind's rerank.
     const CandidateReceipt rc = run.sel.query(l, h, q, std::max<int64_t>(run.qpos[j], run.E - 1), *st.params, &keys);
     eval::ReceiptMetrics& m = w.metrics[static_cast<size_t>(i)];
@@ -257,6 +259,21 @@ void set_kv_unions(Worker& w, const std::vector<Item>& items, size_t settings, i
   w.group_rows.clear();
 }
 
+// The KV head's mean query per dumped query (its query heads' vectors are in w.Q).
+void group_queries(const EvalRun& run, Worker& w, int64_t kvh) {
+  const auto& info = run.dump.info();
+  const int64_t d = run.d, group = info.geo.q_heads / info.geo.kv_heads;
+  std::vector<float> heads(static_cast<size_t>(group * d));
+  w.Qgroup.resize(static_cast<size_t>(info.geo.q_tokens * d));
+  for (size_t j : run.qsel) {
+    int64_t g = 0;
+    for (int64_t h = 0; h < info.geo.q_heads; ++h)
+      if (info.id.q_to_kv_head[static_cast<size_t>(h)] == kvh)
+        std::copy_n(w.Q[static_cast<size_t>(h)].data() + static_cast<int64_t>(j) * d, d, heads.data() + g++ * d);
+    group_mean_query(heads.data(), g, d, w.Qgroup.data() + static_cast<int64_t>(j) * d);
+  }
+}
+
 // Every query of one (layer, kv head), in record order: query heads ascending, positions
 // ascending, settings in order; the dense references computed a block of queries at a time.
 std::vector<Measured> eval_kv_head(const EvalRun& run, Worker& w, int64_t l, int64_t kvh) {
@@ -277,6 +294,7 @@ std::vector<Measured> eval_kv_head(const EvalRun& run, Worker& w, int64_t l, int
     run.dump.read_q(l, h, w.Q[static_cast<size_t>(h)].data());
     for (size_t j : run.qsel) items.emplace_back(h, j);
   }
+  if (run.share_kv_head) group_queries(run, w, kvh);
   std::vector<Measured> out(items.size() * run.settings.size());
   const auto nb = static_cast<size_t>(eval::DenseBlock::block_rows(E));
   for (size_t b0 = 0; b0 < items.size(); b0 += nb) {
@@ -367,7 +385,7 @@ EvalReport evaluate_bound(const ArtifactReader& art, const DumpReader& dump, con
   Progress progress("kvtool eval", (ll - lf + 1) * g.kv_heads, opt.quiet);
   const bool sampling = kind.mode == SelectionMode::collision_sampling;
   sel.preload();
-  const EvalRun run{dump, sel, settings, qpos, qsel, E, d, rows.count(), sampling};
+  const EvalRun run{dump, sel, settings, qpos, qsel, E, d, rows.count(), sampling, opt.share_kv_head};
   const int64_t parts = (ll - lf + 1) * g.kv_heads;
   const int threads = static_cast<int>(std::min<int64_t>(
       parts, opt.threads > 0 ? opt.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))));
@@ -386,6 +404,7 @@ EvalReport evaluate_bound(const ArtifactReader& art, const DumpReader& dump, con
   rep.query_positions = qsel.size();
   for (size_t j : qsel) rep.positions_evaluated.push_back(qpos[j]);
   rep.positions = opt.positions;
+  rep.share_kv_head = opt.share_kv_head;
   rep.layer_first = lf;
   rep.layer_last = ll;
   rep.selected_row_bytes_per_row = row_bytes;
@@ -496,6 +515,7 @@ json EvalReport::to_json() const {
           {"always_included_rows", always_included_rows},
           {"query_positions", query_positions},
           {"position_sample", positions.to_json(positions_evaluated)},
+          {"share_kv_head", share_kv_head},
           {"layers", {layer_first, layer_last}},
           {"selected_row_bytes_per_row", selected_row_bytes_per_row},
           {"index_bytes", index.to_json()},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "impl/eval_parts.h"
@@ -13,6 +14,7 @@
 #include "kvtool/llama2c.h"
 #include "kvtool/pool.h"
 #include "kvtool/progress.h"
+#include "kvtool/query.h"
 #include "kvtool/source_binding.h"
 
 namespace kvtool {
@@ -242,6 +244,88 @@ AttentionSelect topk_select(const PrefixKeys& keys, const Decoder& dec, LayerRan
   };
 }
 
+// One selection per KV head (EvalDecodeOptions::share_kv_head): the group's first query head
+// selects with the group's mean query, the group's other heads reuse its rows.
+AttentionSelect shared_per_kv_head(AttentionSelect inner, const Decoder& dec) {
+  struct Shared {
+    AttentionRows rows;
+    bool sparse = false;
+    std::vector<float> q;
+  };
+  auto st = std::make_shared<Shared>();
+  st->q.resize(static_cast<size_t>(dec.head_dim));
+  return [inner = std::move(inner), st, group = dec.group, d = dec.head_dim](int32_t l, int32_t h, const float* q,
+                                                                             int32_t pos, AttentionRows& out) {
+    if (h % group == 0) {
+      group_mean_query(q, group, d, st->q.data());  // the group's heads follow q (llama2c.h)
+      st->sparse = inner(l, h, st->q.data(), pos, st->rows);
+    }
+    if (st->sparse) out = st->rows;
+    return st->sparse;
+  };
+}
+
+// Each prefix row's attention summed over the prefix's own queries (causal softmax of q·k/sqrt(d)
+// in double), per (layer, query head): H2O's accumulated attention, from a second dense prefill.
+std::vector<std::vector<double>> accumulated_attention(Decoder& dec, const PrefixKeys& keys, int64_t E) {
+  std::vector<std::vector<double>> acc(static_cast<size_t>(dec.layers * dec.q_heads),
+                                       std::vector<double>(static_cast<size_t>(E), 0.0));
+  std::vector<double> p;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dec.head_dim));
+  const AttentionSelect observe = [&](int32_t l, int32_t h, const float* q, int32_t pos, AttentionRows&) {
+    const KeyRows& kr = keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)];
+    p.assign(static_cast<size_t>(pos) + 1, 0.0);
+    double mx = -INFINITY, sum = 0;
+    for (int32_t r = 0; r <= pos; ++r) {
+      double s = 0;
+      for (int64_t i = 0; i < kr.d; ++i) s += static_cast<double>(q[i]) * kr.row(r)[i];
+      mx = std::max(mx, p[static_cast<size_t>(r)] = s * scale);
+    }
+    for (double& x : p) sum += (x = std::exp(x - mx));
+    auto& a = acc[static_cast<size_t>(l * dec.q_heads + h)];
+    for (int32_t r = 0; r <= pos; ++r) a[static_cast<size_t>(r)] += p[static_cast<size_t>(r)] / sum;
+    return false;  // dense: the prefill is only observed
+  };
+  std::vector<float> q, k, v, logits;
+  dec.model.reset();
+  for (int64_t pos = 0; pos < E; ++pos)
+    dec.model.forward(dec.tokens[pos], static_cast<int32_t>(pos), q, k, v, logits, observe);
+  return acc;
+}
+
+// The static heavy-hitter baseline: per query head (or, shared, per KV head from its heads' summed
+// scores) the `n` prefix rows of most accumulated attention (ties to the lower row), fixed for
+// every step.
+AttentionSelect heavy_select(const std::vector<std::vector<double>>& acc, const Decoder& dec, LayerRange layers,
+                             int64_t E, int64_t n, bool shared) {
+  auto sets = std::make_shared<std::vector<std::vector<int32_t>>>(acc.size());
+  const auto keep = static_cast<size_t>(std::clamp<int64_t>(n, 1, E));
+  for (size_t lh = 0; lh < acc.size(); ++lh) {
+    std::vector<double> score = acc[lh];
+    if (shared) {
+      const size_t first = lh - lh % static_cast<size_t>(dec.group);
+      for (size_t i = 0; i < static_cast<size_t>(E); ++i) {
+        score[i] = 0;
+        for (size_t g = 0; g < static_cast<size_t>(dec.group); ++g) score[i] += acc[first + g][i];
+      }
+    }
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                      [&](int32_t a, int32_t b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
+    order.resize(keep);
+    std::sort(order.begin(), order.end());
+    (*sets)[lh] = std::move(order);
+  }
+  return [sets, layers, E, q_heads = dec.q_heads](int32_t l, int32_t h, const float*, int32_t pos, AttentionRows& out) {
+    if (!layers.covers(l)) return false;
+    out.rows = (*sets)[static_cast<size_t>(l * q_heads + h)];
+    out.log_weight.assign(out.rows.size(), 0.f);
+    add_decode_rows(E, pos, out);
+    return true;
+  };
+}
+
 // Teacher-forced sparse decoding against the dense reference, then free-running greedy decoding
 // until it leaves dense greedy decoding. Fills the metrics of `res`.
 void sparse_run(Decoder& dec, const DenseRun& dense, const AttentionSelect& select, DecodeResult& res) {
@@ -289,8 +373,9 @@ struct Session {
   const EvalDecodeOptions& opt;
   Decoder dec;
   Pool pool{PoolOptions{}};
-  std::map<int64_t, DenseRun> dense;   // by prefix rows
-  std::map<int64_t, PrefixKeys> keys;  // by prefix rows
+  std::map<int64_t, DenseRun> dense;                                // by prefix rows
+  std::map<int64_t, PrefixKeys> keys;                               // by prefix rows
+  std::map<int64_t, std::vector<std::vector<double>>> accumulated;  // by prefix rows (heavy baseline)
   Session(const DumpReader& d, const EvalDecodeOptions& o) : dump(d), opt(o), dec(o.model_path) {}
 };
 
@@ -321,8 +406,17 @@ DecodeResult baseline(Session& ss, const DenseRun& dense, const DecodeResult& ar
   b.kind = name;
   b.max_kl = 0;
   const int64_t n = std::max<int64_t>(1, std::llround(art.selected_fraction * static_cast<double>(dense.E)));
-  const AttentionSelect sel = name == "window" ? window_select(layers, dense.E, n, ss.opt.window_sinks)
-                                               : topk_select(ss.keys.at(dense.E), ss.dec, layers, dense.E, n);
+  const int64_t E = dense.E;
+  AttentionSelect sel;
+  if (name == "window") {
+    sel = window_select(layers, E, n, ss.opt.window_sinks);
+  } else if (name == "topk") {
+    sel = topk_select(ss.keys.at(E), ss.dec, layers, E, n);
+    if (ss.opt.share_kv_head) sel = shared_per_kv_head(sel, ss.dec);
+  } else {
+    if (!ss.accumulated.count(E)) ss.accumulated.emplace(E, accumulated_attention(ss.dec, ss.keys.at(E), E));
+    sel = heavy_select(ss.accumulated.at(E), ss.dec, layers, E, n, ss.opt.share_kv_head);
+  }
   sparse_run(ss.dec, dense, sel, b);
   return b;
 }
@@ -349,7 +443,9 @@ void evaluate_artifact(Session& ss, const std::string& path, std::vector<DecodeR
       res.kind = r.kind();
       res.setting = st.label;
       res.budget = st.params->setting();
-      sparse_run(ss.dec, dense, pool_select(lease, *st.params, ss.keys.at(E), ss.dec, layers, E), res);
+      AttentionSelect select = pool_select(lease, *st.params, ss.keys.at(E), ss.dec, layers, E);
+      if (ss.opt.share_kv_head) select = shared_per_kv_head(select, ss.dec);
+      sparse_run(ss.dec, dense, select, res);
       out.push_back(res);
       for (const auto& b : ss.opt.baselines) out.push_back(baseline(ss, dense, res, b, layers));
     }
@@ -386,8 +482,11 @@ json DecodeResult::to_json() const {
 json EvalDecodeReport::to_json() const {
   json rs = json::array();
   for (const auto& r : results) rs.push_back(r.to_json());
-  return json{
-      {"schema_version", kJsonSchemaVersion}, {"source", source}, {"model_sha256", model_sha256}, {"results", rs}};
+  return json{{"schema_version", kJsonSchemaVersion},
+              {"source", source},
+              {"model_sha256", model_sha256},
+              {"share_kv_head", share_kv_head},
+              {"results", rs}};
 }
 
 EvalDecodeReport eval_decode(const std::vector<std::string>& artifacts, const DumpReader& dump,
@@ -396,7 +495,8 @@ EvalDecodeReport eval_decode(const std::vector<std::string>& artifacts, const Du
   KVT_CHECK(opt.steps >= 0 && opt.steps <= kMaxDumpTokens, USAGE, "steps must be between 0 and " << kMaxDumpTokens);
   KVT_CHECK(opt.window_sinks >= 0, USAGE, "window sinks must not be negative");
   for (const auto& b : opt.baselines)
-    KVT_CHECK(b == "window" || b == "topk", USAGE, "unknown baseline '" << b << "' (window, topk)");
+    KVT_CHECK(b == "window" || b == "topk" || b == "heavy", USAGE,
+              "unknown baseline '" << b << "' (window, topk, heavy)");
   for (size_t i = 0; i < artifacts.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       KVT_CHECK(artifacts[i] != artifacts[j], USAGE, "artifact '" << artifacts[i] << "' is named twice");
@@ -405,6 +505,7 @@ EvalDecodeReport eval_decode(const std::vector<std::string>& artifacts, const Du
   EvalDecodeReport rep;
   rep.source = dump.path();
   rep.model_sha256 = ss.dec.model.sha256_hex();
+  rep.share_kv_head = opt.share_kv_head;
   Progress progress("kvtool eval-decode", static_cast<int64_t>(artifacts.size()), opt.quiet);
   for (const auto& a : artifacts) evaluate_artifact(ss, a, rep.results, progress);
   progress.finish();

@@ -43,6 +43,15 @@ json CandidateReceipt::to_json() const {
   return j;
 }
 
+void group_mean_query(const float* q_heads, int64_t group, int64_t d, float* out) {
+  KVT_CHECK(group >= 1 && d >= 1, USAGE, "a KV head's group has at least one query head of dimension >= 1");
+  for (int64_t i = 0; i < d; ++i) {
+    double s = 0;
+    for (int64_t h = 0; h < group; ++h) s += q_heads[h * d + i];
+    out[i] = static_cast<float>(s / static_cast<double>(group));
+  }
+}
+
 SelectorSet::SelectorSet(const ArtifactReader& r) : r_(r), kind_(find_kind(r.kind())), rows_() {
   KVT_CHECK(kind_, UNKNOWN_KIND, "artifact kind '" << r.kind() << "' is not known to this kvtool");
   KVT_CHECK(kind_->load, USAGE, "artifacts of kind '" << r.kind() << "' cannot be queried");

@@ -1,5 +1,6 @@
 // kvtool eval-decode ART... --llama2c M.bin --source DUMP [--steps N] [--budget B ...]
-// [--rerank F ...] [--min-collisions c ...] [--quantile q ...] [--baseline window|topk ...] [--csv F] [--plot F.svg]
+// [--rerank F ...] [--min-collisions c ...] [--quantile q ...] [--baseline window|topk|heavy ...] [--share-kv-head]
+// [--csv F] [--plot F.svg]
 // [--json] [-q]
 #include <cstdio>
 #include <iostream>
@@ -68,12 +69,16 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
   sub->add_option("--rerank", a->sweep.reranks,
                   "pq, clusterkv rerank factors F: the index proposes F x budget rows, exact q.k over the prefix keys "
                   "keeps the budget (1: none, the default)");
+  sub->add_flag("--share-kv-head", a->opt.share_kv_head,
+                "one selection per KV head per step, from the mean of its query heads' queries (the rows a "
+                "grouped-query engine fetches once for the group); the topk and heavy baselines share theirs too");
   sub->add_option("--min-collisions", a->sweep.min_collisions, "lsh collision thresholds; default the artifact's");
   sub->add_option("--quantile", a->sweep.quantiles, "squeeze quantiles; default every calibrated one");
   sub->add_option("--baseline", a->opt.baselines,
                   "also decode with a selection of the same row count: window (sinks + most recent rows), topk "
-                  "(exact top rows by q.k)")
-      ->check(CLI::IsMember({"window", "topk"}));
+                  "(exact top rows by q.k at each step), heavy (a static heavy-hitter set: the rows with the most "
+                  "attention from the prefix's own queries, chosen once after the prefill)")
+      ->check(CLI::IsMember({"window", "topk", "heavy"}));
   sub->add_option("--window-sinks", a->opt.window_sinks, "first rows the window baseline keeps")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));

@@ -34,6 +34,10 @@ struct EvalOptions {
   // (KindSpec::default_sweep) or its default value; naming one the kind does not take is USAGE.
   std::map<std::string, std::vector<std::string>> sweep;
   PositionSample positions;
+  // One selection per KV head and position, from the mean of its query heads' queries
+  // (group_mean_query), measured against each query head's dense attention: the rows a
+  // grouped-query engine fetches once for the whole group.
+  bool share_kv_head = false;
   bool quiet = true;
   // Worker threads over (layer, kv head) parts, each with single-threaded BLAS; the report and the
   // records are the same for any count. 0: std::thread::hardware_concurrency() (at least 1).
@@ -82,6 +86,7 @@ struct EvalReport {
           selected_row_bytes_per_row = 0;
   uint64_t query_positions = 0;
   PositionSample positions;                  // the sample asked for
+  bool share_kv_head = false;                // EvalOptions::share_kv_head
   std::vector<int64_t> positions_evaluated;  // the positions it gave, ascending
   std::vector<EvalSetting> settings;
   IndexBytes index;      // the artifact's index bytes against the K+V bytes it covers, as inspect reports

@@ -24,9 +24,15 @@ struct EvalDecodeOptions {
   // kind does not take is ignored; none named: the kind's default sweep).
   std::map<std::string, std::vector<std::string>> sweep;
   // Selections of the same row count as each artifact's, for scale: "window" (the first
-  // window_sinks rows and the most recent prefix rows) and "topk" (the exact top rows by q·k).
+  // window_sinks rows and the most recent prefix rows), "topk" (the exact top rows by q·k at each
+  // step) and "heavy" (a static heavy-hitter set: the rows with the most attention summed over the
+  // prefix's own queries, chosen once after the prefill, as H2O accumulates it).
   std::vector<std::string> baselines;
   int64_t window_sinks = 4;
+  // One selection per KV head and step, from the mean of its query heads' queries
+  // (group_mean_query): the rows a grouped-query engine fetches once for the group. The topk and
+  // heavy baselines then choose per KV head too (summed scores).
+  bool share_kv_head = false;
   bool quiet = true;
 };
 
@@ -49,8 +55,9 @@ struct DecodeResult {
 
 struct EvalDecodeReport {
   std::string source, model_sha256;
+  bool share_kv_head = false;
   std::vector<DecodeResult> results;
-  json to_json() const;  // {"schema_version", "source", "model_sha256", "results": [...]}
+  json to_json() const;  // {"schema_version", "source", "model_sha256", "share_kv_head", "results": [...]}
 };
 
 // USAGE for bad options; MODEL_MISMATCH when the model is not the dump's; the binding checks of

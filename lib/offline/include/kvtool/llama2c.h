@@ -24,7 +24,9 @@ struct AttentionRows {
 };
 
 // Chooses the rows of (layer, q_head) for query `q` at `pos`; returns false for dense attention
-// (every row 0..pos). Rows must be ascending, unique and <= pos.
+// (every row 0..pos). Rows must be ascending, unique and <= pos. Query heads are offered in order
+// 0, 1, ... within a layer, and `q` points into the layer's query vectors of all heads (head-major,
+// [n_heads * head_dim]), so a selector may read the other heads of q_head's KV group.
 using AttentionSelect =
     std::function<bool(int32_t layer, int32_t q_head, const float* q, int32_t pos, AttentionRows& out)>;
 

@@ -69,6 +69,12 @@ using SelectHook = std::function<bool(int64_t layer, int64_t kv_head, const Part
 using GroupHook = std::function<void(int64_t layer, int64_t kv_head, const PartSelector& host,
                                      const DeviceQueries& queries, GroupAnswers& answers)>;
 
+// The query one KV head's group shares (selection shared per KV head): the mean of its `group` query
+// heads' vectors q_heads[0 .. group*d), summed in double. A budget kind's scores are linear in the
+// query, so ranking by it is ranking by the group's summed scores (the rows a grouped-query engine
+// fetches once for all the group's heads); for squeeze and lsh it is the group's mean direction.
+void group_mean_query(const float* q_heads, int64_t group, int64_t d, float* out);
+
 // The loaded selectors of one artifact, one part at a time, cached. After preload() every part is
 // loaded and the set is immutable: concurrent query() calls are then safe.
 class SelectorSet {
