@@ -131,24 +131,11 @@ void pq_answer(const Part& p, const float* q, const RefQuery& rq, RefAnswer& a) 
   mark_boundary(a, want);
 }
 
-// §4.5: cluster scores in double; clusters by score (ties: lower index), members ascending.
-void clusterkv_answer(const Part& p, const float* q, const RefQuery& rq, RefAnswer& a) {
-  std::vector<double> cent = f32_section(*p.r, "ckv_centroids", p.layer, p.kvh);
-  std::vector<int64_t> sizes = int_section(*p.r, "ckv_sizes", p.layer, p.kvh);
-  std::vector<int64_t> members = int_section(*p.r, "ckv_members", p.layer, p.kvh);
-  const int64_t C = static_cast<int64_t>(sizes.size()), want = budget_rows(rq, p.n());
-  std::vector<double> s(static_cast<size_t>(C));
-  double scale = 0;
-  for (int64_t c = 0; c < C; ++c) {
-    double abs_s = 0;
-    for (int64_t t = 0; t < p.d; ++t) {
-      const double x = q[t] * cent[static_cast<size_t>(c * p.d + t)];
-      s[static_cast<size_t>(c)] += x;
-      abs_s += std::fabs(x);
-    }
-    scale = std::max(scale, abs_s);
-  }
-  a.tol = 1e-5 * scale;
+// Whole clusters by score `s` (ties: lower index; §4.5, and §6.6 with a budget), each cluster's
+// members in stored order, the last cluster cut at `want` rows.
+void take_clusters(const Part& p, const std::vector<double>& s, const std::vector<int64_t>& sizes,
+                   const std::vector<int64_t>& members, int64_t want, RefAnswer& a) {
+  const int64_t C = static_cast<int64_t>(sizes.size());
   a.row_score.assign(static_cast<size_t>(p.n()), 0.0);
   std::vector<int64_t> start(static_cast<size_t>(C) + 1, 0);
   for (int64_t c = 0; c < C; ++c) {
@@ -170,7 +157,29 @@ void clusterkv_answer(const Part& p, const float* q, const RefQuery& rq, RefAnsw
     }
     taken += take;
   }
+  a.ranked = true;
   mark_boundary(a, static_cast<int64_t>(a.ids.size()));
+}
+
+// §4.5: cluster scores in double; clusters by score (ties: lower index), members ascending.
+void clusterkv_answer(const Part& p, const float* q, const RefQuery& rq, RefAnswer& a) {
+  std::vector<double> cent = f32_section(*p.r, "ckv_centroids", p.layer, p.kvh);
+  std::vector<int64_t> sizes = int_section(*p.r, "ckv_sizes", p.layer, p.kvh);
+  std::vector<int64_t> members = int_section(*p.r, "ckv_members", p.layer, p.kvh);
+  const int64_t C = static_cast<int64_t>(sizes.size());
+  std::vector<double> s(static_cast<size_t>(C));
+  double scale = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    double abs_s = 0;
+    for (int64_t t = 0; t < p.d; ++t) {
+      const double x = q[t] * cent[static_cast<size_t>(c * p.d + t)];
+      s[static_cast<size_t>(c)] += x;
+      abs_s += std::fabs(x);
+    }
+    scale = std::max(scale, abs_s);
+  }
+  a.tol = 1e-5 * scale;
+  take_clusters(p, s, sizes, members, budget_rows(rq, p.n()), a);
 }
 
 // §5.5 inclusion probability, in double.
@@ -388,6 +397,26 @@ void squeeze_bound(const std::vector<double>& zf_all, const std::vector<double>&
     if (visited[static_cast<size_t>(parent[c])]) score[c] = std::exp(zf_all[c] - m2) / den;
 }
 
+// §6.6 with a budget: every fine centroid's z in double (the library rounds it to f32: the
+// tolerance), whole clusters by z.
+void squeeze_budget_answer(const Part& p, const float* q, const RefQuery& rq, RefAnswer& a) {
+  std::vector<double> fine = f32_section(*p.r, "sq_fine_centroids", p.layer, p.kvh);
+  std::vector<int64_t> sizes = int_section(*p.r, "sq_fine_sizes", p.layer, p.kvh);
+  std::vector<int64_t> members = int_section(*p.r, "sq_fine_members", p.layer, p.kvh);
+  const size_t C = sizes.size();
+  std::vector<double> z(C, 0.0);
+  double big = 0;
+  for (size_t c = 0; c < C; ++c) {
+    for (int64_t t = 0; t < p.d; ++t) z[c] += q[t] * fine[c * static_cast<size_t>(p.d) + static_cast<size_t>(t)];
+    z[c] /= std::sqrt(static_cast<double>(p.d));
+    big = std::max(big, std::fabs(z[c]));
+  }
+  a.rel_tol = 0;
+  a.tol = 1e-6 * big;
+  a.centroids_scored = static_cast<int64_t>(C);
+  take_clusters(p, z, sizes, members, budget_rows(rq, p.n()), a);
+}
+
 // §6.6 in double. Scores are exp-normalized (relative tolerance); a cluster whose score is within
 // 1e-9 of tau is ambiguous, and a coarse group on its pruning threshold makes the whole part so.
 void squeeze_answer(const Part& p, const float* q, const RefQuery& rq, RefAnswer& a) {
@@ -397,6 +426,7 @@ void squeeze_answer(const Part& p, const float* q, const RefQuery& rq, RefAnswer
   a.ambiguous.assign(static_cast<size_t>(p.n()), 0);
   const double tau = squeeze_tau(m, rq);
   if (p.n() == 0) return;
+  if (rq.squeeze_budget) return squeeze_budget_answer(p, q, rq, a);
   const double cf = m["params"]["coarse_factor"].get<double>(), inv = 1 / std::sqrt(static_cast<double>(p.d));
   std::vector<double> fine = f32_section(*p.r, "sq_fine_centroids", p.layer, p.kvh);
   std::vector<double> coarse = f32_section(*p.r, "sq_coarse_centroids", p.layer, p.kvh);
@@ -456,6 +486,7 @@ RefAnswer reference_query(const ArtifactReader& r, int64_t layer, int64_t q_head
     a.ambiguous.assign(a.row_score.size(), 0);
   } else if (a.kind == "pq") {
     pq_answer(p, q, rq, a);
+    a.ranked = true;
   } else if (a.kind == "clusterkv") {
     clusterkv_answer(p, q, rq, a);
   } else if (a.kind == "lsh") {
@@ -474,7 +505,7 @@ std::string compare_with_reference(const CandidateReceipt& got, const RefAnswer&
   std::ostringstream why;
   if (got.always_included != ref.always_included) why << "always-included rows differ; ";
   if (got.candidates.size() != got.scores.size()) why << "ids and scores differ in length; ";
-  const bool budget_kind = ref.kind == "pq" || ref.kind == "clusterkv";
+  const bool budget_kind = ref.ranked;
   if (budget_kind && got.candidates.size() != ref.ids.size())
     why << got.candidates.size() << " rows, the budget gives " << ref.ids.size() << "; ";
   if (!ref.all_ambiguous && ref.centroids_scored >= 0 && got.centroids_scored != ref.centroids_scored)

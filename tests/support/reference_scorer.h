@@ -24,6 +24,7 @@ struct RefQuery {
   std::string quantile;          // squeeze: key of kind_data.thresholds; empty: params.quantiles[0]
   bool flat = false;             // squeeze
   bool factor_rule = false;      // squeeze hierarchical: coarse_rule "factor" instead of "bound"
+  bool squeeze_budget = false;   // squeeze: rank clusters to the budget above instead of a threshold
 };
 
 struct RefAnswer {
@@ -40,6 +41,7 @@ struct RefAnswer {
   bool all_ambiguous = false;     // squeeze: a coarse group sat on its pruning threshold
   double tol = 0;                 // absolute score tolerance (f32 vs f64 arithmetic)
   double rel_tol = 0;             // relative score tolerance
+  bool ranked = false;            // exactly the budget's rows, best first (pq, clusterkv, squeeze's budget)
 };
 
 // The answer formats/kinds-v1.md prescribes for one query. `keys` (rows [0, E) of the query's kv

@@ -11,7 +11,9 @@ namespace kvtool::cli {
 
 void SweepFlags::add(CLI::App* sub, const Defaults& d) {
   threads = default_threads();
-  sub->add_option("--budget", budgets, "pq, clusterkv: budget(s); several give a curve (default " + d.budget + ")");
+  sub->add_option("--budget", budgets,
+                  "pq, clusterkv: budget(s); several give a curve (default " + d.budget +
+                      "); squeeze: rank clusters to this budget instead of its quantile threshold");
   sub->add_option("--min-collisions", min_collisions,
                   "lsh: collision threshold(s) c (default " + d.min_collisions + ")");
   sub->add_option("--quantile", quantiles,

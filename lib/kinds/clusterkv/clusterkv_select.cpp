@@ -79,21 +79,7 @@ class ClusterKvSelector : public PartSelector {
   }
   // Whole clusters best first (the last one cut) until the budget is spent.
   void take(const float* score, int64_t budget, Selection& out) const {
-    // Full ranking of every cluster (the reference's 256-slot kernel breaks beyond 256 clusters).
-    std::vector<int64_t>& order = scratch().order;
-    order.resize(static_cast<size_t>(set_.clusters()));
-    scoring::top_k_into(score, set_.clusters(), set_.clusters(), order.data());
-    int64_t taken = 0;
-    for (int64_t c : order) {
-      if (taken >= budget) break;
-      int64_t take = std::min<int64_t>(set_.sizes[c], budget - taken);  // the last cluster is cut
-      const uint32_t* m = set_.members.data() + (set_.prefix[c] - set_.sizes[c]);
-      for (int64_t i = 0; i < take; ++i) {
-        out.ids.push_back(m[i]);
-        out.scores.push_back(score[c]);
-      }
-      taken += take;
-    }
+    set_.take_best(score, budget, scratch().order, out);
   }
   // Per-thread buffers reused across queries (resize within capacity does not allocate).
   struct Scratch {

@@ -2,6 +2,7 @@
 // sizes, inclusive prefix sums, members grouped by cluster in ascending row order. Runtime layer:
 // loading only; building them is common/cluster_build.h.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -10,6 +11,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
+#include "kvtool/scoring.h"
 #include "common/stored_floats.h"
 
 namespace kvtool {
@@ -30,6 +32,25 @@ struct ClusterSet {
     KVT_CHECK(from.size() == to.size() * sizeof(T), SHAPE_MISMATCH,
               "a cluster section's size disagrees with its shape");
     if (!from.empty()) std::memcpy(to.data(), from.data(), from.size());
+  }
+
+  // Whole clusters best first by `score` (one per cluster; ties to the lower cluster), the last one
+  // cut, until `budget` rows: their members, each with its cluster's score. `order` is scratch.
+  void take_best(const float* score, int64_t budget, std::vector<int64_t>& order, Selection& out) const {
+    // Full ranking of every cluster (the reference's 256-slot kernel breaks beyond 256 clusters).
+    order.resize(static_cast<size_t>(clusters()));
+    scoring::top_k_into(score, clusters(), clusters(), order.data());
+    int64_t taken = 0;
+    for (int64_t c : order) {
+      if (taken >= budget) break;
+      const int64_t take = std::min<int64_t>(sizes[c], budget - taken);
+      const uint32_t* m = members.data() + (prefix[c] - sizes[c]);
+      for (int64_t i = 0; i < take; ++i) {
+        out.ids.push_back(m[i]);
+        out.scores.push_back(score[c]);
+      }
+      taken += take;
+    }
   }
 
   // Centroids stored as `centroid_dtype` ("f32" or "f16") are held widened to f32.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "common/cluster_set.h"
 #include "common/device_batch.h"
@@ -32,18 +33,29 @@ using squeeze::quantile_key;
 // fine centroid scored, as the reference does) instead of the two-level pass, and the two-level
 // pass's coarse pruning rule: "bound" (prunes only groups the bound proves empty of passing
 // children) or "factor" (params.coarse_factor x tau on the coarse score).
+// With a budget, the quantile's threshold gives way to a rank: the fine clusters of highest score,
+// whole, best first, the last one cut, until the budget's rows (as clusterkv takes its clusters), so
+// that squeeze compares with the budget kinds at the same row count; the quantile and the pass are
+// then unused and left out of the setting.
 struct SqueezeParams : QueryParams {
   double quantile = 0.5;
   std::string key;  // quantile_key(quantile), the thresholds' key: made once, not per query
   bool flat = false;
   bool factor_rule = false;
+  std::optional<Budget> budget;
   json setting() const override {
+    if (budget) return {{"budget", budget->str()}, {"budget_is_fraction", budget->fraction}, {"mode", "budget"}};
     json j = {{"quantile", quantile}, {"mode", flat ? "flat" : "hierarchical"}};
     if (!flat) j["coarse_rule"] = factor_rule ? "factor" : "bound";
     return j;
   }
-  json receipt(int64_t) const override { return setting(); }
+  json receipt(int64_t indexed) const override {
+    json j = setting();
+    if (budget) j["budget_rows"] = budget->rows(indexed);
+    return j;
+  }
   std::string label() const override {
+    if (budget) return budget->str();
     return "q=" + json(quantile).dump() + (flat ? "/flat" : factor_rule ? "/hier-factor" : "/hier");
   }
 };
@@ -172,12 +184,22 @@ class SqueezeSelector : public PartSelector {
     KVT_CHECK(it != thresholds_.end(), USAGE,
               "quantile " << p.key << " was not calibrated; the artifact has " << thresholds_.dump());
     const double tau = *it;
+    if (p.budget) out.budget_rows = p.budget->rows(n_);
     if (n_ == 0) {
       out.centroids_scored = 0;
       return;
     }
     const int64_t C = fine_.clusters();
     std::vector<double>& score = scratch().score;
+    if (p.budget) {
+      score.resize(static_cast<size_t>(C));
+      dots(false, nullptr, C, 1.0 / std::sqrt(static_cast<double>(d_)), score.data());
+      std::vector<float>& z = scratch().zf32;
+      z.assign(score.begin(), score.end());
+      fine_.take_best(z.data(), out.budget_rows, scratch().order, out);
+      out.centroids_scored = C;
+      return;
+    }
     score.assign(static_cast<size_t>(C), -1.0);
     if (p.flat) {
       dots(false, nullptr, C, 1.0 / std::sqrt(static_cast<double>(d_)), score.data());
@@ -359,6 +381,7 @@ class SqueezeSelector : public PartSelector {
   // Per-thread buffers reused across queries (no allocation once they reached a part's sizes).
   struct Scratch {
     std::vector<double> score, zg, up, lo, rest, zf, z;
+    std::vector<float> zf32;  // budget mode: the fine scores ranked
     std::vector<int64_t> order;
     std::vector<char> flag;  // kept (rule factor) or visited (rule bound) groups
     std::vector<std::pair<int64_t, float>> picked;
@@ -534,7 +557,11 @@ KindSpec kinds::squeeze_kind() {
       {"coarse_rule",
        "two-level pass: bound (prune a coarse group only when a bound proves no child reaches the threshold; "
        "keeps every row flat keeps) or factor (keep groups scoring >= params.coarse_factor x the threshold)",
-       "bound"}};
+       "bound"},
+      {"budget",
+       "rank instead of threshold: the fine clusters of highest score, whole, best first, until this many rows (a "
+       "fraction of the indexed rows such as 0.1, or a count); unset: the quantile's threshold",
+       ""}};
   k.parse_query = [](const ArtifactReader& r, const QuerySettings& s) -> std::unique_ptr<QueryParams> {
     const KindSpec& self = *find_kind("squeeze");
     check_query_settings(self, s);
@@ -552,6 +579,7 @@ KindSpec kinds::squeeze_kind() {
     const std::string rule = setting_or_default(self, s, "coarse_rule");
     KVT_CHECK(rule == "bound" || rule == "factor", USAGE, "coarse_rule must be bound or factor (got '" << rule << "')");
     p->factor_rule = rule == "factor";
+    if (const std::string b = setting_or_default(self, s, "budget"); !b.empty()) p->budget = Budget::parse(b);
     return p;
   };
   // Eval: every calibrated quantile, each hierarchical (rule bound) and flat.

@@ -51,6 +51,9 @@ std::vector<Setting> eval::eval_settings(const ArtifactReader& art, const KindSp
   for (const auto& c : combos) {
     Setting st{kind.parse_query(art, c), json::object(), ""};
     st.selector = st.params->setting();
+    // Options a setting leaves unused (squeeze's quantile under a budget) would repeat it.
+    if (std::any_of(out.begin(), out.end(), [&](const Setting& o) { return o.params->setting() == st.selector; }))
+      continue;
     st.selector["kind"] = kind.name;
     st.selector["indexed_rows"] = indexed_rows;
     st.label = st.params->label();

@@ -65,7 +65,9 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
       ->required();
   sub->add_option("--steps", a->opt.steps, "decode steps after the prefix (default: up to 64 the dump holds)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
-  sub->add_option("--budget", a->sweep.budgets, "budgets of pq / clusterkv (and squeeze's budget mode); default 0.1");
+  sub->add_option("--budget", a->sweep.budgets,
+                  "budgets of pq / clusterkv / squeeze (squeeze: rank its clusters to the budget instead of its "
+                  "quantile's threshold); default 0.1 for pq and clusterkv");
   sub->add_option("--rerank", a->sweep.reranks,
                   "pq, clusterkv rerank factors F: the index proposes F x budget rows, exact q.k over the prefix keys "
                   "keeps the budget (1: none, the default)");
