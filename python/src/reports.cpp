@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 
 #include "bindings.h"
 #include "kvtool/admission.h"
@@ -22,6 +24,19 @@
 namespace kvtool::python {
 
 namespace {
+
+// Build parameters that name a file of data (squeeze's calibration_queries, as the command line's
+// --calibration-queries): the binding reads the file, as the tools do; the library takes its bytes.
+void read_file_params(const std::string& kind, json& par) {
+  if (kind != "squeeze" || !par.is_object()) return;
+  auto it = par.find("calibration_queries");
+  if (it == par.end() || !it->is_string()) return;
+  const std::string path = it->get<std::string>();
+  std::ifstream f(path, std::ios::binary);
+  KVT_CHECK(f.good(), IO_ERROR, "cannot open calibration queries '" << path << "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  *it = json::binary(std::move(bytes));
+}
 
 void require_file(const std::string& p, const char* what) {
   struct stat st {};
@@ -100,7 +115,8 @@ std::string build(const std::string& kind, const std::string& dump, const std::s
   } catch (const json::exception& e) {
     KVT_THROW(USAGE, "build options are not valid JSON: " << e.what());
   }
-  std::unique_ptr<KindBuilder> builder = make_builder(kind, par);  // USAGE before any file is touched
+  read_file_params(kind, par);
+  std::unique_ptr<KindBuilder> builder = make_builder(kind, par);
   BuildOptions o;
   try {
     o = build_options(opt);

@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <iomanip>
@@ -10,6 +12,7 @@
 #include "env.h"
 #include "kvtool/atomic_file.h"
 #include "kvtool/dump.h"
+#include "kvtool/progress.h"
 #include "parse.h"
 
 namespace kvtool::cli {
@@ -41,11 +44,36 @@ void add_global_options(CLI::App& app, bool& verbose) {
   }
 }
 
+// The library's progress reports on stderr: on a TTY a bar redrawn at most every 0.1 s and closed
+// when the work ends; otherwise a line every 5 s, and a last one only for work that ran 5 s or more
+// (short jobs stay silent in logs). -q/--quiet and --json ask the library for no reports.
+bool draw_progress(bool tty, const ProgressUpdate& u) {
+  if (u.final ? !(tty || u.elapsed_s >= 5.0) : u.since_shown_s < (tty ? 0.1 : 5.0)) return false;
+  const double rate = u.elapsed_s > 0 ? static_cast<double>(u.done) / u.elapsed_s : 0;
+  const double eta = rate > 0 ? static_cast<double>(u.total - u.done) / rate : 0;
+  const int pct = u.total > 0 ? static_cast<int>(100 * u.done / u.total) : 100;
+  if (tty) {
+    char bar[31];
+    const int fill = pct * 30 / 100;
+    for (int i = 0; i < 30; ++i) bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    std::fprintf(stderr, "\r%s [%s] %lld/%lld parts %3d%%  %.1f parts/s  ETA %.0fs   %s", u.label.c_str(), bar,
+                 static_cast<long long>(u.done), static_cast<long long>(u.total), pct, rate, eta, u.final ? "\n" : "");
+  } else {
+    std::fprintf(stderr, "%s: %lld/%lld parts (%d%%), %.1f parts/s, ETA %.0fs\n", u.label.c_str(),
+                 static_cast<long long>(u.done), static_cast<long long>(u.total), pct, rate, eta);
+  }
+  std::fflush(stderr);
+  return true;
+}
+
 }  // namespace
 
 int run(const std::string& tool, CLI::App& app, int argc, char** argv, const bool* json_errors,
         const std::function<int()>& body) {
   install_cleanup_handlers();
+  const bool tty = isatty(STDERR_FILENO) == 1;
+  set_progress_callback([tty](const ProgressUpdate& u) { return draw_progress(tty, u); });
   bool verbose = false;
   add_global_options(app, verbose);
   try {

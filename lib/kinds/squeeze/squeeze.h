@@ -4,6 +4,7 @@
 // observation window. A query prunes coarse groups, then keeps fine clusters over the threshold.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/kmeans.h"
@@ -18,9 +19,11 @@ struct SqueezeParams {
   std::vector<double> quantiles{0.5, 0.7, 0.8, 0.9};
   int64_t iters = 20;
   double coarse_factor = 0.5;  // query rule "factor": keep groups scoring >= coarse_factor x the threshold
-  // Optional calibration queries instead of the dump's observation window: raw little-endian
-  // float32 [L, H_q, N, d] (N inferred from the size). Its SHA-256 goes in the params.
-  std::string calibration_path;
+  // Optional calibration queries instead of the dump's observation window: float32 [L, H_q, N, d],
+  // row-major, of the dump's L, H_q and d (N inferred from the count). The caller reads them (the
+  // CLI's --calibration-queries file: calibration_from_bytes); the SHA-256 of their little-endian
+  // bytes goes in the params.
+  std::vector<float> calibration_queries;
   KmeansOptions kmeans;  // both levels: flat, tree or automatic (common/kmeans.h)
 };
 
@@ -36,10 +39,12 @@ class SqueezeBuilder : public KindBuilder {
 
  private:
   SqueezeParams p_;
-  std::vector<float> calibration_;  // the --calibration-queries file, when given
   std::string calibration_sha256_;
 };
 
 std::vector<double> parse_quantiles(const std::string& s);  // "0.5,0.7"; USAGE on error
+// Calibration queries from the bytes of a raw little-endian float32 file; SHAPE_MISMATCH naming
+// `source` unless they are a non-empty whole number of floats.
+std::vector<float> calibration_from_bytes(std::string_view bytes, const std::string& source);
 
 }  // namespace kvtool

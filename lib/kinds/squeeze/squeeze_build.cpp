@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "common/cluster_build.h"
@@ -38,17 +37,19 @@ std::vector<double> parse_quantiles(const std::string& s) {
   return out;
 }
 
+std::vector<float> calibration_from_bytes(std::string_view bytes, const std::string& source) {
+  KVT_CHECK(!bytes.empty() && bytes.size() % 4 == 0, SHAPE_MISMATCH,
+            "'" << source << "' is not a float32 array (" << bytes.size() << " bytes)");
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
 SqueezeBuilder::SqueezeBuilder(SqueezeParams p) : p_(std::move(p)) {
-  if (p_.calibration_path.empty()) return;
-  std::ifstream f(p_.calibration_path, std::ios::binary);
-  KVT_CHECK(f.good(), IO_ERROR, "cannot open calibration queries '" << p_.calibration_path << "'");
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  KVT_CHECK(!data.empty() && data.size() % 4 == 0, SHAPE_MISMATCH,
-            "'" << p_.calibration_path << "' is not a float32 array (" << data.size() << " bytes)");
-  calibration_.resize(data.size() / 4);
-  std::memcpy(calibration_.data(), data.data(), data.size());
-  for (float x : calibration_) KVT_CHECK(std::isfinite(x), NON_FINITE, "the calibration queries hold NaN/Inf");
-  calibration_sha256_ = to_hex(sha256(data));
+  const std::vector<float>& cal = p_.calibration_queries;
+  if (cal.empty()) return;
+  for (float x : cal) KVT_CHECK(std::isfinite(x), NON_FINITE, "the calibration queries hold NaN/Inf");
+  calibration_sha256_ = to_hex(sha256(cal.data(), cal.size() * sizeof(float)));
 }
 
 json SqueezeBuilder::params() const {
@@ -60,7 +61,7 @@ json SqueezeBuilder::params() const {
             {"coarse_factor", p_.coarse_factor},
             {"assignment", "cosine"},
             {"centroid", "raw-mean"},
-            {"calibration", calibration_.empty() ? "dump /kv/q in the observation window" : "file"},
+            {"calibration", p_.calibration_queries.empty() ? "dump /kv/q in the observation window" : "file"},
             {"calibration_sha256", calibration_sha256_}};
   add_kmeans_params(j, p_.kmeans);
   return j;
@@ -150,7 +151,7 @@ PartOutput SqueezeBuilder::build_part(const PartInput& in) const {
   PartOutput out;
   out.meta = {{"indexed_rows", n}};
   if (n == 0) return out;
-  const std::vector<float> cal = calibration_queries(in, calibration_, p_.observation_window);
+  const std::vector<float> cal = calibration_queries(in, p_.calibration_queries, p_.observation_window);
   // Fine level: cosine k-means, stored centroid = mean of the raw keys of each final cluster.
   const int64_t kf =
       std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::floor(p_.percent_clusters / 100.0 * n))));

@@ -85,6 +85,14 @@ void BuildParams::get(const char* name, std::string& out) {
   out = v->get<std::string>();
 }
 
+void BuildParams::get_bytes(const char* name, std::string& out) {
+  const json* v = find(name);
+  if (!v) return;
+  KVT_CHECK(v->is_binary(), USAGE, kind_ << " parameter '" << name << "' must be bytes, got " << v->type_name());
+  const auto& b = v->get_binary();
+  out.assign(b.begin(), b.end());
+}
+
 void BuildParams::get_list_text(const char* name, std::string& out) {
   const json* v = find(name);
   if (!v) return;

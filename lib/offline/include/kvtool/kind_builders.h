@@ -31,6 +31,9 @@ class BuildParams {
   void get(const char* name, int64_t& out);      // an integer
   void get(const char* name, double& out);       // a finite number
   void get(const char* name, std::string& out);  // a string
+  // Bytes (a JSON binary value): data the caller read from a file for the kind, as squeeze's
+  // calibration_queries (the library opens no file named in parameters).
+  void get_bytes(const char* name, std::string& out);
   // A list of numbers as the comma-separated text the kind's option parser reads ("0.5,0.7"), or a
   // string given as such: the kind then parses and checks it exactly as the command line's value.
   void get_list_text(const char* name, std::string& out);
