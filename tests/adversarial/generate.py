@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The adversarial corpus of issue 14: digest-correct but structurally invalid artifacts of every
+"""The adversarial corpus: digest-correct but structurally invalid artifacts of every
 kind, resource bombs and lying dumps (formats/kvi-v1.md, formats/kinds-v1.md, formats/kvdump-v1.md).
 
 Usage: generate.py KVTOOL OUTDIR. Builds a small synthetic dump and one artifact of every kind with

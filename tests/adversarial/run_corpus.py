@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The adversarial corpus test (issue 14): generates the corpus (generate.py) into a temporary
+"""The adversarial corpus test: generates the corpus (generate.py) into a temporary
 directory and runs `kvtool verify`, `inspect`, `query`, `eval` and `load` on every file of it.
 Each run must exit with a code the case accepts (1: validation failed, reason printed; man/kvtool.1
 EXIT STATUS), print the reason code the case expects and a message holding the case's fragment (the

@@ -4,7 +4,7 @@
 // iterations, all rows, threads: one part per worker with single-threaded BLAS): the overhead of
 // kvtool around FAISS. Both sides interleaved, best of N (bench_common.h); prints each side's min
 // and median in rows·heads/s, the ratio of the mins and the peak RSS. Then the tree k-means
-// (--kmeans tree, what auto picks at this size; issue 17) against that flat build: its speed-up
+// (--kmeans tree, what auto picks at this size) against that flat build: its speed-up
 // and peak RSS (its quality against flat is gated by tests/quality/test_clusterkv_quality.sh).
 //
 //   kvtool_bench_clusterkv [--dump PATH] [--threads N] [--layers A-B] [--rounds N]

@@ -1,6 +1,6 @@
 // Shared pieces of the benchmarks: the synthetic 8 x 8 x 32768 x 128 fp16 dump, running a kvtool
 // builder as a child process to time it and read its own peak RSS, and the comparison protocol every
-// bench uses (issue 18, "Benches: interleaved, best-of-N"): both sides run N rounds, alternating
+// bench uses (interleaved, best of N): both sides run N rounds, alternating
 // which goes first, after one untimed read of their common input so the page cache treats them
 // alike; each side reports its min and median and the comparison is the ratio of the mins.
 #pragma once

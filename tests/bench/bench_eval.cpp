@@ -1,8 +1,8 @@
-// Benchmark (ctest -L bench, or by hand) of `kvtool eval` on issue 17's dump (1 layer x 8 kv heads
+// Benchmark (ctest -L bench, or by hand) of `kvtool eval` on a 32K-row dump (1 layer x 8 kv heads
 // x 32 query heads x 32,768 rows x d 128 f16, 64 query positions, seed 1; a pq artifact with
 // --prefix 32704), against two floors measured in the same run (interleaved, best of N,
 // bench_common.h):
-//  * `kvtool verify` of the dump (issue 17's "verify (for scale)": eval at most 4x its time);
+//  * `kvtool verify` of the dump, for scale (eval is meant to take at most 4x its time);
 //  * the BLAS floor: the two double GEMMs of the dense reference eval must compute (logits
 //    Q·K^T and outputs P·V for the 256 queries of each kv head), run in-process on as many workers
 //    as eval uses (single-threaded BLAS each), on buffers touched before the clock starts.

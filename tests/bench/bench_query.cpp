@@ -1,4 +1,4 @@
-// Decode-time query benchmark (issue 16, item 5; ctest -L bench, or by hand), against FAISS from the
+// Decode-time query benchmark (ctest -L bench, or by hand), against FAISS from the
 // same process, interleaved (bench_common.h). Dump: 1 layer x 8 kv heads x 32,768 rows x d 128,
 // 32 query heads (4 per kv head); every row indexed (no sink, no local window).
 //  1. One PQ query (one thread; the serving call: a batch of one) against faiss::IndexPQ::search

@@ -1,4 +1,4 @@
-// Benchmark (ctest -L bench, or by hand; issue 17, "Scale"): how each kind's build grows with the
+// Benchmark (ctest -L bench, or by hand): how each kind's build grows with the
 // context length. For T = 8,192, 32,768 and 131,072 rows of a synthetic [1, 8, T, 128] fp16 dump
 // (64 queries at the last positions, so squeeze calibrates on its default observation window), runs
 // `kvtool-KIND build` with defaults as its own process, best of N rounds, and prints each time, its

@@ -4,7 +4,7 @@
 // the normalized keys, then L2 k-means of the fine centroids; same counts, iterations, all rows,
 // threads): the overhead of kvtool around FAISS. Both sides interleaved, best of N
 // (bench_common.h); prints each side's min and median, the ratio of the mins and kvtool's peak RSS.
-// Then the tree k-means (--kmeans tree, what auto picks at this size; issue 17) against that flat
+// Then the tree k-means (--kmeans tree, what auto picks at this size) against that flat
 // build: its speed-up and peak RSS (its quality is gated by tests/quality/test_squeeze_quality.sh).
 //
 //   kvtool_bench_squeeze [--dump PATH] [--threads N] [--layers A-B] [--rounds N]

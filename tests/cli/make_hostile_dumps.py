@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes hostile kvdump files for tests/cli/test_security_dump.sh (issue 14, findings 12 and 13).
+"""Writes hostile kvdump files for tests/cli/test_security_dump.sh.
 
 Usage: make_hostile_dumps.py OUTDIR. Each file breaks exactly one rule of formats/kvdump-v1.md;
 ok.h5 breaks none. The writer follows the h5py example of that page.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Exit codes and common behaviour of the kvtool CLI (README.md, "Commands").
+# Exit codes and common behaviour of the kvtool CLI (the exit codes README.md documents).
 . "$(dirname "$0")/lib.sh"
 
 expect_exit 0 "$KVTOOL" --version

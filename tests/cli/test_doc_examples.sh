@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Every command example in README.md and the man pages runs as written (issue 13): the README's
-# shell blocks (except the ones named below) from a folder with ../shared next to it, after the
-# demo; each man page's EXAMPLES in a fresh folder holding the inputs its lines name. Not run here:
-# the quick start (it is CI itself), the Slurm recipe (tests/cli/test_slurm.sh runs those scripts),
-# the Kubernetes manifest (needs a cluster; tests/unit/test_cli_env.cpp) and the C fragment
-# (tests/install builds a consumer of the same API).
+# Every command example a reader can paste runs as written: the ```sh and ```python blocks of
+# README.md (after the demo, whose files the first block uses) and of each docs/*.md page (one
+# fresh folder per page), each from a folder with ../shared, build/, python/ and tests/ beside or
+# inside it as in a checkout; then the demo's echoed commands; then each man page's EXAMPLES in a
+# fresh folder holding the inputs its lines name. Blocks that cannot run here use another fence
+# language (```bash for the Slurm scripts, which tests/cli/test_slurm.sh submits to a real Slurm;
+# ```yaml for the Kubernetes manifest, whose environment tests/unit/test_cli_env.cpp simulates;
+# ```c for the C fragment, whose API tests/install builds a consumer of; ```text). Also skipped:
+# the quick start (it is CI itself) and Python blocks that import transformers, which needs a model
+# this machine does not have (tests/python/test_hf_recipe.py runs that recipe on a stand-in).
 . "$(dirname "$0")/lib.sh"
 # /usr/bin before the rest: man examples call python3 with numpy (Debian's interpreter).
 export PATH="$BIN:/usr/bin:$PATH"
@@ -54,23 +58,44 @@ run_block() {
   fi
 }
 
-# README: the demo first (the "next commands" use its files), then every block in order; then the
-# Python blocks with the build tree's package (the repository's build/ and python/ are linked in
-# for the paths the Python section uses).
+# checkout DIR: a folder laid out like the repository root for the paths examples use (the build
+# tree's build/, python/ for python/examples, tests/ for tests/llamacpp), with ../shared beside it.
 PYMOD="$(dirname "$BIN")/python"
 [ -d "$PYMOD/kvtool" ] || export NO_PYTHON_MODULE=1
-ln -s "$(dirname "$BIN")" root/build
-ln -s "$SRC/python" root/python
-ln -s "$SRC/tests" root/tests  # the llama.cpp section runs tests/llamacpp/ (real llama.cpp)
+checkout() {
+  mkdir -p "$1"
+  ln -s "$(dirname "$BIN")" "$1/build"
+  ln -s "$SRC/python" "$1/python"
+  ln -s "$SRC/tests" "$1/tests"
+}
+
+# run_page FILE DIR NAME: the shell blocks of FILE in order, then its Python blocks with the build
+# tree's package, all in DIR; prints how many blocks ran.
+run_page() {
+  local b n=0 sh py
+  sh=$(blocks "$1" "$3")
+  for b in $sh; do run_block "$b" "$2"; n=$((n + 1)); done
+  if [ -z "${NO_PYTHON_MODULE:-}" ]; then
+    py=$(blocks "$1" "$3-py" python)
+    for b in $py; do run_block "$b" "$2"; n=$((n + 1)); done
+  fi
+  PAGE_BLOCKS=$n
+}
+
+# README: the demo first (the "next commands" use its files), then every block in order.
+checkout root
 (cd root && kvtool demo > demo.out 2>&1) || fail "kvtool demo: $(tail -5 root/demo.out)"
-readme=$(blocks "$SRC/README.md" readme)
-[ "$(echo "$readme" | wc -l)" -ge 3 ] || fail "expected at least 3 runnable README blocks, found: $readme"
-for b in $readme; do run_block "$b" root; done
-if [ -z "${NO_PYTHON_MODULE:-}" ]; then
-  pyblocks=$(blocks "$SRC/README.md" readme-py python)
-  [ -n "$pyblocks" ] || fail "expected the README's Python example block"
-  for b in $pyblocks; do run_block "$b" root; done
-fi
+run_page "$SRC/README.md" root readme
+[ "$PAGE_BLOCKS" -ge 5 ] || fail "expected at least 5 runnable README blocks, ran $PAGE_BLOCKS"
+[ -n "${NO_PYTHON_MODULE:-}" ] || [ -f readme-py-0.py ] || fail "expected the README's Python example block"
+
+# docs/*.md: each page in its own folder, so that no page depends on another's files.
+for page in "$SRC"/docs/*.md; do
+  name=docs-$(basename "$page" .md)
+  checkout "$name"
+  run_page "$page" "$name" "$name"
+done
+ls docs-guide-pipelines-0.sh docs-import-0.sh >/dev/null || fail "docs examples not found"
 
 # The demo's echoed commands, pasted back (each line after "== ").
 grep '^== ' root/demo.out | sed 's/^== //' > demo-echo.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14, findings 3, 4, 10, 11 and 16 through the CLI: hostile artifacts written by a forger who
+# Hostile containers, manifests and signatures through the CLI: artifacts written by a forger who
 # knows formats/kvi-v1.md (every digest right) are refused with a reason, in bounded memory.
 . "$(dirname "$0")/lib.sh"
 

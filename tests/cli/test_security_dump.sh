@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14, findings 12 and 13 through the CLI: hostile HDF5 dumps written with h5py
+# Hostile dumps through the CLI: HDF5 dumps written with h5py
 # (make_hostile_dumps.py) or found by fuzz_dump (fuzz/crashes/) exit 1 with their reason from verify,
 # inspect and builds, never 3/4 or a signal, and the resource bombs stay under 200 MB peak RSS and 5 s.
 . "$(dirname "$0")/lib.sh"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14 regression tests through the CLI: re-packed artifacts (every digest right, the structure
+# Regression tests for the kinds' structure validation through the CLI: re-packed artifacts (every digest right, the structure
 # wrong) get the same reason from verify, query, eval and load — exit 1, never a signal — and load
 # replays a partial artifact on its own parts.
 . "$(dirname "$0")/lib.sh"

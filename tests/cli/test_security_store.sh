@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 14, findings 5 to 9, through the CLI: symlinks planted in the store, tenant poisoning,
-# damaged refs, the put/gc race and temporaries of killed writers; issue 13: text output.
+# The prefix store under attack, through the CLI: symlinks planted in the store, tenant poisoning,
+# damaged refs, the put/gc race and temporaries of killed writers; and text output by default.
 . "$(dirname "$0")/lib.sh"
 GEN=$BIN/kvtool-testgen
 for t in alice bob; do
@@ -100,7 +100,7 @@ echo partial >".x.h5.tmp.$dead.killed"
 [ -z "$(find . -maxdepth 1 -name '.x.h5.tmp.*')" ] || fail "finding 9: a stale temporary of x.h5 stayed"
 [ -s x.h5 ] || fail "finding 9: synth wrote no x.h5"
 
-# issue 13: put, rm and gc print text, JSON only with --json.
+# put, rm and gc print text, JSON only with --json.
 expect_exit 0 "$KVTOOL" store gc --store s9
 grep -q '^{' "$WORK/out" && fail "gc printed JSON without --json"
 contains "$WORK/out" "removed"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 item 1: README's Slurm recipe on a real one-node Slurm cluster. Starts munged, slurmctld
+# The Slurm recipe of docs/guide-pipelines.md on a real one-node Slurm cluster. Starts munged, slurmctld
 # and slurmd on this machine (own key, sockets, ports and state in the test's temporary directory),
 # submits tests/slurm/array.sbatch as a 4-task array (--shard auto) and tests/slurm/merge.sbatch as
 # a job that depends on it (afterok), then checks the merged artifact against an unsharded build.
@@ -13,20 +13,21 @@ export PATH=$PATH:/usr/sbin:/sbin
 SOURCE=${KVTOOL_SOURCE:-$(dirname "$0")/../..}
 SCRIPTS=$SOURCE/tests/slurm
 
-# README shows exactly the scripts this test submits: their command lines, verbatim (checked even
-# where Slurm cannot run).
-readme_shows() {
+# docs/guide-pipelines.md shows exactly the scripts this test submits: their command lines,
+# verbatim (checked even where Slurm cannot run).
+GUIDE=$SOURCE/docs/guide-pipelines.md
+guide_shows() {
   local f line
   for f in array merge; do
-    grep -qF "tests/slurm/$f.sbatch" "$SOURCE/README.md" || fail "README.md does not name tests/slurm/$f.sbatch"
+    grep -qF "tests/slurm/$f.sbatch" "$GUIDE" || fail "$GUIDE does not name tests/slurm/$f.sbatch"
     while IFS= read -r line; do
-      grep -qxF -- "$line" "$SOURCE/README.md" || fail "README.md does not show $f.sbatch's line: $line"
+      grep -qxF -- "$line" "$GUIDE" || fail "$GUIDE does not show $f.sbatch's line: $line"
     done < <(grep -v '^#' "$SCRIPTS/$f.sbatch")
   done
-  grep -qF -- "--dependency=afterok:" "$SOURCE/README.md" || fail "README.md has no afterok merge"
+  grep -qF -- "--dependency=afterok:" "$GUIDE" || fail "$GUIDE has no afterok merge"
   [ "$FAILS" = 0 ] || finish
 }
-readme_shows
+guide_shows
 
 [ "$(id -u)" = 0 ] || skip "needs root (SlurmUser=root; the jobs run as root)"
 for c in munged slurmctld slurmd sbatch squeue scontrol scancel; do
@@ -170,7 +171,7 @@ nothing_left() {
   [ -z "${left// /}" ] || fail "processes left running: $left"
 }
 
-# README's recipe: the array, then the merge once every task succeeded.
+# The documented recipe: the array, then the merge once every task succeeded.
 start=$(date +%s)
 array=$(sbatch --parsable --array=0-3 --cpus-per-task=1 --export=ALL,DUMP="$WORK/doc.h5" "$SCRIPTS/array.sbatch") ||
   fail "sbatch of the array"

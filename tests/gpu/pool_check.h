@@ -1,4 +1,4 @@
-// The runtime pool's device tier checked end to end (issue 18, item 1): the committed artifacts of
+// The runtime pool's device tier checked end to end: the committed artifacts of
 // tests/gpu/data (one per kind) are published into a host-only Pool and into a Pool whose device tier
 // is the given DeviceBackend, queried with many query vectors and settings, and every receipt is
 // compared with (a) the host tier's and (b) an independent brute-force scorer written from

@@ -1,6 +1,6 @@
-"""Hostile and confused inputs to kvtool.DumpWriter / write_dump / from_cache (issue 12 review).
+"""Hostile and confused inputs to kvtool.DumpWriter / write_dump / from_cache.
 
-Each block is the regression test of one finding of the review: the input, and what must happen now
+Each block is the regression test of one way the package was found to mishandle input: the input, and what must happen now
 (a kvtool.Error with the right reason and a message naming the argument, the output path and its
 folder left as they were, no temporary file). Where the old behaviour was a silently wrong dump, the
 dump is also read back or run through `kvtool verify`.

@@ -1,6 +1,6 @@
-"""README recipe "HF transformers past_key_values -> kvtool.from_cache, capturing queries with hooks".
+"""The Hugging Face recipe: transformers' past_key_values -> kvtool.from_cache, queries captured with hooks.
 
-Part 2 (at the end) runs the README's transformers block itself, verbatim, against a stand-in
+Part 2 (at the end) runs the transformers block of docs/python.md itself, verbatim, against a stand-in
 ``transformers`` package and checks the dump against the stand-in model's own K, V and Q.
 
 transformers is not installed here, so the model is the PyTorch llama2.c example
@@ -9,7 +9,7 @@ transformers is not installed here, so the model is the PyTorch llama2.c example
 ``value_cache`` lists (HF DynamicCache). The recipe's steps are run as a user writes them:
 
 1. forward hooks record the post-RoPE queries of every layer (here on ``attn.q_rope``; in HF
-   Llama the README's hook recomputes them from ``q_proj`` and ``position_embeddings``);
+   Llama the documented hook recomputes them from ``q_proj`` and ``position_embeddings``);
 2. the prompt runs in one call (prefill), then greedy steps reuse the cache (decode) — queries of
    the decode steps only are kept, as ``kvtool eval`` wants queries after the indexed prefix;
 3. ``kvtool.from_cache`` writes the DynamicCache-style object and the legacy tuple of ``(k, v)``.
@@ -134,7 +134,7 @@ with tempfile.TemporaryDirectory(prefix="kvtool-hf-") as w:
           f"verify and match the cache; eval retained mass {r['budgets'][0]['retained_mass_mean']:.3f}")
 
 
-# ---- The README's transformers block, run verbatim against a stand-in transformers ------------------
+# ---- docs/python.md's transformers block, run verbatim against a stand-in transformers -------------
 # A small Llama with Hugging Face's module names (model.model.layers[i].self_attn.q_proj,
 # model.model.rotary_emb), config fields, rotate-half RoPE (apply_rotary_pos_emb) and a layer-API
 # DynamicCache (layers[i].keys/.values), as transformers 4.56/4.57 define them. Each attention keeps
@@ -250,16 +250,16 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
 '''
 
 
-def readme_transformers_block():
+def documented_transformers_block():
     import re
-    text = open(os.path.join(SOURCE, "README.md")).read()
+    text = open(os.path.join(SOURCE, "docs", "python.md")).read()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "from transformers" in b]
     if len(blocks) != 1:
-        fail(f"expected one README Python block using transformers, found {len(blocks)}")
+        fail(f"expected one docs/python.md Python block using transformers, found {len(blocks)}")
     return blocks[0]
 
 
-with tempfile.TemporaryDirectory(prefix="kvtool-hf-readme-") as w:
+with tempfile.TemporaryDirectory(prefix="kvtool-hf-recipe-") as w:
     pkg = os.path.join(w, "mods", "transformers")
     os.makedirs(os.path.join(pkg, "models", "llama"))
     open(os.path.join(pkg, "__init__.py"), "w").write(STAND_IN)
@@ -273,26 +273,26 @@ with tempfile.TemporaryDirectory(prefix="kvtool-hf-readme-") as w:
     os.chdir(w)
     try:
         scope = {}
-        exec(compile(readme_transformers_block(), "README.md (transformers block)", "exec"), scope)
+        exec(compile(documented_transformers_block(), "docs/python.md (transformers block)", "exec"), scope)
     finally:
         os.chdir(cwd)
         sys.path.remove(os.path.join(w, "mods"))
     m, ids = scope["model"], scope["input_ids"]
     p = os.path.join(w, "hf-prompt.h5")
     if kvtool.verify(p).get("ok") is not True:
-        fail("README transformers block: the dump does not verify")
+        fail("docs/python.md transformers block: the dump does not verify")
     with h5py.File(p, "r") as f:
         if f["kv/k"].shape != (3, 2, ids.shape[1], 8) or f["kv/q"].shape != (3, 6, ids.shape[1], 8):
-            fail(f"README transformers block: shapes {f['kv/k'].shape}, {f['kv/q'].shape}")
+            fail(f"docs/python.md transformers block: shapes {f['kv/k'].shape}, {f['kv/q'].shape}")
         for layer, block in enumerate(m.model.layers):
             cache = scope["out"].past_key_values.layers[layer]
             for ds, ref in (("k", cache.keys), ("v", cache.values), ("q", block.self_attn.used_q)):
                 if not np.array_equal(f["kv/" + ds][layer], ref[0].detach().numpy().astype(np.float16)):
-                    fail(f"README transformers block: /kv/{ds} layer {layer} is not the model's tensor")
+                    fail(f"docs/python.md transformers block: /kv/{ds} layer {layer} is not the model's tensor")
         if not np.array_equal(f["kv/tokens"][:], ids[0].numpy()):
-            fail("README transformers block: /kv/tokens differ from input_ids")
+            fail("docs/python.md transformers block: /kv/tokens differ from input_ids")
         sha = hashlib.sha256(b"stand-in weights").hexdigest()
         if f.attrs["model_artifact_sha256"] != sha or '"half"' not in f.attrs["rope_config"]:
-            fail("README transformers block: identity attributes")
-    print(f"ok: README transformers block (run on torch {torch.__version__}): K, V and hook-recomputed post-RoPE "
+            fail("docs/python.md transformers block: identity attributes")
+    print(f"ok: docs/python.md transformers block (run on torch {torch.__version__}): K, V and hook-recomputed post-RoPE "
           f"Q equal the stand-in model's, T={ids.shape[1]}")

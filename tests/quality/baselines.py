@@ -1,4 +1,4 @@
-"""Quality gates of issue 18 (tests/quality/test_*_quality.sh): an index's retained attention mass
+"""Quality gates (tests/quality/test_*_quality.sh): an index's retained attention mass
 against selectors a user could deploy without it, recomputed in numpy from the dump.
 
 The dense reference is the one of tests/interop/test_eval_numpy.py (and kvtool eval): for a query
@@ -13,7 +13,7 @@ Baselines, each with the same n rows per query as the index selected (eval --csv
            query: what a user could deploy from the prefix alone (H2O-style heavy hitters). Three
            accumulations: the plain sum (H2O), the mean over the queries that see the row, and the
            sum over the last RECENT prefix queries; the gate uses the best of the three
-  hindsight  as h2o but accumulated over the test queries themselves (not deployable; issue 18 #4)
+  hindsight  as h2o but accumulated over the test queries themselves (not deployable: an upper reference)
 
 Usage: baselines.py gate --kind K --model M --dump D.h5 --artifact A.kvi --setting LABEL ... (see
 main()). Prints one line with every number per (kind, model, setting), then a FAIL line per gate

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quality gate (issues: kvtool-clusterkv, 18): --tokens-per-cluster 8, --budget 0.1, default
+# Quality gate for clusterkv (retained mass against the oracle and baselines): --tokens-per-cluster 8, --budget 0.1, default
 # centroid rule (raw-mean), real f32 dumps of the three shared models (as test_pq_quality.sh).
 # Per model (tests/quality/baselines.py prints every number):
 # - ratio retained / oracle >= 0.80 / 0.60 / 0.60 (cheaders: measured 0.647, 0.02 off, rounded
@@ -11,8 +11,8 @@
 #   the key bytes of a row;
 # - the tree k-means forced (--kmeans tree, leaves of at most 8 clusters: ~6 leaves here, where auto
 #   and the default leaf of 64 would give the flat k-means itself) retains at most 0.01 less than
-#   the flat build at the gated budget (issue 17; measured differences +0.0004, -0.0059, +0.0052).
-# Equal index bytes (issue 15): f16 centroids with 5 tokens per cluster (raw bytes per indexed row
+#   the flat build at the gated budget (the tree must not cost quality; measured differences +0.0004, -0.0059, +0.0052).
+# Equal index bytes: f16 centroids with 5 tokens per cluster (raw bytes per indexed row
 # 4 + (2d+8)/5, below 8 f32 tokens' 4 + (4d+8)/8 for every d > 6, equal at d = 6) retain at least 0.05 more of
 # the oracle on cheaders and no less on the other two, at the same selected fraction and no more
 # raw section bytes (baselines.py --gain-over; stored bytes printed).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quality gate (issues: kvtool-pq, 18): default pq parameters, --budget 0.1, real f32 dumps of the
+# Quality gate for pq (retained mass against the oracle and baselines): default pq parameters, --budget 0.1, real f32 dumps of the
 # three shared models (stories260K 512 tokens --prefix 384, babyllama361 256 tokens --prefix 192,
 # cheaders 512 tokens --prefix 384). Per model (tests/quality/baselines.py prints every number):
 # - ratio retained / oracle >= 0.90 / 0.75 / 0.70 (cheaders: measured 0.734 rounded down to 0.05
@@ -11,7 +11,7 @@
 #   rounding to whole rows moves it by at most 0.0031);
 # - raw section bytes equal formats/kinds-v1.md §3.3 and stored bytes per indexed row are at most
 #   half the key bytes of a row.
-# Equal index bytes (issue 15): f16 codebooks with one more bit (-b 7 --codebook-dtype f16: the
+# Equal index bytes: f16 codebooks with one more bit (-b 7 --codebook-dtype f16: the
 # codebook bytes of -b 6 in f32, the same u8 codes) retain at least 0.05 more of the oracle on
 # cheaders and no less on the other two, at the same selected fraction and no more raw section bytes
 # (baselines.py --gain-over; stored bytes printed).

@@ -1,6 +1,7 @@
-// Batched queries allocate nothing once warm (issue 16, item 1): every operator new of the process
-// is counted while a warm batch runs. Every kind (squeeze with each of its passes: the bound rule,
-// flat, the factor rule) must stay at zero on one thread and spread over two.
+// Batched queries allocate nothing once warm (a decode step must not wait on the allocator): every
+// operator new of the process is counted while a warm batch runs. Every kind (squeeze with each of
+// its passes: the bound rule, flat, the factor rule) must stay at zero on one thread and spread
+// over two.
 // A separate executable: replacing the global operator new in kvtool_unit would hide ASan's own.
 #include <algorithm>
 #include <atomic>

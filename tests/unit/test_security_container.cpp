@@ -1,5 +1,5 @@
-// Regression tests for the container, manifest and signature findings of issue 14 (3, 4, 10, 11,
-// 16): each builds the hostile file the review described and checks the reader's answer.
+// Regression tests for the container, manifest and signature readers: each builds a hostile file
+// (valid digests around broken structure, forged signatures, bombs) and checks the reader's answer.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>

@@ -1,4 +1,4 @@
-// Regression tests for issue 14, findings 2, 12 (dumps), 13 and 14 (source bindings): the dump reader
+// Regression tests for hostile dumps and source bindings: the dump reader
 // and an artifact's source binding accept exactly what formats/kvdump-v1.md allows, builds apply
 // the same checks as `verify`, and a dump's claimed shape never drives memory or time.
 #include <sys/resource.h>

@@ -1,4 +1,4 @@
-// Issue 14 regression tests for the kinds' structure validation and the one admission path
+// Regression tests for the kinds' structure validation and the one admission path
 // (lib/runtime/include/kvtool/admission.h): re-packed artifacts whose every digest is right but
 // whose structure is not are refused with a reason by verify, the pool and the query path alike.
 #include <catch2/catch.hpp>

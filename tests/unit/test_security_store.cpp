@@ -1,4 +1,4 @@
-// Regression tests for issue 14, findings 5 to 9: the prefix store under an attacker who can plant
+// Regression tests for the prefix store under an attacker who can plant
 // files in the store directory, another tenant, races between put and gc, and killed writers.
 #include <fcntl.h>
 #include <signal.h>
