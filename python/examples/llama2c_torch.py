@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small PyTorch forward pass of the llama2.c architecture that dumps its K/V cache with kvtool.
 
-This is the worked example of README.md, "Python": a real PyTorch model that
+This is the worked example of docs/python.md: a real PyTorch model that
 
 * returns an HF-style cache (``Cache``: ``key_cache`` / ``value_cache`` lists of
   ``[batch, kv_heads, T, head_dim]`` tensors, post-RoPE keys as llama2.c caches them),

@@ -2,7 +2,7 @@
 and artifacts, build and evaluate indexes, and query them in a runtime pool.
 
 Usable from the build tree with ``PYTHONPATH=<build>/python``; ``cmake --install`` installs it
-for the interpreter. See README.md, "Python".
+for the interpreter. See docs/python.md.
 """
 from . import _kvtool
 from .errors import Error, InternalError, InvalidInputError, IOError, UsageError

@@ -17,7 +17,7 @@
 
 namespace kvtool::cli {
 
-// Runs `body` (which parses and executes) and maps every failure to an exit code (README.md, "Commands"):
+// Runs `body` (which parses and executes) and maps every failure to an exit code (README.md, "Exit codes"):
 // CLI11 parse errors → 2 (help/version → 0), kvtool::Error → its reason's code, anything else → 4.
 // With *json_errors set, failures are also printed as {"ok":false,...} on stdout.
 int run(const std::string& tool, CLI::App& app, int argc, char** argv, const bool* json_errors,

@@ -89,9 +89,9 @@ Budget Budget::parse(const std::string& s) {
       b.fraction = false;
     }
   } catch (...) {
-    KVT_THROW(USAGE, "--budget '" << s
-                                  << "' must be a fraction of the indexed rows in (0, 1) such as 0.1, a percentage "
-                                     "such as 10%, or a row count such as 64 (at most 2^53)");
+    KVT_THROW(USAGE, "budget '" << s
+                                << "' must be a fraction of the indexed rows in (0, 1) such as 0.1, a percentage "
+                                   "such as 10%, or a row count such as 64 (at most 2^53)");
   }
   return b;
 }
@@ -135,7 +135,7 @@ std::vector<QueryOption> budget_query_options() {
 }
 
 // From near the sink/local floor to well past eval's default 0.1: where the budget kinds' curves
-// bend (README "PQCache quality" and "ClusterKV quality" quote 0.05 to 0.2).
+// bend (docs/quality.md, "PQCache quality" and "ClusterKV quality", quote 0.05 to 0.2).
 std::vector<std::string> budget_curve() { return {"0.02", "0.05", "0.1", "0.2", "0.3"}; }
 
 std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const QuerySettings& s) {

@@ -1,4 +1,4 @@
-// Runtime pool (README.md, "Runtime pool (libkvtool)"): signed artifacts published into host and device memory under
+// Runtime pool (docs/runtime.md): signed artifacts published into host and device memory under
 // generations, leased by readers, queried per (layer, query head), retired and evicted.
 //
 // A publication is a transaction: reserve (budgets, LRU eviction of unleased generations) → copy
