@@ -6,6 +6,7 @@
 
 #include "env.h"
 #include "kvtool/error.h"
+#include "kvtool/layers.h"
 
 namespace kvtool::cli {
 
@@ -37,14 +38,7 @@ void parse_shard(const std::string& spec, int64_t& index, int64_t& count, int64_
 }
 
 void parse_layers(const std::string& spec, int64_t& first, int64_t& last) {
-  auto dash = spec.find('-');
-  if (dash == std::string::npos) {
-    first = last = parse_int(spec, "--layers");
-  } else {
-    first = parse_int(spec.substr(0, dash), "--layers");
-    last = parse_int(spec.substr(dash + 1), "--layers");
-  }
-  KVT_CHECK(first >= 0 && last >= first, USAGE, "--layers '" << spec << "' is an empty or negative range");
+  parse_layer_range(spec, "--layers", first, last);
 }
 
 int64_t parse_bytes(const std::string& s) {

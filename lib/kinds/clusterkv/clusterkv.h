@@ -8,6 +8,7 @@
 #include "common/kmeans.h"
 #include "kvtool/append.h"
 #include "kvtool/builder.h"
+#include "kvtool/layers.h"  // parse_layer_list: dense_layers
 
 namespace kvtool {
 
@@ -23,8 +24,7 @@ struct ClusterKvParams {
   KmeansOptions kmeans;                // flat, tree or automatic (common/kmeans.h)
 };
 
-CentroidRule parse_centroid_rule(const std::string& s);       // "raw-mean" | "spherical"; USAGE otherwise
-std::vector<int64_t> parse_layer_list(const std::string& s);  // "0,1" or "0-1,5"; USAGE otherwise
+CentroidRule parse_centroid_rule(const std::string& s);  // "raw-mean" | "spherical"; USAGE otherwise
 
 class ClusterKvBuilder : public KindBuilder {
  public:

@@ -32,32 +32,7 @@ int64_t cluster_count(const ClusterKvParams& p, int64_t n) {
 CentroidRule parse_centroid_rule(const std::string& s) {
   if (s == "raw-mean") return CentroidRule::raw_mean;
   if (s == "spherical") return CentroidRule::spherical;
-  KVT_THROW(USAGE, "--centroid must be raw-mean or spherical, got '" << s << "'");
-}
-
-std::vector<int64_t> parse_layer_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    // "A" or "A-B" (inclusive); the same messages as the CLI's --layers.
-    auto layer = [](const std::string& t) -> int64_t {
-      size_t pos = std::string::npos;
-      long long v = 0;
-      try {
-        v = std::stoll(t, &pos);
-      } catch (...) {}
-      KVT_CHECK(pos == t.size(), USAGE, "'" << t << "' is not an integer (--layers)");
-      return v;
-    };
-    const size_t dash = item.find('-');
-    const int64_t a = layer(item.substr(0, dash)), b = dash == std::string::npos ? a : layer(item.substr(dash + 1));
-    KVT_CHECK(a >= 0 && b >= a, USAGE, "--layers '" << item << "' is an empty or negative range");
-    for (int64_t l = a; l <= b; ++l) out.push_back(l);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+  KVT_THROW(USAGE, "centroid must be raw-mean or spherical, got '" << s << "'");
 }
 
 json ClusterKvBuilder::params() const {
@@ -73,11 +48,11 @@ json ClusterKvBuilder::params() const {
 }
 
 void ClusterKvBuilder::check(int64_t) const {
-  KVT_CHECK(p_.clusters > 0 || p_.tokens_per_cluster >= 1, USAGE, "--tokens-per-cluster must be >= 1");
-  KVT_CHECK(p_.clusters >= 0 && p_.clusters < (int64_t{1} << 31), USAGE, "--clusters must be positive");
-  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "--iters must be in 1..10000");
+  KVT_CHECK(p_.clusters > 0 || p_.tokens_per_cluster >= 1, USAGE, "tokens_per_cluster must be >= 1");
+  KVT_CHECK(p_.clusters >= 0 && p_.clusters < (int64_t{1} << 31), USAGE, "clusters must be positive");
+  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "iters must be in 1..10000");
   KVT_CHECK(p_.centroid_dtype == "f32" || p_.centroid_dtype == "f16", USAGE,
-            "--centroid-dtype must be f32 or f16, got '" << p_.centroid_dtype << "'");
+            "centroid_dtype must be f32 or f16, got '" << p_.centroid_dtype << "'");
   check_kmeans_options(p_.kmeans);
 }
 
@@ -117,7 +92,7 @@ class ClusterKvAppender : public KindAppender {
     windows_ = avail > 0 ? avail / window_ : 0;
     KVT_CHECK(windows_ >= 1, USAGE,
               "no sealed window: " << std::max<int64_t>(avail, 0) << " new rows past the indexed end " << before_.end()
-                                   << " (need --window " << window_ << ")");
+                                   << " (need window " << window_ << ")");
     new_end_ = before_.end() + windows_ * window_;
     E_ = new_end_ + before_.local;  // the local window stays outside the index
     const json& params = old.manifest()["params"];
@@ -178,7 +153,7 @@ ClusterKvAppendSummary clusterkv_append(const std::string& artifact, const std::
                                         const std::string& output, int64_t prefix, int64_t window,
                                         int64_t window_clusters, const std::string& sign_key, bool quiet) {
   KVT_CHECK(window >= 1 && window_clusters >= 1 && window_clusters <= window, USAGE,
-            "--window must be >= 1 and --window-clusters in 1..window");
+            "window must be >= 1 and window_clusters in 1..window");
   ClusterKvAppender appender(window, window_clusters);
   return appender.summary(append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender));
 }

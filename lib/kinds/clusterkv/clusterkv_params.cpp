@@ -25,7 +25,7 @@ std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params) {
   in.finish();
   p.centroid = parse_centroid_rule(centroid);
   p.kmeans.method = parse_kmeans_method(kmeans);
-  if (!dense.empty()) p.dense_layers = parse_layer_list(dense);
+  if (!dense.empty()) p.dense_layers = parse_layer_list(dense, "dense_layers");
   return std::make_unique<ClusterKvBuilder>(p);
 }
 

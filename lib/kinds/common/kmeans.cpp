@@ -20,7 +20,7 @@ KmeansMethod parse_kmeans_method(const std::string& s) {
   if (s == "flat") return KmeansMethod::flat;
   if (s == "tree") return KmeansMethod::tree;
   if (s == "auto") return KmeansMethod::automatic;
-  KVT_THROW(USAGE, "--kmeans must be flat, tree or auto, got '" << s << "'");
+  KVT_THROW(USAGE, "kmeans must be flat, tree or auto, got '" << s << "'");
 }
 
 const char* kmeans_method_name(KmeansMethod m) {
@@ -28,8 +28,8 @@ const char* kmeans_method_name(KmeansMethod m) {
 }
 
 void check_kmeans_options(const KmeansOptions& o) {
-  KVT_CHECK(o.branching >= 2 && o.branching <= 1024, USAGE, "--kmeans-branching must be in 2..1024");
-  KVT_CHECK(o.leaf_clusters >= 1 && o.leaf_clusters < (int64_t{1} << 31), USAGE, "--kmeans-leaf-clusters must be >= 1");
+  KVT_CHECK(o.branching >= 2 && o.branching <= 1024, USAGE, "kmeans_branching must be in 2..1024");
+  KVT_CHECK(o.leaf_clusters >= 1 && o.leaf_clusters < (int64_t{1} << 31), USAGE, "kmeans_leaf_clusters must be >= 1");
 }
 
 void add_kmeans_params(json& params, const KmeansOptions& o) {

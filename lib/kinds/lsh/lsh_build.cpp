@@ -67,8 +67,8 @@ json LshBuilder::params() const {
 }
 
 void LshBuilder::check(int64_t) const {
-  KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, USAGE, "--bits must be in 1..16 (got " << p_.bits << ")");
-  KVT_CHECK(p_.tables >= 1 && p_.tables <= 4096, USAGE, "--tables must be in 1..4096 (got " << p_.tables << ")");
+  KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, USAGE, "bits must be in 1..16 (got " << p_.bits << ")");
+  KVT_CHECK(p_.tables >= 1 && p_.tables <= 4096, USAGE, "tables must be in 1..4096 (got " << p_.tables << ")");
 }
 
 PartOutput LshBuilder::build_part(const PartInput& in) const {

@@ -171,7 +171,7 @@ class LshSelector : public PartSelector {
   }
   void check(const SelectRequest& req) const {
     const int64_t c = params_of<LshParams>(req).min_collisions;
-    KVT_CHECK(c >= 1 && c <= lay_.tables, USAGE, "--min-collisions must be in 1.." << lay_.tables);
+    KVT_CHECK(c >= 1 && c <= lay_.tables, USAGE, "min_collisions must be in 1.." << lay_.tables);
   }
   // Every row with >= c collisions, with its inclusion probability when the full keys are given.
   void emit(const SelectRequest& req, const uint16_t* count, Selection& out) const {

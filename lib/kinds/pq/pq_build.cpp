@@ -72,8 +72,9 @@ double calibrated_eta(const PartInput& in) {
   const DumpReader& dump = *in.dump;
   const auto& info = dump.info();
   const int64_t d = in.head_dim, rb = in.row_begin(), re = in.row_end(), E = in.coverage_end;
-  KVT_CHECK(info.has_q, NO_QUERIES,
-            "--loss anisotropic derives --anisotropic-eta from /kv/q queries (dump with --queries) or takes a value");
+  KVT_CHECK(
+      info.has_q, NO_QUERIES,
+      "loss anisotropic derives anisotropic_eta from /kv/q queries (a dump written with queries) or takes a value");
   const std::vector<int64_t> qpos = dump.q_positions();
   std::vector<float> Q(static_cast<size_t>(info.geo.q_tokens * d)), u(in.keys + rb * d, in.keys + re * d);
   for (int64_t i = 0; i < re - rb; ++i) {
@@ -110,7 +111,7 @@ double calibrated_eta(const PartInput& in) {
   }
   KVT_CHECK(num > 0 && den > 0 && std::isfinite(num / den), NO_QUERIES,
             "no usable queries of part (" << in.layer << ", " << in.kv_head << ") before position " << E - 1
-                                          << " to derive --anisotropic-eta from; give a value");
+                                          << " to derive anisotropic_eta from; give a value");
   return static_cast<double>(d - 1) * num / den;
 }
 
@@ -132,19 +133,19 @@ json PqBuilder::params() const {
 }
 
 void PqBuilder::check(int64_t d) const {
-  KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, USAGE, "--bits must be in 1..16 (got " << p_.bits << ")");
-  KVT_CHECK(p_.subspaces >= 1, USAGE, "--subspaces must be positive");
+  KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, USAGE, "bits must be in 1..16 (got " << p_.bits << ")");
+  KVT_CHECK(p_.subspaces >= 1, USAGE, "subspaces must be positive");
   KVT_CHECK(
       d % p_.subspaces == 0, USAGE,
-      "--subspaces " << p_.subspaces << " does not divide the head dim " << d << " (choose a divisor of " << d << ")");
-  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "--iters must be in 1..10000");
+      "subspaces " << p_.subspaces << " does not divide the head dim " << d << " (choose a divisor of " << d << ")");
+  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "iters must be in 1..10000");
   KVT_CHECK(p_.max_points_per_centroid >= 1, USAGE, "max points per centroid must be positive");
   KVT_CHECK(p_.loss == "l2" || p_.loss == "anisotropic", USAGE,
-            "--loss must be l2 or anisotropic (got " << p_.loss << ")");
+            "loss must be l2 or anisotropic (got " << p_.loss << ")");
   KVT_CHECK(p_.codebook_dtype == "f32" || p_.codebook_dtype == "f16", USAGE,
-            "--codebook-dtype must be f32 or f16 (got " << p_.codebook_dtype << ")");
+            "codebook_dtype must be f32 or f16 (got " << p_.codebook_dtype << ")");
   KVT_CHECK(std::isfinite(p_.anisotropic_eta) && p_.anisotropic_eta >= 0, USAGE,
-            "--anisotropic-eta must be 0 (derived from the dump's queries) or a finite number > 0 (got "
+            "anisotropic_eta must be 0 (derived from the dump's queries) or a finite number > 0 (got "
                 << p_.anisotropic_eta << ")");
 }
 
@@ -208,7 +209,7 @@ class PqAppender : public KindAppender {
   AppendPlan plan(const ArtifactReader& old, int64_t prefix) override {
     E0_ = old.source().coverage_end;
     E_ = prefix;
-    KVT_CHECK(E_ >= E0_, USAGE, "--prefix " << E_ << " is below the artifact's coverage end " << E0_);
+    KVT_CHECK(E_ >= E0_, USAGE, "prefix " << E_ << " is below the artifact's coverage end " << E0_);
     lay_ = PqLayout::of(old);
     read_loss(old.manifest()["params"]);
     before_ = after_ = IndexedRows::of(old);

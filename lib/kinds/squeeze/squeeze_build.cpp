@@ -30,10 +30,10 @@ std::vector<double> parse_quantiles(const std::string& s) {
       KVT_CHECK(pos == item.size() && v > 0 && v < 1, USAGE, "bad quantile");
       out.push_back(v);
     } catch (...) {
-      KVT_THROW(USAGE, "--quantiles '" << s << "' must be comma-separated numbers in (0, 1)");
+      KVT_THROW(USAGE, "quantiles '" << s << "' must be comma-separated numbers in (0, 1)");
     }
   }
-  KVT_CHECK(!out.empty(), USAGE, "--quantiles is empty");
+  KVT_CHECK(!out.empty(), USAGE, "quantiles is empty");
   return out;
 }
 
@@ -68,11 +68,11 @@ json SqueezeBuilder::params() const {
 }
 
 void SqueezeBuilder::check(int64_t) const {
-  KVT_CHECK(p_.percent_clusters > 0 && p_.percent_clusters <= 100, USAGE, "--percent-clusters must be in (0, 100]");
-  KVT_CHECK(p_.coarse_percent > 0 && p_.coarse_percent <= 100, USAGE, "--coarse-percent must be in (0, 100]");
-  KVT_CHECK(p_.observation_window >= 1, USAGE, "--observation-window must be >= 1");
-  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "--iters must be in 1..10000");
-  KVT_CHECK(p_.coarse_factor >= 0 && p_.coarse_factor <= 1, USAGE, "--coarse-factor must be in [0, 1]");
+  KVT_CHECK(p_.percent_clusters > 0 && p_.percent_clusters <= 100, USAGE, "percent_clusters must be in (0, 100]");
+  KVT_CHECK(p_.coarse_percent > 0 && p_.coarse_percent <= 100, USAGE, "coarse_percent must be in (0, 100]");
+  KVT_CHECK(p_.observation_window >= 1, USAGE, "observation_window must be >= 1");
+  KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "iters must be in 1..10000");
+  KVT_CHECK(p_.coarse_factor >= 0 && p_.coarse_factor <= 1, USAGE, "coarse_factor must be in [0, 1]");
   KVT_CHECK(!p_.quantiles.empty(), USAGE, "no quantiles");
   check_kmeans_options(p_.kmeans);
 }
@@ -117,7 +117,7 @@ std::vector<float> calibration_queries(const PartInput& in, const std::vector<fl
   if (!file.empty()) {
     const int64_t per = info.geo.layers * info.geo.q_heads * d;
     KVT_CHECK(static_cast<int64_t>(file.size()) % per == 0, SHAPE_MISMATCH,
-              "--calibration-queries holds " << file.size() << " floats, not a multiple of L x H_q x d = " << per);
+              "calibration_queries holds " << file.size() << " floats, not a multiple of L x H_q x d = " << per);
     const int64_t N = static_cast<int64_t>(file.size()) / per;
     for (int64_t h = 0; h < info.geo.q_heads; ++h)
       if (mapped(h)) {
@@ -127,7 +127,7 @@ std::vector<float> calibration_queries(const PartInput& in, const std::vector<fl
     return out;
   }
   KVT_CHECK(info.has_q, NO_QUERIES,
-            "squeeze calibration needs /kv/q queries (dump with --queries) or --calibration-queries");
+            "squeeze calibration needs /kv/q queries (a dump written with queries) or calibration_queries");
   std::vector<int64_t> qpos = dump.q_positions();
   const int64_t w0 = std::max<int64_t>(0, in.coverage_end - window);
   std::vector<size_t> qsel;

@@ -55,7 +55,7 @@ AppendSummary append_generation(const std::string& artifact, const std::string& 
   check_source(old.source(), dump, false);  // rows under the old coverage must be unchanged
   const int64_t frontier = dump.info().committed_frontier;
   const int64_t P = prefix < 0 ? frontier : prefix;
-  KVT_CHECK(P <= frontier, USAGE, "--prefix " << P << " is beyond the dump's committed frontier " << frontier);
+  KVT_CHECK(P <= frontier, USAGE, "prefix " << P << " is beyond the dump's committed frontier " << frontier);
   const AppendPlan plan = kind.plan(old, P);
   SourceBinding binding = bind_source(dump, plan.coverage_end);
   const json& m = old.manifest();

@@ -94,12 +94,12 @@ BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& op
   const auto& g = info.geo;
   const int64_t E = opt.prefix < 0 ? info.committed_frontier : opt.prefix;
   KVT_CHECK(E <= info.committed_frontier, USAGE,
-            "--prefix " << E << " is beyond the dump's committed frontier " << info.committed_frontier);
+            "prefix " << E << " is beyond the dump's committed frontier " << info.committed_frontier);
   const int64_t sink = opt.sink < 0 ? kind.default_sink() : opt.sink;
   const int64_t local = opt.local < 0 ? kind.default_local() : opt.local;
   const int64_t lf = opt.layer_first, ll = opt.layer_last < 0 ? g.layers - 1 : opt.layer_last;
   KVT_CHECK(lf >= 0 && lf <= ll && ll < g.layers, USAGE,
-            "--layers " << lf << "-" << ll << " is outside the dump's layers 0-" << g.layers - 1);
+            "layers " << lf << "-" << ll << " is outside the dump's layers 0-" << g.layers - 1);
   KVT_CHECK(opt.shard_count >= 1 && opt.shard_index >= 0 && opt.shard_index < opt.shard_count, USAGE, "bad shard");
   kind.check(g.head_dim);
   KVT_CHECK(opt.threads >= 0 && opt.threads <= kMaxThreads, USAGE,

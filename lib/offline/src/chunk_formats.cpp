@@ -162,12 +162,12 @@ struct Geometry {
 
 Geometry required_geometry(const ChunkImportOptions& o) {
   KVT_CHECK(o.layers > 0 && o.kv_heads > 0 && o.head_dim > 0 && !o.src_dtype.empty(), USAGE,
-            "--format " << o.format << " files carry no shape or dtype: give --layers, --kv-heads, --head-dim and "
-                        << "--src-dtype (the model's and the cache's)");
+            "format " << o.format << " files carry no shape or dtype: give layers, kv_heads, head_dim and "
+                      << "src_dtype (the model's and the cache's)");
   KVT_CHECK(o.layers <= kMaxDumpLayers && o.kv_heads <= kMaxDumpHeads && o.head_dim <= kMaxDumpHeadDim, USAGE,
-            "--layers, --kv-heads and --head-dim are limited to " << kMaxDumpLayers << ", " << kMaxDumpHeads << " and "
-                                                                  << kMaxDumpHeadDim);
-  return {o.layers, o.kv_heads, o.head_dim, parse_elem(o.src_dtype, "--src-dtype")};
+            "layers, kv_heads and head_dim are limited to " << kMaxDumpLayers << ", " << kMaxDumpHeads << " and "
+                                                            << kMaxDumpHeadDim);
+  return {o.layers, o.kv_heads, o.head_dim, parse_elem(o.src_dtype, "src_dtype")};
 }
 
 // The files of a plan grouped into chunks (pages): rows and a label per chunk, the chunk of each piece.
@@ -218,7 +218,7 @@ void check_lmcache_memory_format(const std::string& mf, bool required) {
   KVT_CHECK(mf != "KV_MLA_FMT", UNSUPPORTED_CACHE,
             "memory format KV_MLA_FMT holds MLA latents, not per-head K and V; kvtool imports only per-head K and V");
   KVT_CHECK(mf == "KV_2LTD" || mf == "KV_T2D" || mf == "KV_2TD", USAGE,
-            "--memory-format '" << mf << "' is not KV_2LTD, KV_T2D or KV_2TD (LMCache v1 memory formats)");
+            "memory_format '" << mf << "' is not KV_2LTD, KV_T2D or KV_2TD (LMCache v1 memory formats)");
 }
 
 // LMCache v1 local disk backend: headerless bytes of one chunk (KV_2LTD: all layers) or of one
@@ -230,7 +230,7 @@ void plan_lmcache_raw(const std::vector<std::string>& inputs, const ChunkImportO
   const int64_t es = elem_size(g.elem);
   const int64_t row_elems = 2 * g.heads * g.dim * (per_layer ? 1 : g.layers), row_bytes = row_elems * es;
   KVT_CHECK(!per_layer || inputs.size() % static_cast<size_t>(g.layers) == 0, SHAPE_MISMATCH,
-            inputs.size() << " files are not a whole number of chunks of --layers " << g.layers
+            inputs.size() << " files are not a whole number of chunks of layers " << g.layers
                           << " files each (memory format " << o.memory_format << " stores one layer per file)");
   for (size_t i = 0; i < inputs.size(); ++i) {
     auto src = std::make_unique<RawSource>(inputs[i], 0, g.elem);
@@ -345,11 +345,11 @@ Piece plan_fs_file(RawSource& s, const ChunkImportOptions& o, Plan& p, bool firs
       H > 0 && hidden % H == 0 && (o.head_dim <= 0 || hidden / H == o.head_dim) && H <= kMaxDumpHeads &&
           hidden / H <= kMaxDumpHeadDim && L <= kMaxDumpLayers,
       SHAPE_MISMATCH,
-      "'" << path << "' has " << L << " layers and hidden size " << hidden << "; that is not --kv-heads x --head-dim");
+      "'" << path << "' has " << L << " layers and hidden size " << hidden << "; that is not kv_heads x head_dim");
   KVT_CHECK(o.layers <= 0 || o.layers == L, SHAPE_MISMATCH,
-            "--layers " << o.layers << " but the header of '" << path << "' says " << L);
-  KVT_CHECK(o.src_dtype.empty() || parse_elem(o.src_dtype, "--src-dtype") == e, SHAPE_MISMATCH,
-            "--src-dtype " << o.src_dtype << " but the header of '" << path << "' says " << elem_name(e));
+            "layers " << o.layers << " but the header of '" << path << "' says " << L);
+  KVT_CHECK(o.src_dtype.empty() || parse_elem(o.src_dtype, "src_dtype") == e, SHAPE_MISMATCH,
+            "src_dtype " << o.src_dtype << " but the header of '" << path << "' says " << elem_name(e));
   if (first) p.layers = L, p.kv_heads = H, p.head_dim = hidden / H, p.source_dtype = elem_name(e);
   KVT_CHECK(p.layers == L && p.kv_heads * p.head_dim == hidden && p.source_dtype == elem_name(e), SHAPE_MISMATCH,
             "'" << path << "' (" << L << " layers, hidden " << hidden << ", " << elem_name(e)
@@ -365,13 +365,12 @@ Piece plan_fs_file(RawSource& s, const ChunkImportOptions& o, Plan& p, bool firs
 
 // LMCache v1 FS connector (save_chunk_meta on): one KV_2LTD chunk per file after the header.
 void plan_lmcache_fs(const std::vector<std::string>& inputs, const ChunkImportOptions& o, Plan& p, Chunks& c) {
-  KVT_CHECK(
-      o.kv_heads > 0 || o.head_dim > 0, USAGE,
-      "--format lmcache-fs: the header gives hidden = heads x head dim; give --kv-heads or --head-dim to split it");
+  KVT_CHECK(o.kv_heads > 0 || o.head_dim > 0, USAGE,
+            "format lmcache-fs: the header gives hidden = heads x head dim; give kv_heads or head_dim to split it");
   check_lmcache_memory_format(o.memory_format, false);
   KVT_CHECK(o.memory_format.empty() || o.memory_format == "KV_2LTD", SHAPE_MISMATCH,
-            "--memory-format " << o.memory_format << " but FS-connector files hold KV_2LTD chunks (their header's 4-D "
-                               << "shape)");
+            "memory_format " << o.memory_format << " but FS-connector files hold KV_2LTD chunks (their header's 4-D "
+                             << "shape)");
   for (size_t i = 0; i < inputs.size(); ++i) {
     auto src = std::make_unique<RawSource>(inputs[i], kFsHeaderBytes, Elem::f16);
     Piece pc = plan_fs_file(*src, o, p, i == 0);
@@ -405,11 +404,11 @@ Piece plan_v0_file(const TensorInfo& t, const std::string& path, bool hf, const 
   KVT_CHECK(L > 0 && T > 0 && H > 0 && d > 0 && L <= kMaxDumpLayers && H <= kMaxDumpHeads && d <= kMaxDumpHeadDim,
             SHAPE_MISMATCH, where << " has shape " << json(t.shape).dump() << ": an empty or oversized axis");
   const Elem e = t.type == TensorType::f16 ? Elem::f16 : t.type == TensorType::bf16 ? Elem::bf16 : Elem::f32;
-  check_option(o.layers, L, "--layers", where);
-  check_option(o.kv_heads, H, "--kv-heads", where);
-  check_option(o.head_dim, d, "--head-dim", where);
-  KVT_CHECK(o.src_dtype.empty() || parse_elem(o.src_dtype, "--src-dtype") == e, SHAPE_MISMATCH,
-            "--src-dtype " << o.src_dtype << " but " << where << " is " << elem_name(e));
+  check_option(o.layers, L, "layers", where);
+  check_option(o.kv_heads, H, "kv_heads", where);
+  check_option(o.head_dim, d, "head_dim", where);
+  KVT_CHECK(o.src_dtype.empty() || parse_elem(o.src_dtype, "src_dtype") == e, SHAPE_MISMATCH,
+            "src_dtype " << o.src_dtype << " but " << where << " is " << elem_name(e));
   if (first) p.layers = L, p.kv_heads = H, p.head_dim = d, p.source_dtype = elem_name(e);
   KVT_CHECK(p.layers == L && p.kv_heads == H && p.head_dim == d && p.source_dtype == elem_name(e), SHAPE_MISMATCH,
             where << " (" << L << " layers, " << H << " heads, d " << d << ", " << elem_name(e)
@@ -426,7 +425,7 @@ Piece plan_v0_file(const TensorInfo& t, const std::string& path, bool hf, const 
 void plan_lmcache_v0(const std::vector<std::string>& inputs, const ChunkImportOptions& o, Plan& p, Chunks& c) {
   const std::string fmt = o.memory_format.empty() ? "vllm" : o.memory_format;
   KVT_CHECK(fmt == "vllm" || fmt == "huggingface", USAGE,
-            "--memory-format '" << o.memory_format << "': LMCache v0 chunks are vllm or huggingface");
+            "memory_format '" << o.memory_format << "': LMCache v0 chunks are vllm or huggingface");
   p.memory_format = fmt;
   for (size_t i = 0; i < inputs.size(); ++i) {
     auto f = std::make_unique<TensorFile>(inputs[i]);
@@ -451,10 +450,10 @@ void plan_lmcache_v0(const std::vector<std::string>& inputs, const ChunkImportOp
 void plan_sglang_page(const std::vector<std::string>& inputs, const ChunkImportOptions& o, Plan& p, Chunks& c) {
   const std::string& lay = o.memory_format;
   KVT_CHECK(lay == "layer_first" || lay == "page_first" || lay == "page_first_direct", USAGE,
-            "--format sglang-page needs --memory-format layer_first, page_first or page_first_direct (the server's "
-            "--hicache-mem-layout)");
+            "format sglang-page needs memory_format layer_first, page_first or page_first_direct (the server's "
+            "hicache_mem_layout)");
   KVT_CHECK(o.page_size > 0 && o.page_size <= kMaxDumpTokens, USAGE,
-            "--format sglang-page needs --page-size (the server's --page-size, tokens per page)");
+            "format sglang-page needs page_size (the server's page_size, tokens per page)");
   const Geometry g = required_geometry(o);
   const int64_t P = o.page_size, hd = g.heads * g.dim;
   const int64_t elems = checked_mul(checked_mul(2 * g.layers, P, "a page"), hd, "a page");
@@ -526,16 +525,15 @@ void read_piece(const Plan& p, const Piece& c, int64_t layer, int64_t kv, std::v
 Plan plan_chunks(const std::vector<std::string>& inputs, const ChunkImportOptions& o) {
   const auto& known = chunk_formats();
   KVT_CHECK(std::find(known.begin(), known.end(), o.format) != known.end(), USAGE,
-            "--format '" << o.format << "' is not lmcache-raw, lmcache-fs, lmcache-v0 or sglang-page");
-  KVT_CHECK(!inputs.empty(), USAGE, "--format " << o.format << " needs its chunk files as INPUT, in token order");
+            "format '" << o.format << "' is not lmcache-raw, lmcache-fs, lmcache-v0 or sglang-page");
+  KVT_CHECK(!inputs.empty(), USAGE, "format " << o.format << " needs its chunk files as INPUT, in token order");
   KVT_CHECK(o.chunk_tokens >= 0 && o.page_size >= 0 && o.layers >= 0 && o.kv_heads >= 0 && o.head_dim >= 0, USAGE,
-            "--chunk-tokens, --page-size, --layers, --kv-heads and --head-dim must not be negative");
+            "chunk_tokens, page_size, layers, kv_heads and head_dim must not be negative");
   const bool sglang = o.format == "sglang-page";
-  KVT_CHECK(sglang || o.page_size == 0, USAGE,
-            "--page-size is for --format sglang-page; LMCache chunks have --chunk-tokens");
+  KVT_CHECK(sglang || o.page_size == 0, USAGE, "page_size is for format sglang-page; LMCache chunks have chunk_tokens");
   KVT_CHECK(!sglang || o.chunk_tokens == 0, USAGE,
-            "--chunk-tokens is for the LMCache formats; SGLang pages have --page-size");
-  KVT_CHECK(o.chunk_tokens <= kMaxDumpTokens, USAGE, "--chunk-tokens " << o.chunk_tokens << " is beyond 2^31");
+            "chunk_tokens is for the LMCache formats; SGLang pages have page_size");
+  KVT_CHECK(o.chunk_tokens <= kMaxDumpTokens, USAGE, "chunk_tokens " << o.chunk_tokens << " is beyond 2^31");
   Plan p;
   p.format = o.format;
   p.memory_format = o.memory_format;
@@ -549,7 +547,7 @@ Plan plan_chunks(const std::vector<std::string>& inputs, const ChunkImportOption
   else
     plan_sglang_page(inputs, o, p, c);
   const int64_t unit = sglang ? o.page_size : (o.chunk_tokens > 0 ? o.chunk_tokens : 256);
-  place_rows(p, c, unit, !sglang, sglang ? "page" : "chunk", sglang ? "--page-size" : "--chunk-tokens");
+  place_rows(p, c, unit, !sglang, sglang ? "page" : "chunk", sglang ? "page_size" : "chunk_tokens");
   return p;
 }
 
@@ -577,7 +575,7 @@ const std::vector<std::string>& chunk_formats() {
 
 void check_no_chunk_options(const ChunkImportOptions& o) {
   KVT_CHECK(o.memory_format.empty() && o.src_dtype.empty() && o.chunk_tokens == 0 && o.page_size == 0, USAGE,
-            "--memory-format, --src-dtype, --chunk-tokens and --page-size need --format (lmcache-raw, lmcache-fs, "
+            "memory_format, src_dtype, chunk_tokens and page_size need format (lmcache-raw, lmcache-fs, "
             "lmcache-v0 or sglang-page)");
 }
 

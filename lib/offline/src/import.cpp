@@ -227,10 +227,10 @@ Bound bind_layout(const Ref& r, const std::vector<Ax>& layout, const ImportOptio
       b.shape.push_back(n);
       continue;
     }
-    KVT_CHECK(o.kv_heads > 0 || o.head_dim > 0, USAGE, "the Hd axis needs --kv-heads or --head-dim to split it");
+    KVT_CHECK(o.kv_heads > 0 || o.head_dim > 0, USAGE, "the Hd axis needs kv_heads or head_dim to split it");
     const int64_t h = o.kv_heads > 0 ? o.kv_heads : (n % o.head_dim == 0 ? n / o.head_dim : 0);
     KVT_CHECK(h > 0 && n % h == 0 && (o.head_dim <= 0 || n / h == o.head_dim), SHAPE_MISMATCH,
-              "axis Hd of " << r.label << " has " << n << " entries: not --kv-heads x --head-dim");
+              "axis Hd of " << r.label << " has " << n << " entries: not kv_heads x head_dim");
     b.axes.insert(b.axes.end(), {Ax::H, Ax::D});
     b.shape.insert(b.shape.end(), {h, n / h});
   }
@@ -238,7 +238,7 @@ Bound bind_layout(const Ref& r, const std::vector<Ax>& layout, const ImportOptio
   const int64_t kv = b.dim(Ax::KV), batch = b.dim(Ax::B);
   KVT_CHECK(kv < 0 || kv == 2, SHAPE_MISMATCH, "axis 2 of " << r.label << " has " << kv << " entries, not 2 (K, V)");
   KVT_CHECK(batch < 0 || o.batch_index < batch, USAGE,
-            "--batch-index " << o.batch_index << " is outside the " << batch << " sequences of " << r.label);
+            "batch_index " << o.batch_index << " is outside the " << batch << " sequences of " << r.label);
   return b;
 }
 
@@ -368,7 +368,7 @@ void check_values(const std::vector<float>& x, int64_t H, int64_t T, int64_t d, 
                   what << " has NaN/Inf at layer " << layer << ", head " << h << ", row " << t);
         KVT_CHECK(std::fabs(v) < limit, NON_FINITE,
                   what << " value " << v << " at layer " << layer << ", head " << h << ", row " << t << " does not fit "
-                       << (dt == DType::f16 ? "float16" : "bfloat16") << "; import with --dtype f32");
+                       << (dt == DType::f16 ? "float16" : "bfloat16") << "; import with dtype f32");
       }
 }
 
@@ -379,7 +379,7 @@ std::string representation_for(DType t) {
 // The dump's identity from the --meta JSON (formats/kvdump-v1.md, "Root attributes"): every key
 // optional except model_artifact_sha256 and rope_config, which no default could make true.
 DumpSpec spec_from_meta(const json& m, const DumpGeometry& geo, int64_t q_heads) {
-  KVT_CHECK(m.is_object(), BAD_ATTRIBUTE, "the --meta JSON is not an object");
+  KVT_CHECK(m.is_object(), BAD_ATTRIBUTE, "the meta JSON is not an object");
   static const std::set<std::string> known = {"model_artifact_sha256", "checkpoint_generation",
                                               "adapter_set_sha256",    "position_contract",
                                               "rope_config",           "tenant_namespace",
@@ -388,25 +388,24 @@ DumpSpec spec_from_meta(const json& m, const DumpGeometry& geo, int64_t q_heads)
                                               "committed_frontier",    "q_to_kv_head",
                                               "representation",        "generator"};
   for (const auto& [k, v] : m.items())
-    KVT_CHECK(known.count(k), BAD_ATTRIBUTE, "--meta has an unknown key '" << k << "'");
+    KVT_CHECK(known.count(k), BAD_ATTRIBUTE, "meta has an unknown key '" << k << "'");
   auto str = [&](const char* k, const std::string& def) {
     if (!m.contains(k)) return def;
-    KVT_CHECK(m[k].is_string(), BAD_ATTRIBUTE, "--meta " << k << " is not a string");
+    KVT_CHECK(m[k].is_string(), BAD_ATTRIBUTE, "meta " << k << " is not a string");
     return m[k].get<std::string>();
   };
   auto num = [&](const char* k, int64_t def) {
     if (!m.contains(k)) return def;
-    KVT_CHECK(m[k].is_number_integer(), BAD_ATTRIBUTE, "--meta " << k << " is not an integer");
+    KVT_CHECK(m[k].is_number_integer(), BAD_ATTRIBUTE, "meta " << k << " is not an integer");
     // JSON integers above int64 arrive unsigned; get<int64_t> would wrap 2^64-1 to -1.
     KVT_CHECK(!m[k].is_number_unsigned() ||
                   m[k].get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-              BAD_ATTRIBUTE, "--meta " << k << " is " << m[k].dump() << ", beyond the int64 range");
+              BAD_ATTRIBUTE, "meta " << k << " is " << m[k].dump() << ", beyond the int64 range");
     return m[k].get<int64_t>();
   };
   for (const char* k : {"model_artifact_sha256", "rope_config"})
-    KVT_CHECK(
-        m.contains(k), MISSING_ATTRIBUTE,
-        "--meta has no " << k << " (required: the SHA-256 of the model checkpoint and its RoPE as a JSON object)");
+    KVT_CHECK(m.contains(k), MISSING_ATTRIBUTE,
+              "meta has no " << k << " (required: the SHA-256 of the model checkpoint and its RoPE as a JSON object)");
   DumpSpec s;
   s.geo = geo;
   s.id.model_artifact_sha256 = str("model_artifact_sha256", "");
@@ -424,21 +423,21 @@ DumpSpec spec_from_meta(const json& m, const DumpGeometry& geo, int64_t q_heads)
   s.generator = str("generator", "kvtool import");
   if (m.contains("q_to_kv_head")) {
     KVT_CHECK(m["q_to_kv_head"].is_array() && m["q_to_kv_head"].size() <= static_cast<size_t>(kMaxDumpHeads),
-              BAD_HEAD_MAP, "--meta q_to_kv_head is not an array of at most 4096 heads");
+              BAD_HEAD_MAP, "meta q_to_kv_head is not an array of at most 4096 heads");
     for (const auto& h : m["q_to_kv_head"]) {
       KVT_CHECK(h.is_number_integer() && h.get<int64_t>() >= 0 && h.get<int64_t>() < geo.kv_heads, BAD_HEAD_MAP,
-                "--meta q_to_kv_head has an entry outside [0, " << geo.kv_heads << ")");
+                "meta q_to_kv_head has an entry outside [0, " << geo.kv_heads << ")");
       s.id.q_to_kv_head.push_back(h.get<int32_t>());
     }
   } else {
     const int64_t hq = q_heads > 0 ? q_heads : geo.kv_heads;
     KVT_CHECK(hq % geo.kv_heads == 0, BAD_HEAD_MAP,
-              hq << " query heads are not a multiple of " << geo.kv_heads << " KV heads; give --meta q_to_kv_head");
+              hq << " query heads are not a multiple of " << geo.kv_heads << " KV heads; give meta q_to_kv_head");
     for (int64_t h = 0; h < hq; ++h) s.id.q_to_kv_head.push_back(static_cast<int32_t>(h / (hq / geo.kv_heads)));
   }
   s.geo.q_heads = static_cast<int64_t>(s.id.q_to_kv_head.size());
   KVT_CHECK(q_heads <= 0 || q_heads == s.geo.q_heads, BAD_HEAD_MAP,
-            "--meta q_to_kv_head has " << s.geo.q_heads << " entries; the query tensors have " << q_heads << " heads");
+            "meta q_to_kv_head has " << s.geo.q_heads << " entries; the query tensors have " << q_heads << " heads");
   return s;
 }
 
@@ -478,19 +477,19 @@ KvPlan plan_kv(Sources& src, const ImportOptions& o, const std::vector<Ax>& layo
   KvPlan p;
   p.stacked = std::count(layout.begin(), layout.end(), Ax::KV) > 0;
   const bool has_l = std::count(layout.begin(), layout.end(), Ax::L) > 0;
-  const std::string kref = p.stacked ? o.kv : o.k, kopt = p.stacked ? "--kv" : "--k";
+  const std::string kref = p.stacked ? o.kv : o.k, kopt = p.stacked ? "kv" : "k";
   if (has_l) {
-    p.k.push_back(bind_layout(src.require(kref, -1, kopt), layout, o, "--layout"));
-    p.v.push_back(p.stacked ? p.k.back() : bind_layout(src.require(o.v, -1, "--v"), layout, o, "--layout"));
+    p.k.push_back(bind_layout(src.require(kref, -1, kopt), layout, o, "layout"));
+    p.v.push_back(p.stacked ? p.k.back() : bind_layout(src.require(o.v, -1, "v"), layout, o, "layout"));
     p.layers = p.k.back().dim(Ax::L);
     KVT_CHECK(o.layers <= 0 || o.layers == p.layers, SHAPE_MISMATCH,
-              "--layers " << o.layers << " but the L axis of " << p.k.back().ref.label << " has " << p.layers);
+              "layers " << o.layers << " but the L axis of " << p.k.back().ref.label << " has " << p.layers);
   } else {
     p.layers = count_layers(src, kref, o.layers, kopt);
     KVT_CHECK(p.layers <= kMaxDumpLayers, SHAPE_MISMATCH, "more than " << kMaxDumpLayers << " layers");
     for (int64_t l = 0; l < p.layers; ++l) {
-      p.k.push_back(bind_layout(src.require(kref, l, kopt), layout, o, "--layout"));
-      p.v.push_back(p.stacked ? p.k.back() : bind_layout(src.require(o.v, l, "--v"), layout, o, "--layout"));
+      p.k.push_back(bind_layout(src.require(kref, l, kopt), layout, o, "layout"));
+      p.v.push_back(p.stacked ? p.k.back() : bind_layout(src.require(o.v, l, "v"), layout, o, "layout"));
     }
   }
   const Bound& k0 = p.k.front();
@@ -508,24 +507,24 @@ KvPlan plan_kv(Sources& src, const ImportOptions& o, const std::vector<Ax>& layo
   // K and V read from one tensor without a 2 axis to tell them apart: what a single latent per
   // token (an MLA cache) would have to be imported as.
   KVT_CHECK(p.stacked || p.k[0].ref.file != p.v[0].ref.file || p.k[0].ref.index != p.v[0].ref.index, UNSUPPORTED_CACHE,
-            "--k and --v name the same tensor " << k0.ref.label
-                                                << ": a cache without separate K and V (an MLA latent) is not "
-                                                   "per-head K and V, which is all kvtool imports");
+            "k and v name the same tensor " << k0.ref.label
+                                            << ": a cache without separate K and V (an MLA latent) is not "
+                                               "per-head K and V, which is all kvtool imports");
   return p;
 }
 
 // Entries [0, need) of one request's row of a block table or slot mapping: a 1-D tensor, or row
 // --batch-index of a 2-D [requests, n] one (vLLM's block_table tensor, SGLang's req_to_token).
 std::vector<int64_t> read_table_row(Sources& src, const ImportOptions& o, const std::string& opt, int64_t need) {
-  const Ref r = src.require(opt == "--block-table" ? o.block_table : o.slot_mapping, -1, opt);
+  const Ref r = src.require(opt == "block_table" ? o.block_table : o.slot_mapping, -1, opt);
   const TensorInfo& t = r.info();
   KVT_CHECK(t.shape.size() == 1 || t.shape.size() == 2, SHAPE_MISMATCH,
             opt << " " << r.label << " has shape " << json(t.shape).dump() << "; expected [n] or [requests, n]");
   const int64_t n = t.shape.back(), rows = t.shape.size() == 2 ? t.shape[0] : 1;
   KVT_CHECK(t.shape.size() == 1 || o.batch_index < rows, USAGE,
-            "--batch-index " << o.batch_index << " is outside the " << rows << " rows of " << opt << " " << r.label);
+            "batch_index " << o.batch_index << " is outside the " << rows << " rows of " << opt << " " << r.label);
   KVT_CHECK(n >= need, BAD_BLOCK_TABLE,
-            opt << " " << r.label << " has " << n << " entries per request; --num-tokens " << o.num_tokens << " needs "
+            opt << " " << r.label << " has " << n << " entries per request; num_tokens " << o.num_tokens << " needs "
                 << need);
   std::vector<int64_t> v(static_cast<size_t>(need));
   r.file->read_i64(r.index, t.shape.size() == 2 ? o.batch_index * n : 0, need, v.data());
@@ -541,11 +540,11 @@ void check_distinct(const std::vector<int64_t>& slots, int64_t per, bool by_bloc
   for (size_t i = 1; i < s.size(); ++i) {
     if (s[i].first != s[i - 1].first) continue;
     if (by_block)
-      KVT_THROW(BAD_BLOCK_TABLE, "--block-table names block " << s[i].first / per << " twice (entries "
-                                                              << s[i - 1].second / per << " and " << s[i].second / per
-                                                              << "): two token ranges cannot share a block");
-    KVT_THROW(BAD_BLOCK_TABLE, "--slot-mapping gives tokens " << s[i - 1].second << " and " << s[i].second
-                                                              << " the same slot " << s[i].first);
+      KVT_THROW(BAD_BLOCK_TABLE, "block_table names block " << s[i].first / per << " twice (entries "
+                                                            << s[i - 1].second / per << " and " << s[i].second / per
+                                                            << "): two token ranges cannot share a block");
+    KVT_THROW(BAD_BLOCK_TABLE, "slot_mapping gives tokens " << s[i - 1].second << " and " << s[i].second
+                                                            << " the same slot " << s[i].first);
   }
 }
 
@@ -556,18 +555,18 @@ void check_distinct(const std::vector<int64_t>& slots, int64_t per, bool by_bloc
 std::vector<int64_t> token_slots(Sources& src, const ImportOptions& o, const Bound& k0) {
   const bool by_block = !o.block_table.empty(), blocks = k0.dim(Ax::N) >= 0;
   KVT_CHECK(!by_block || blocks, USAGE,
-            "--block-table needs a layout with N and S axes (X is a flat slot axis: give --slot-mapping)");
+            "block_table needs a layout with N and S axes (X is a flat slot axis: give slot_mapping)");
   const int64_t per = blocks ? k0.dim(Ax::S) : 1, units = blocks ? k0.dim(Ax::N) : k0.dim(Ax::X);
   KVT_CHECK(per > 0 && units > 0, SHAPE_MISMATCH, "the paged tensor " << k0.ref.label << " has no slots");
   const int64_t T = o.num_tokens, need = by_block ? T / per + (T % per != 0) : T;
-  const std::string opt = by_block ? "--block-table" : "--slot-mapping";
+  const std::string opt = by_block ? "block_table" : "slot_mapping";
   const std::vector<int64_t> ids = read_table_row(src, o, opt, need);
   const int64_t limit = by_block ? units : units * per;
   for (size_t j = 0; j < ids.size(); ++j)
     KVT_CHECK(ids[j] >= 0 && ids[j] < limit, BAD_BLOCK_TABLE,
               opt << " entry " << j << " is " << ids[j] << ", outside the " << limit
                   << (by_block ? " blocks" : " slots") << " of " << k0.ref.label
-                  << (ids[j] < 0 ? " (negative padding is allowed only past --num-tokens)" : ""));
+                  << (ids[j] < 0 ? " (negative padding is allowed only past num_tokens)" : ""));
   std::vector<int64_t> slots(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t)
     slots[static_cast<size_t>(t)] =
@@ -582,17 +581,17 @@ void check_paged_options(const ImportOptions& o, bool paged) {
   const bool table = !o.block_table.empty(), mapping = !o.slot_mapping.empty();
   if (!paged) {
     KVT_CHECK(!table && !mapping && o.num_tokens == 0, USAGE,
-              "--block-table, --slot-mapping and --num-tokens apply to paged layouts (with N,S or X axes)");
+              "block_table, slot_mapping and num_tokens apply to paged layouts (with N,S or X axes)");
     return;
   }
   KVT_CHECK(table || mapping, USAGE,
-            "the paged --layout '" << o.layout
-                                   << "' needs --block-table or --slot-mapping: a paged cache holds blocks in "
-                                      "allocation order, not token order");
-  KVT_CHECK(!(table && mapping), USAGE, "give --block-table or --slot-mapping, not both");
+            "the paged layout '" << o.layout
+                                 << "' needs block_table or slot_mapping: a paged cache holds blocks in "
+                                    "allocation order, not token order");
+  KVT_CHECK(!(table && mapping), USAGE, "give block_table or slot_mapping, not both");
   KVT_CHECK(o.num_tokens > 0, USAGE,
-            "the paged --layout '" << o.layout << "' needs --num-tokens T > 0 (the request's tokens; a table "
-                                   << "does not say how full its last block is)");
+            "the paged layout '" << o.layout << "' needs num_tokens T > 0 (the request's tokens; a table "
+                                 << "does not say how full its last block is)");
 }
 
 // Dequantization scales (vLLM's k_scale / v_scale: the cache stores value / scale, so value =
@@ -634,25 +633,25 @@ void plan_fp8(Sources& src, const ImportOptions& o, KvPlan& p) {
   const TensorInfo& t = p.k.front().ref.info();
   TensorType kind = is_fp8(t.type) ? t.type : TensorType::other;
   if (!o.fp8.empty()) {
-    KVT_CHECK(o.fp8 == "e4m3" || o.fp8 == "e5m2", USAGE, "--fp8 '" << o.fp8 << "': give e4m3 or e5m2");
+    KVT_CHECK(o.fp8 == "e4m3" || o.fp8 == "e5m2", USAGE, "fp8 '" << o.fp8 << "': give e4m3 or e5m2");
     const TensorType want = o.fp8 == "e4m3" ? TensorType::f8_e4m3 : TensorType::f8_e5m2;
     KVT_CHECK(t.type == TensorType::u8 || t.type == want, USAGE,
-              "--fp8 " << o.fp8 << " reads uint8 tensors as fp8 codes; " << p.k.front().ref.label << " has dtype "
-                       << t.type_text);
+              "fp8 " << o.fp8 << " reads uint8 tensors as fp8 codes; " << p.k.front().ref.label << " has dtype "
+                     << t.type_text);
     kind = want;
   }
   if (kind == TensorType::other) {
-    KVT_CHECK(o.k_scale.empty() && o.v_scale.empty(), USAGE, "--k-scale and --v-scale apply to fp8 K/V tensors only");
+    KVT_CHECK(o.k_scale.empty() && o.v_scale.empty(), USAGE, "k_scale and v_scale apply to fp8 K/V tensors only");
     return;
   }
   KVT_CHECK(!o.k_scale.empty() && !o.v_scale.empty(), UNSUPPORTED_CACHE,
             "K/V " << p.k.front().ref.label << " hold fp8 codes (" << (kind == TensorType::f8_e4m3 ? "e4m3" : "e5m2")
-                   << "); their values are code x scale: give --k-scale and --v-scale (vLLM's per-layer k_scale, "
+                   << "); their values are code x scale: give k_scale and v_scale (vLLM's per-layer k_scale, "
                       "v_scale)");
   for (auto* side : {&p.k, &p.v})
     for (Bound& b : *side) b.fp8 = kind;
-  p.k_scale = read_scales(src, o.k_scale, p.layers, "--k-scale");
-  p.v_scale = read_scales(src, o.v_scale, p.layers, "--v-scale");
+  p.k_scale = read_scales(src, o.k_scale, p.layers, "k_scale");
+  p.v_scale = read_scales(src, o.v_scale, p.layers, "v_scale");
 }
 
 std::vector<Bound> plan_q(Sources& src, const ImportOptions& o, const std::vector<Ax>& kv_layout, int64_t layers) {
@@ -661,16 +660,16 @@ std::vector<Bound> plan_q(Sources& src, const ImportOptions& o, const std::vecto
     for (Ax a : kv_layout)
       if (a != Ax::KV) layout.push_back(a);
   KVT_CHECK(!o.q_layout.empty() || !is_paged(kv_layout), USAGE,
-            "queries are not paged: give --q-layout with the axes of the --q tensors (e.g. L,H,T,d)");
-  if (!o.q_layout.empty()) layout = parse_layout(o.q_layout, false, false, "--q-layout");
+            "queries are not paged: give q_layout with the axes of the q tensors (e.g. L,H,T,d)");
+  if (!o.q_layout.empty()) layout = parse_layout(o.q_layout, false, false, "q_layout");
   std::vector<Bound> q;
   if (std::count(layout.begin(), layout.end(), Ax::L)) {
-    q.push_back(bind_layout(src.require(o.q, -1, "--q"), layout, o, "the query layout"));
+    q.push_back(bind_layout(src.require(o.q, -1, "q"), layout, o, "the query layout"));
     KVT_CHECK(q[0].dim(Ax::L) == layers, SHAPE_MISMATCH,
               "the L axis of " << q[0].ref.label << " has " << q[0].dim(Ax::L) << " layers; K/V have " << layers);
   } else {
     for (int64_t l = 0; l < layers; ++l)
-      q.push_back(bind_layout(src.require(o.q, l, "--q"), layout, o, "the query layout"));
+      q.push_back(bind_layout(src.require(o.q, l, "q"), layout, o, "the query layout"));
   }
   for (const Bound& b : q)
     for (Ax a : {Ax::H, Ax::T, Ax::D})
@@ -773,9 +772,9 @@ DumpSpec dump_spec_from_meta(const json& meta, const DumpGeometry& geo, int64_t 
 
 ImportSummary import_dump(const ImportOptions& o, const std::string& out) {
   KVT_CHECK(o.batch_index >= 0 && o.kv_heads >= 0 && o.head_dim >= 0 && o.layers >= 0, USAGE,
-            "--batch-index, --kv-heads, --head-dim and --layers must not be negative");
+            "batch_index, kv_heads, head_dim and layers must not be negative");
   Sources src(o.inputs);
-  const std::vector<Ax> layout = parse_layout(o.layout, true, true, "--layout");
+  const std::vector<Ax> layout = parse_layout(o.layout, true, true, "layout");
   check_paged_options(o, is_paged(layout));
   KvPlan p = plan_kv(src, o, layout);
   plan_fp8(src, o, p);
@@ -812,25 +811,24 @@ ImportSummary import_dump(const ImportOptions& o, const std::string& out) {
   std::vector<int64_t> qpos, tokens, positions;
   if (!q.empty()) {
     if (!o.q_positions.empty()) {
-      qpos = read_ints(src, o.q_positions, geo.q_tokens, "--q-positions");
+      qpos = read_ints(src, o.q_positions, geo.q_tokens, "q_positions");
     } else {  // the queries of the last T_q rows, as kvtool synth writes them
       KVT_CHECK(geo.q_tokens <= geo.tokens, USAGE,
-                geo.q_tokens << " query rows but T = " << geo.tokens << "; give --q-positions");
+                geo.q_tokens << " query rows but T = " << geo.tokens << "; give q_positions");
       for (int64_t i = 0; i < geo.q_tokens; ++i) qpos.push_back(geo.tokens - geo.q_tokens + i);
     }
     for (int64_t x : qpos)
       KVT_CHECK(x >= 0 && x < geo.tokens, BAD_ATTRIBUTE,
-                "--q-positions has " << x << ", outside [0, " << geo.tokens << ")");
+                "q_positions has " << x << ", outside [0, " << geo.tokens << ")");
   }
-  if (!o.tokens.empty()) tokens = read_ints(src, o.tokens, geo.tokens, "--tokens");
+  if (!o.tokens.empty()) tokens = read_ints(src, o.tokens, geo.tokens, "tokens");
   for (size_t i = 0; i < tokens.size(); ++i)  // the dump stores int32 ids (formats/kvdump-v1.md)
     KVT_CHECK(tokens[i] >= std::numeric_limits<int32_t>::min() && tokens[i] <= std::numeric_limits<int32_t>::max(),
-              BAD_ATTRIBUTE,
-              "--tokens has " << tokens[i] << " at row " << i << ", outside the int32 range of token ids");
+              BAD_ATTRIBUTE, "tokens has " << tokens[i] << " at row " << i << ", outside the int32 range of token ids");
   if (!o.positions.empty()) {
-    positions = read_ints(src, o.positions, geo.tokens, "--positions");
+    positions = read_ints(src, o.positions, geo.tokens, "positions");
     for (size_t i = 1; i < positions.size(); ++i)
-      KVT_CHECK(positions[i] > positions[i - 1], BAD_ATTRIBUTE, "--positions is not strictly increasing at row " << i);
+      KVT_CHECK(positions[i] > positions[i - 1], BAD_ATTRIBUTE, "positions is not strictly increasing at row " << i);
   }
 
   DumpWriter w(out, spec, o.overwrite);

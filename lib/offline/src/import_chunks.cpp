@@ -26,7 +26,7 @@ void check_finite(const std::vector<float>& x, int64_t H, int64_t T, int64_t d, 
                   what << " has NaN/Inf at layer " << layer << ", head " << h << ", row " << t);
         KVT_CHECK(std::fabs(v) < limit, NON_FINITE,
                   what << " value " << v << " at layer " << layer << ", head " << h << ", row " << t
-                       << " does not fit float16; import with --dtype f32 or bf16");
+                       << " does not fit float16; import with dtype f32 or bf16");
       }
 }
 

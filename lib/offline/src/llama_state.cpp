@@ -45,7 +45,7 @@ std::optional<Chosen> choose(const StateFile& f, const LlamaStateOptions& o) {
   Chosen c;
   if (o.seq_id) {
     KVT_CHECK(std::binary_search(ids.begin(), ids.end(), *o.seq_id), USAGE,
-              "--seq-id " << *o.seq_id << ": the state file holds sequence(s) " << (ids.empty() ? "none" : list(ids)));
+              "seq_id " << *o.seq_id << ": the state file holds sequence(s) " << (ids.empty() ? "none" : list(ids)));
     c.seq = o.seq_id;
   } else if (ids.size() == 1) {
     c.seq = ids[0];
@@ -84,9 +84,8 @@ struct Rotation {
 Rotation rotation_for(const impl::StateStream& st, int64_t layer, const GgufModel* m, LlamaRotation r) {
   if (!m || r == LlamaRotation::off) return {};
   const bool fits = m->head_dim % 64 == 0;
-  KVT_CHECK(
-      fits || r != LlamaRotation::on, USAGE,
-      "--llama-rotation on: head_dim " << m->head_dim << " is not a multiple of 64, so llama.cpp never rotates it");
+  KVT_CHECK(fits || r != LlamaRotation::on, USAGE,
+            "llama_rotation on: head_dim " << m->head_dim << " is not a multiple of 64, so llama.cpp never rotates it");
   if (!fits) return {};
   int64_t nk = 64;
   while (m->head_dim % (nk * 2) == 0) nk *= 2;
@@ -173,7 +172,7 @@ LlamaStateInspection inspect_opened(StateReader& rd, const std::string& path, co
 
 Chosen require_sequence(const StateFile& f, const LlamaStateOptions& o) {
   auto c = choose(f, o);
-  KVT_CHECK(c, USAGE, "the state file holds sequences " << list(sequence_ids(f)) << "; choose one with --seq-id");
+  KVT_CHECK(c, USAGE, "the state file holds sequences " << list(sequence_ids(f)) << "; choose one with seq_id");
   KVT_CHECK(!c->rows.empty(), SHAPE_MISMATCH, "the state file holds no cells (an empty cache)");
   return *c;
 }
@@ -238,7 +237,7 @@ LlamaRotation parse_llama_rotation(const std::string& s) {
   if (s == "auto") return LlamaRotation::automatic;
   if (s == "on") return LlamaRotation::on;
   if (s == "off") return LlamaRotation::off;
-  KVT_THROW(USAGE, "--llama-rotation '" << excerpt(s) << "': expected auto, on or off");
+  KVT_THROW(USAGE, "llama_rotation '" << excerpt(s) << "': expected auto, on or off");
 }
 
 bool looks_like_llama_state(const std::string& path) {
@@ -325,7 +324,7 @@ LlamaStateVerification verify_llama_state(const std::string& path, const GgufMod
               "the state file has " << h.nonfinite_k + h.nonfinite_v << " NaN/Inf values at layer " << h.layer
                                     << (model ? ", head " + std::to_string(h.head) : std::string()));
   if (source_dump.empty()) return v;
-  KVT_CHECK(model, USAGE, "--source needs --gguf: the model gives the heads and head_dim to compare");
+  KVT_CHECK(model, USAGE, "source needs gguf: the model gives the heads and head_dim to compare");
   v.source = source_dump;
   v.tolerance = tolerance.value_or(std::max(default_state_tolerance(v.state.layers.front().k_type),
                                             default_state_tolerance(v.state.layers.front().v_type)));
@@ -339,13 +338,13 @@ LlamaStateVerification verify_llama_state(const std::string& path, const GgufMod
 namespace {
 
 json import_meta(const json& meta, const GgufModel& m, const StateFile& f) {
-  KVT_CHECK(meta.is_object(), BAD_ATTRIBUTE, "the --meta JSON is not an object");
+  KVT_CHECK(meta.is_object(), BAD_ATTRIBUTE, "the meta JSON is not an object");
   json j = meta;
   if (!j.contains("model_artifact_sha256")) j["model_artifact_sha256"] = model_sha256(m.path);
   if (!j.contains("rope_config")) {
     const std::string rope = m.rope_config();
     KVT_CHECK(!rope.empty(), MISSING_ATTRIBUTE,
-              "kvtool does not know the RoPE pairing of architecture '" << m.arch << "'; give rope_config in --meta");
+              "kvtool does not know the RoPE pairing of architecture '" << m.arch << "'; give rope_config in meta");
     j["rope_config"] = rope;
   }
   if (!j.contains("generator"))
@@ -369,7 +368,7 @@ void split_heads(const std::vector<float>& x, int64_t rows, int64_t H, int64_t d
         const float y = x[static_cast<size_t>(t * H * d + h * d + i)];
         KVT_CHECK(std::isfinite(y) && std::fabs(y) < limit, NON_FINITE,
                   what << " value " << y << " at layer " << layer << ", head " << h << ", row " << t
-                       << (std::isfinite(y) ? " does not fit float16; import with --dtype f32" : ""));
+                       << (std::isfinite(y) ? " does not fit float16; import with dtype f32" : ""));
         out[static_cast<size_t>((h * rows + t) * d + i)] = y;
       }
 }
@@ -385,28 +384,28 @@ struct Queries {
 Queries open_queries(const LlamaStateOptions& o, const GgufModel& m, const Chosen& c) {
   Queries q;
   if (o.q_path.empty()) {
-    KVT_CHECK(o.q_positions_path.empty(), USAGE, "--q-positions needs --q");
+    KVT_CHECK(o.q_positions_path.empty(), USAGE, "q_positions needs q");
     return q;
   }
   q.file = std::make_unique<TensorFile>(o.q_path);
-  KVT_CHECK(q.file->tensors().size() == 1, USAGE, "--q '" << o.q_path << "' must hold one tensor");
+  KVT_CHECK(q.file->tensors().size() == 1, USAGE, "q '" << o.q_path << "' must hold one tensor");
   const TensorInfo& t = q.file->tensors()[0];
   KVT_CHECK(t.shape.size() == 4 && t.shape[0] == m.layers && t.shape[1] == m.heads && t.shape[3] == m.head_dim &&
                 t.shape[2] >= 1,
             SHAPE_MISMATCH,
-            "--q '" << o.q_path << "' has shape " << json(t.shape).dump() << "; expected [" << m.layers << ", "
-                    << m.heads << ", T_q, " << m.head_dim << "] (layers, query heads, rows, head_dim)");
+            "q '" << o.q_path << "' has shape " << json(t.shape).dump() << "; expected [" << m.layers << ", " << m.heads
+                  << ", T_q, " << m.head_dim << "] (layers, query heads, rows, head_dim)");
   q.count = t.shape[2];
   const auto T = static_cast<int64_t>(c.positions.size());
   std::vector<int64_t> pos(static_cast<size_t>(q.count));
   if (o.q_positions_path.empty()) {
-    KVT_CHECK(q.count <= T, USAGE, q.count << " query rows but " << T << " cache rows; give --q-positions");
+    KVT_CHECK(q.count <= T, USAGE, q.count << " query rows but " << T << " cache rows; give q_positions");
     for (int64_t i = 0; i < q.count; ++i)
       pos[static_cast<size_t>(i)] = c.positions[static_cast<size_t>(T - q.count + i)];
   } else {
     TensorFile pf(o.q_positions_path);
     KVT_CHECK(pf.tensors().size() == 1 && pf.tensors()[0].elements == q.count, SHAPE_MISMATCH,
-              "--q-positions '" << o.q_positions_path << "' must be one tensor of " << q.count << " positions");
+              "q_positions '" << o.q_positions_path << "' must be one tensor of " << q.count << " positions");
     pf.read_i64(0, 0, q.count, pos.data());
   }
   for (int64_t p : pos) {
@@ -422,7 +421,7 @@ void write_queries(DumpWriter& w, const Queries& q, const GgufModel& m, int64_t 
   std::vector<float> x(static_cast<size_t>(q.count * m.head_dim));
   for (int64_t h = 0; h < m.heads; ++h) {
     q.file->read_f32(0, (layer * m.heads + h) * q.count * m.head_dim, static_cast<int64_t>(x.size()), x.data());
-    for (float y : x) KVT_CHECK(std::isfinite(y), NON_FINITE, "--q has NaN/Inf at layer " << layer << ", head " << h);
+    for (float y : x) KVT_CHECK(std::isfinite(y), NON_FINITE, "q has NaN/Inf at layer " << layer << ", head " << h);
     w.write_q(layer, h, x.data());
   }
 }

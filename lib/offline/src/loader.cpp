@@ -22,7 +22,7 @@ LoadReport load_artifacts(const LoadOptions& opt) {
     items.emplace_back("store:" + opt.store_key.tenant + "/" + opt.store_key.kind + "/" + opt.store_key.prefix_hash,
                        Store(opt.store_dir).get(opt.store_key, opt.trust).path);
   }
-  KVT_CHECK(!items.empty(), USAGE, "give at least one artifact or --store with a key");
+  KVT_CHECK(!items.empty(), USAGE, "give at least one artifact or a store with a key");
   std::unique_ptr<DumpReader> dump;
   if (!opt.source.empty()) dump = std::make_unique<DumpReader>(opt.source);
 

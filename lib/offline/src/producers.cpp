@@ -34,7 +34,7 @@ std::string representation_for(DType t) {
 }
 
 void check_frontier(const IdentityOptions& o, int64_t T) {
-  KVT_CHECK(o.frontier >= -1 && o.frontier <= T, USAGE, "--frontier " << o.frontier << " is outside [0, " << T << "]");
+  KVT_CHECK(o.frontier >= -1 && o.frontier <= T, USAGE, "frontier " << o.frontier << " is outside [0, " << T << "]");
 }
 
 // Interleaved-pair RoPE at one position over a [d] vector (same convention as llama2.c).
@@ -60,13 +60,13 @@ ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const Ide
                              const std::string& out_path, bool overwrite) {
   Llama2cModel model(opt.model_path);
   const auto& c = model.config();
-  KVT_CHECK(opt.tokens >= 1, USAGE, "--tokens must be at least 1");
+  KVT_CHECK(opt.tokens >= 1, USAGE, "tokens must be at least 1");
   KVT_CHECK(opt.tokens <= c.seq_len, USAGE,
-            "--tokens " << opt.tokens << " exceeds the model's context length " << c.seq_len);
+            "tokens " << opt.tokens << " exceeds the model's context length " << c.seq_len);
   check_frontier(ident, opt.tokens);
   std::unique_ptr<Llama2cTokenizer> tok;
   if (!opt.tokenizer_path.empty()) tok = std::make_unique<Llama2cTokenizer>(opt.tokenizer_path, c.vocab_size);
-  KVT_CHECK(opt.prompt.empty() || tok, USAGE, "--prompt needs --tokenizer");
+  KVT_CHECK(opt.prompt.empty() || tok, USAGE, "prompt needs tokenizer");
   std::vector<int32_t> forced = tok ? tok->encode(opt.prompt, true) : std::vector<int32_t>{1};
   const int64_t T = opt.tokens, L = c.n_layers, H = c.n_kv_heads, Hq = c.n_heads, d = c.head_dim();
   if (static_cast<int64_t>(forced.size()) > T) forced.resize(static_cast<size_t>(T));  // a longer prompt is cut
@@ -138,9 +138,9 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
                 bool quiet) {
   KVT_CHECK(o.layers >= 1 && o.kv_heads >= 1 && o.q_heads >= 1 && o.tokens >= 1 && o.head_dim >= 2, USAGE,
             "synth geometry must be positive (head dim >= 2)");
-  KVT_CHECK(o.head_dim % 2 == 0, USAGE, "--head-dim must be even (RoPE rotates pairs)");
-  KVT_CHECK(o.q_heads % o.kv_heads == 0, USAGE, "--q-heads must be a multiple of --kv-heads");
-  KVT_CHECK(o.query_count >= 0, USAGE, "--query-count must be >= 0");
+  KVT_CHECK(o.head_dim % 2 == 0, USAGE, "head_dim must be even (RoPE rotates pairs)");
+  KVT_CHECK(o.q_heads % o.kv_heads == 0, USAGE, "q_heads must be a multiple of kv_heads");
+  KVT_CHECK(o.query_count >= 0, USAGE, "query_count must be >= 0");
   check_frontier(ident, o.tokens);
   const int64_t L = o.layers, H = o.kv_heads, Hq = o.q_heads, d = o.head_dim, T = o.tokens;
   const int64_t Tq = std::min(T, o.query_count);

@@ -165,9 +165,9 @@ void check_source(const SourceBinding& r, const DumpReader& dump, bool strict_sn
   if (strict_snapshot) {
     SourceBinding now = bind_source(dump, r.coverage_end);
     KVT_CHECK(now.snapshot_digest == r.snapshot_digest, SNAPSHOT_MISMATCH,
-              "--strict-snapshot: the dump's snapshot digest " << now.snapshot_digest << " differs from the recorded "
-                                                               << r.snapshot_digest
-                                                               << " (generations or frontier changed)");
+              "strict_snapshot: the dump's snapshot digest " << now.snapshot_digest << " differs from the recorded "
+                                                             << r.snapshot_digest
+                                                             << " (generations or frontier changed)");
   }
 }
 

@@ -339,7 +339,7 @@ StoreTrust load_store_trust(const std::vector<std::string>& pubkeys, const std::
     t.tenant_keys[n] = keys;
   }
   KVT_CHECK(!t.all.trusted.empty() || !t.tenant_keys.empty(), USAGE,
-            "--trusted-keys directory '" << dir << "' holds no *.pem keys (at its top or in <tenant>/ folders)");
+            "trusted_keys directory '" << dir << "' holds no *.pem keys (at its top or in <tenant>/ folders)");
   return t;
 }
 
@@ -410,7 +410,7 @@ void make_dir_at(int dfd, const char* name, int mode) {
 }  // namespace
 
 Store::Store(std::string dir, bool create, StoreCreateOptions opt) : dir_(std::move(dir)) {
-  KVT_CHECK(!dir_.empty(), USAGE, "--store is empty");
+  KVT_CHECK(!dir_.empty(), USAGE, "the store directory is empty");
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   bool made_root = false;
   if (create) {
@@ -636,7 +636,7 @@ StoreGetResult Store::get(const StoreKey& key, const StoreTrust& trust) {
   }
   if (served.empty()) std::rethrow_exception(first_refusal);  // none is servable: the first one's reason
   KVT_CHECK(served.size() == 1, STORE_AMBIGUOUS,
-            served.size() << " artifacts this trust admits match (different params); give --params-digest to "
+            served.size() << " artifacts this trust admits match (different params); give params_digest to "
                              "choose one");
   std::vector<StoreWarning> warnings = std::move(res.warnings);
   res = std::move(served[0]);
@@ -693,7 +693,7 @@ void Store::sweep_shard(const std::string& shard, const std::map<std::string, bo
 }
 
 StoreGcResult Store::gc(int64_t keep_last, int64_t grace) {
-  KVT_CHECK(keep_last >= 0 && grace >= 0, USAGE, "--keep-last and --grace must not be negative");
+  KVT_CHECK(keep_last >= 0 && grace >= 0, USAGE, "keep_last and grace must not be negative");
   StoreLock lock(root_, file_mode_, LOCK_EX);  // no put writes a ref during mark and sweep
   StoreGcResult res;
   res.grace_seconds = grace;

@@ -36,7 +36,7 @@ Command add_build(CLI::App& app, bool& as_json) {
   auto make = [a] {
     a->p.centroid = parse_centroid_rule(a->centroid);
     a->p.kmeans.method = parse_kmeans_method(a->kmeans);
-    if (!a->dense_layers.empty()) a->p.dense_layers = parse_layer_list(a->dense_layers);
+    if (!a->dense_layers.empty()) a->p.dense_layers = parse_layer_list(a->dense_layers, "--dense-layers");
     return std::make_unique<ClusterKvBuilder>(a->p);
   };
   return add_build_command(
