@@ -134,90 +134,103 @@ ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const Ide
   return res;
 }
 
-void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::string& out_path, bool overwrite,
-                bool quiet) {
+namespace {
+
+// The phases of synth_dump, in order.
+
+constexpr double kSynthRopeTheta = 10000.0;
+
+void check_synth_options(const SynthOptions& o, const IdentityOptions& ident) {
   KVT_CHECK(o.layers >= 1 && o.kv_heads >= 1 && o.q_heads >= 1 && o.tokens >= 1 && o.head_dim >= 2, USAGE,
             "synth geometry must be positive (head dim >= 2)");
   KVT_CHECK(o.head_dim % 2 == 0, USAGE, "head_dim must be even (RoPE rotates pairs)");
   KVT_CHECK(o.q_heads % o.kv_heads == 0, USAGE, "q_heads must be a multiple of kv_heads");
   KVT_CHECK(o.query_count >= 0, USAGE, "query_count must be >= 0");
   check_frontier(ident, o.tokens);
-  const int64_t L = o.layers, H = o.kv_heads, Hq = o.q_heads, d = o.head_dim, T = o.tokens;
-  const int64_t Tq = std::min(T, o.query_count);
-  const int64_t rank = std::min<int64_t>(8, d);
-  const double theta = 10000.0;
+}
 
+// The dump's identity and geometry: queries of the last query_count positions.
+DumpSpec synth_spec(const SynthOptions& o, const IdentityOptions& ident) {
+  const int64_t L = o.layers, H = o.kv_heads, Hq = o.q_heads, d = o.head_dim, T = o.tokens;
   DumpSpec spec;
   spec.id = base_identity(ident);
   spec.id.model_artifact_sha256 = to_hex(sha256("kvtool.synth.v1:seed=" + std::to_string(o.seed)));
-  spec.id.rope_config = llama_rope_config(d, theta);
+  spec.id.rope_config = llama_rope_config(d, kSynthRopeTheta);
   spec.id.representation = representation_for(o.dtype);
   for (int64_t h = 0; h < Hq; ++h) spec.id.q_to_kv_head.push_back(static_cast<int32_t>(h / (Hq / H)));
-  spec.geo = {L, H, T, d, Hq, Tq, o.dtype};
+  spec.geo = {L, H, T, d, Hq, std::min(T, o.query_count), o.dtype};
   spec.committed_frontier = ident.frontier;
   spec.generator = "kvtool synth v1 seed=" + std::to_string(o.seed);
   spec.synthetic = true;
-  DumpWriter w(out_path, spec, overwrite);
+  return spec;
+}
 
-  // Slices are independent (seeded per (layer, head)), so they are generated in parallel batches
-  // and written in order; the bytes do not depend on the thread count.
-  struct Slice {
-    std::vector<float> k, v, q;  // q: [group, Tq, d]
-  };
-  const int64_t group = Hq / H;
-  auto generate = [&](int64_t l, int64_t h, Slice& s) {
-    s.k.assign(static_cast<size_t>(T * d), 0.f);
-    s.v.assign(s.k.size(), 0.f);
-    s.q.assign(static_cast<size_t>(group * Tq * d), 0.f);
-    std::vector<float> basis(static_cast<size_t>(rank * d));
-    // Keys: a low-rank "semantic" part with slowly drifting topics, isotropic noise, two
-    // high-magnitude outlier channels in the slow (low-frequency) RoPE pairs, and a sink row.
-    SplitMix64 g(part_seed(o.seed, l, h, 1));
-    for (auto& x : basis) x = static_cast<float>(g.normal());
-    int64_t outlier = d - 2 - 2 * static_cast<int64_t>(g.below(static_cast<uint64_t>(std::max<int64_t>(1, d / 8))));
-    std::vector<double> topic(rank);
-    for (auto& t : topic) t = g.normal();
-    const double scale = 0.6 / std::sqrt(static_cast<double>(rank));
-    for (int64_t t = 0; t < T; ++t) {
-      for (auto& z : topic) z = 0.95 * z + 0.31 * g.normal();
-      float* row = s.k.data() + t * d;
+// One (layer, kv head) of a synthetic dump: its keys, values and the queries of its query heads.
+struct SynthSlice {
+  std::vector<float> k, v, q;  // q: [group, Tq, d]
+};
+
+// Seeded per (layer, head) only, so slices are independent of one another and of the threads.
+// Keys: a low-rank "semantic" part with slowly drifting topics, isotropic noise, two
+// high-magnitude outlier channels in the slow (low-frequency) RoPE pairs, and a sink row.
+// Queries of the heads mapped to this kv head: aligned with the key basis plus noise.
+void synth_slice(const SynthOptions& o, int64_t l, int64_t h, SynthSlice& s) {
+  const int64_t d = o.head_dim, T = o.tokens, Tq = std::min(T, o.query_count);
+  const int64_t group = o.q_heads / o.kv_heads, rank = std::min<int64_t>(8, d);
+  s.k.assign(static_cast<size_t>(T * d), 0.f);
+  s.v.assign(s.k.size(), 0.f);
+  s.q.assign(static_cast<size_t>(group * Tq * d), 0.f);
+  std::vector<float> basis(static_cast<size_t>(rank * d));
+  SplitMix64 g(part_seed(o.seed, l, h, 1));
+  for (auto& x : basis) x = static_cast<float>(g.normal());
+  int64_t outlier = d - 2 - 2 * static_cast<int64_t>(g.below(static_cast<uint64_t>(std::max<int64_t>(1, d / 8))));
+  std::vector<double> topic(rank);
+  for (auto& t : topic) t = g.normal();
+  const double scale = 0.6 / std::sqrt(static_cast<double>(rank));
+  for (int64_t t = 0; t < T; ++t) {
+    for (auto& z : topic) z = 0.95 * z + 0.31 * g.normal();
+    float* row = s.k.data() + t * d;
+    for (int64_t i = 0; i < d; ++i) {
+      double acc = 0;
+      for (int64_t r = 0; r < rank; ++r) acc += topic[r] * basis[r * d + i];
+      row[i] = static_cast<float>(scale * acc + 0.5 * g.normal());
+    }
+    row[outlier] += static_cast<float>(6.0 + 0.5 * g.normal());
+    row[outlier + 1] += static_cast<float>(-4.0 + 0.5 * g.normal());
+    if (t == 0)
+      for (int64_t i = 0; i < d; ++i) row[i] *= 4.0f;
+    apply_rope(row, d, t, kSynthRopeTheta);
+    for (int64_t i = 0; i < d; ++i) s.v[t * d + i] = static_cast<float>(g.normal());
+  }
+  for (int64_t j = 0; j < group; ++j) {
+    int64_t qh = h * group + j;
+    SplitMix64 gq(part_seed(o.seed, l, static_cast<uint64_t>(qh), 2));
+    std::vector<double> coef(rank);
+    for (int64_t r = 0; r < Tq; ++r) {
+      int64_t pos = T - Tq + r;
+      float* row = s.q.data() + (j * Tq + r) * d;
+      for (auto& cf : coef) cf = gq.normal();
       for (int64_t i = 0; i < d; ++i) {
         double acc = 0;
-        for (int64_t r = 0; r < rank; ++r) acc += topic[r] * basis[r * d + i];
-        row[i] = static_cast<float>(scale * acc + 0.5 * g.normal());
+        for (int64_t c = 0; c < rank; ++c) acc += coef[c] * basis[c * d + i];
+        row[i] = static_cast<float>(acc / std::sqrt(static_cast<double>(rank)) + 0.3 * gq.normal());
       }
-      row[outlier] += static_cast<float>(6.0 + 0.5 * g.normal());
-      row[outlier + 1] += static_cast<float>(-4.0 + 0.5 * g.normal());
-      if (t == 0)
-        for (int64_t i = 0; i < d; ++i) row[i] *= 4.0f;
-      apply_rope(row, d, t, theta);
-      for (int64_t i = 0; i < d; ++i) s.v[t * d + i] = static_cast<float>(g.normal());
+      row[outlier] += 1.0f;
+      apply_rope(row, d, pos, kSynthRopeTheta);
     }
-    // Queries of the heads mapped to this kv head: aligned with the key basis plus noise.
-    for (int64_t j = 0; j < group; ++j) {
-      int64_t qh = h * group + j;
-      SplitMix64 gq(part_seed(o.seed, l, static_cast<uint64_t>(qh), 2));
-      std::vector<double> coef(rank);
-      for (int64_t r = 0; r < Tq; ++r) {
-        int64_t pos = T - Tq + r;
-        float* row = s.q.data() + (j * Tq + r) * d;
-        for (auto& cf : coef) cf = gq.normal();
-        for (int64_t i = 0; i < d; ++i) {
-          double acc = 0;
-          for (int64_t c = 0; c < rank; ++c) acc += coef[c] * basis[c * d + i];
-          row[i] = static_cast<float>(acc / std::sqrt(static_cast<double>(rank)) + 0.3 * gq.normal());
-        }
-        row[outlier] += 1.0f;
-        apply_rope(row, d, pos, theta);
-      }
-    }
-  };
-  const int64_t parts = L * H;
+  }
+}
+
+// Every slice, generated in parallel batches and written in (layer, kv head) order: the bytes do
+// not depend on the thread count.
+void write_synth_slices(const SynthOptions& o, DumpWriter& w, bool quiet) {
+  const int64_t H = o.kv_heads, d = o.head_dim, Tq = std::min(o.tokens, o.query_count);
+  const int64_t group = o.q_heads / H, parts = o.layers * H;
   KVT_CHECK(o.threads >= 0 && o.threads <= kMaxThreads, USAGE,
             "threads must be 0 (every CPU) to " << kMaxThreads << ", got " << o.threads);
   const int64_t wanted = o.threads > 0 ? o.threads : static_cast<int64_t>(std::thread::hardware_concurrency());
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(parts, wanted));
-  std::vector<Slice> batch(static_cast<size_t>(workers));
+  std::vector<SynthSlice> batch(static_cast<size_t>(workers));
   Progress progress("kvtool synth", parts, quiet);
   for (int64_t base = 0; base < parts; base += workers) {
     int64_t n = std::min(workers, parts - base);
@@ -226,7 +239,7 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
     for (int64_t i = 0; i < n; ++i)
       ts.emplace_back([&, i] {
         try {
-          generate((base + i) / H, (base + i) % H, batch[i]);
+          synth_slice(o, (base + i) / H, (base + i) % H, batch[i]);
         } catch (...) {
           errs[i] = std::current_exception();
         }
@@ -241,6 +254,11 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
       progress.advance();
     }
   }
+}
+
+// The query positions (the last Tq rows) and the token ids (seeded; BOS first).
+void write_synth_positions_and_tokens(const SynthOptions& o, DumpWriter& w) {
+  const int64_t T = o.tokens, Tq = std::min(T, o.query_count);
   if (Tq > 0) {
     std::vector<int64_t> qp(static_cast<size_t>(Tq));
     for (int64_t j = 0; j < Tq; ++j) qp[j] = T - Tq + j;
@@ -251,6 +269,16 @@ void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::
   for (auto& t : toks) t = static_cast<int64_t>(gt.below(32000));
   toks[0] = 1;
   w.write_tokens(toks);
+}
+
+}  // namespace
+
+void synth_dump(const SynthOptions& o, const IdentityOptions& ident, const std::string& out_path, bool overwrite,
+                bool quiet) {
+  check_synth_options(o, ident);
+  DumpWriter w(out_path, synth_spec(o, ident), overwrite);
+  write_synth_slices(o, w, quiet);
+  write_synth_positions_and_tokens(o, w);
   w.commit();
 }
 

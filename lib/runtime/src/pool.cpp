@@ -263,6 +263,145 @@ void cancel_work(const std::shared_ptr<Pool::State>& st, std::shared_ptr<Publish
   w.reset();
 }
 
+// The phases of Pool::begin, in order.
+
+// The request with its artifact resolved: a store key is looked up (and admitted) in the store.
+PublishRequest resolve_request(const PublishRequest& req) {
+  PublishRequest rq = req;
+  if (req.artifact.empty()) {
+    KVT_CHECK(!req.store_dir.empty(), USAGE, "give an artifact path or a store directory and key");
+    rq.artifact = Store(req.store_dir).get(req.store_key, req.trust).path;  // admitted on get, and again later
+    if (rq.tenant.empty()) rq.tenant = req.store_key.tenant;
+  }
+  return rq;
+}
+
+// Reserves the artifact's bytes in the host tier and reads the file into the generation's image;
+// returns its size.
+size_t read_host_image(const std::shared_ptr<Pool::State>& st, const std::string& path, Generation& g,
+                       std::vector<std::string>& evicted) {
+  struct stat sb {};
+  KVT_CHECK(stat(path.c_str(), &sb) == 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
+  KVT_CHECK(S_ISREG(sb.st_mode), IO_ERROR, "'" << path << "' is not a regular file");
+  const size_t size = static_cast<size_t>(sb.st_size);
+  g.charges.push_back(reserve(st, static_cast<int64_t>(size), 0, evicted));
+  g.image.allocate(st->opt.device, false, size);
+  read_file_into(path, g.image.p, size);
+  return size;
+}
+
+// A ticket id for the publication and a slot that fences it (free_slot); counted in flight.
+uint64_t take_ticket(Pool::State& st, Fence& fence) {
+  std::lock_guard<std::mutex> l(st.mu);
+  const uint64_t id = st.next_ticket++;
+  size_t slot = 0;
+  while (slot < st.slots.size() && st.slots[slot].owner != 0) ++slot;
+  if (slot == st.slots.size()) st.slots.emplace_back();
+  auto& s = st.slots[slot];
+  ++s.alloc_gen;
+  s.owner = id;
+  ++s.transfer_gen;
+  fence = Fence{slot, s.alloc_gen, s.owner, s.transfer_gen};
+  st.in_flight.insert(id);
+  return id;
+}
+
+// Validates the copy (not the file): container, sections, signature, tenant, content, kind, and
+// that the key does not serve a newer index generation. Returns the artifact's kind.
+const KindSpec& admit_image(Pool::State& st, const PublishRequest& rq, Generation& g, size_t size) {
+  g.reader = std::make_unique<ArtifactReader>(g.image.p, size, rq.artifact);
+  // Admission decompresses each zstd section once, checks it and keeps the raw bytes for the
+  // kind validation, the selectors and the device staging, which copy them instead of
+  // decompressing again; released as soon as those are built. The transient peak is therefore
+  // the raw bytes plus the selectors' copy (bounded by the reader's memory budget; above it,
+  // admission streams and every read decompresses as before).
+  g.reader->retain_sections();
+  const ArtifactReader& r = *g.reader;
+  const KindSpec& kind = admit_artifact(r, rq.trust);  // signature, sections, kind structure
+  const SourceBinding& src = r.source();
+  KVT_CHECK(rq.tenant.empty() || src.id.tenant_namespace == rq.tenant, TENANT_MISMATCH,
+            "'" << rq.artifact << "' belongs to tenant '" << src.id.tenant_namespace << "', not '" << rq.tenant << "'");
+  KVT_CHECK(rq.expected_content_digest.empty() || src.content_digest == rq.expected_content_digest, CONTENT_MISMATCH,
+            "'" << rq.artifact << "' is bound to content digest " << src.content_digest << ", not the expected "
+                << rq.expected_content_digest);
+  g.index_generation = r.manifest()["index_generation"];
+  std::lock_guard<std::mutex> l(st.mu);
+  auto it = st.visible.find(rq.key);
+  KVT_CHECK(it == st.visible.end() || it->second->index_generation <= g.index_generation, STALE_GENERATION,
+            "'" << rq.artifact << "' has index generation " << g.index_generation << " but '" << rq.key
+                << "' already serves generation " << it->second->index_generation);
+  return kind;
+}
+
+// Decompresses into the selectors (host queries). Their state is reserved at an upper bound
+// before it is built (selectors widen u8/u16 codes and ids at most 2x; per-part bookkeeping),
+// then the reservation shrinks to what they measure. Kinds without queries (container-test) are
+// published as bytes only and skip this.
+void load_selectors(const std::shared_ptr<Pool::State>& st, const std::string& path, Generation& g,
+                    std::vector<std::string>& evicted) {
+  const ArtifactReader& r = *g.reader;
+  const int64_t parts = static_cast<int64_t>(r.manifest()["kind_data"].value("parts", json::array()).size());
+  g.charges.push_back(reserve(st, 2 * sum_raw(r) + 4096 * parts, 0, evicted));
+  g.sel = std::make_unique<SelectorSet>(r);
+  g.sel->preload();
+  const int64_t used = g.sel->resident_bytes();
+  KVT_CHECK(used <= g.charges.back()->host(), INTERNAL,
+            "selector state of '" << path << "' (" << used << " bytes) exceeds its reservation");
+  g.charges.back()->shrink_host(used);
+}
+
+// The device image: every section raw, 256-byte aligned, staged in pinned memory; the f16
+// sections the kind's device path reads as f32 (KindSpec::device_f32_sections) widened. Reserves
+// the device bytes and the staging buffer, maps each part's sections to their device addresses
+// and sizes the device's batch buffers. Returns the image's size (the copy is the caller's).
+uint64_t stage_device_image(const std::shared_ptr<Pool::State>& st, const KindSpec& kind, Generation& g,
+                            PublishTicket::Work& w) {
+  const ArtifactReader& r = *g.reader;
+  auto widened = [&](const SectionEntry& s) {
+    return s.dtype == "f16" && std::find(kind.device_f32_sections.begin(), kind.device_f32_sections.end(), s.name) !=
+                                   kind.device_f32_sections.end();
+  };
+  std::vector<uint64_t> off;
+  uint64_t cur = 0;
+  for (const auto& s : r.sections()) {
+    cur = (cur + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
+    off.push_back(cur);
+    cur += widened(s) ? 2 * s.raw_size : s.raw_size;
+  }
+  g.charges.push_back(reserve(st, 0, static_cast<int64_t>(cur), w.rc.evicted));
+  w.staging_charge = reserve(st, static_cast<int64_t>(cur), 0, w.rc.evicted);
+  g.dev.allocate(st->opt.device, true, cur);
+  w.staging.allocate(st->opt.device, false, cur);
+  std::memset(w.staging.p, 0, cur);
+  for (size_t i = 0; i < r.sections().size(); ++i) {
+    const SectionEntry& s = r.sections()[i];
+    if (widened(s)) {
+      const std::vector<float> v = widen_f16_bytes(r.read_section(s));
+      if (!v.empty()) std::memcpy(w.staging.p + off[i], v.data(), v.size() * 4);
+    } else if (s.codec == "none") {
+      if (s.raw_size) std::memcpy(w.staging.p + off[i], r.data() + s.offset, s.raw_size);
+    } else {
+      auto b = r.read_section(s);
+      if (!b.empty()) std::memcpy(w.staging.p + off[i], b.data(), b.size());
+    }
+  }
+  w.staged = sha256(w.staging.p, cur);
+  if (!g.sel) return cur;
+  // Each part's sections, at their device addresses, for the kinds' device paths.
+  for (size_t i = 0; i < r.sections().size(); ++i) {
+    const SectionEntry& s = r.sections()[i];
+    if (s.layer < 0) continue;
+    DevicePart& dp = g.dev_parts[{s.layer, s.kv_head}];
+    dp.dev = st->opt.device.get();
+    dp.sections.emplace_back(s.name, DeviceSection{g.dev.p + off[i], widened(s) ? "f32" : s.dtype, s.shape});
+  }
+  // The device's batch buffers sized now, for the largest batch a layer's query heads make.
+  if (st->opt.device_batch_queries > 0)
+    for (const auto& [lh, dp] : g.dev_parts)
+      g.sel->part(lh.first, lh.second).reserve_device_batches(dp, st->opt.device_batch_queries);
+  return cur;
+}
+
 }  // namespace
 
 json PublishReceipt::to_json() const {
@@ -341,12 +480,7 @@ PublishTicket Pool::begin(const PublishRequest& req) {
             "the device tier was requested for '" << req.artifact << "' but this pool has no usable GPU");
   auto w = std::make_shared<PublishTicket::Work>();
   w->st = st_;
-  w->req = req;
-  if (req.artifact.empty()) {
-    KVT_CHECK(!req.store_dir.empty(), USAGE, "give an artifact path or a store directory and key");
-    w->req.artifact = Store(req.store_dir).get(req.store_key, req.trust).path;  // admitted on get, and again below
-    if (w->req.tenant.empty()) w->req.tenant = req.store_key.tenant;
-  }
+  w->req = resolve_request(req);
   const PublishRequest& rq = w->req;
   auto g = std::make_shared<Generation>();
   g->st = st_;
@@ -359,131 +493,24 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     hooks = st_->hooks;
   }
 
-  // Reserve and copy the artifact image into the host tier.
   auto t0 = Clock::now();
-  struct stat sb {};
-  KVT_CHECK(stat(rq.artifact.c_str(), &sb) == 0, IO_ERROR,
-            "cannot open '" << rq.artifact << "': " << std::strerror(errno));
-  KVT_CHECK(S_ISREG(sb.st_mode), IO_ERROR, "'" << rq.artifact << "' is not a regular file");
-  const size_t size = static_cast<size_t>(sb.st_size);
-  g->charges.push_back(reserve(st_, static_cast<int64_t>(size), 0, rc.evicted));
-  g->image.allocate(st_->opt.device, false, size);
-  read_file_into(rq.artifact, g->image.p, size);
+  const size_t size = read_host_image(st_, rq.artifact, *g, rc.evicted);
   auto t1 = Clock::now();
   rc.read_s = secs(t0, t1);
 
-  uint64_t id;
-  {
-    std::lock_guard<std::mutex> l(st_->mu);
-    id = st_->next_ticket++;
-    size_t slot = 0;
-    while (slot < st_->slots.size() && st_->slots[slot].owner != 0) ++slot;
-    if (slot == st_->slots.size()) st_->slots.emplace_back();
-    auto& s = st_->slots[slot];
-    ++s.alloc_gen;
-    s.owner = id;
-    ++s.transfer_gen;
-    w->fence = Fence{slot, s.alloc_gen, s.owner, s.transfer_gen};
-    st_->in_flight.insert(id);
-  }
+  const uint64_t id = take_ticket(*st_, w->fence);
   try {
     if (hooks.after_host_copy) hooks.after_host_copy(g->image.p, size);
-
-    // Validate the copy (not the file): container, sections, signature, tenant, content, kind.
-    g->reader = std::make_unique<ArtifactReader>(g->image.p, size, rq.artifact);
-    // Admission decompresses each zstd section once, checks it and keeps the raw bytes for the
-    // kind validation, the selectors and the device staging below, which copy them instead of
-    // decompressing again; released as soon as those are built. The transient peak is therefore
-    // the raw bytes plus the selectors' copy (bounded by the reader's memory budget; above it,
-    // admission streams and every read decompresses as before).
-    g->reader->retain_sections();
-    const ArtifactReader& r = *g->reader;
-    const KindSpec* kind = &admit_artifact(r, rq.trust);  // signature, sections, kind structure
-    const SourceBinding& src = r.source();
-    KVT_CHECK(
-        rq.tenant.empty() || src.id.tenant_namespace == rq.tenant, TENANT_MISMATCH,
-        "'" << rq.artifact << "' belongs to tenant '" << src.id.tenant_namespace << "', not '" << rq.tenant << "'");
-    KVT_CHECK(rq.expected_content_digest.empty() || src.content_digest == rq.expected_content_digest, CONTENT_MISMATCH,
-              "'" << rq.artifact << "' is bound to content digest " << src.content_digest << ", not the expected "
-                  << rq.expected_content_digest);
-    g->index_generation = r.manifest()["index_generation"];
-    {
-      std::lock_guard<std::mutex> l(st_->mu);
-      auto it = st_->visible.find(rq.key);
-      KVT_CHECK(it == st_->visible.end() || it->second->index_generation <= g->index_generation, STALE_GENERATION,
-                "'" << rq.artifact << "' has index generation " << g->index_generation << " but '" << rq.key
-                    << "' already serves generation " << it->second->index_generation);
-    }
+    const KindSpec& kind = admit_image(*st_, rq, *g, size);
     auto t2 = Clock::now();
     rc.validate_s = secs(t1, t2);
-
-    // Decompress into the selectors (host queries). Their state is reserved at an upper bound
-    // before it is built (selectors widen u8/u16 codes and ids at most 2x; per-part bookkeeping),
-    // then the reservation shrinks to what they measure. Kinds without queries (container-test)
-    // are published as bytes only.
-    if (kind->load) {
-      const int64_t parts = static_cast<int64_t>(r.manifest()["kind_data"].value("parts", json::array()).size());
-      g->charges.push_back(reserve(st_, 2 * sum_raw(r) + 4096 * parts, 0, rc.evicted));
-      g->sel = std::make_unique<SelectorSet>(r);
-      g->sel->preload();
-      const int64_t used = g->sel->resident_bytes();
-      KVT_CHECK(used <= g->charges.back()->host(), INTERNAL,
-                "selector state of '" << rq.artifact << "' (" << used << " bytes) exceeds its reservation");
-      g->charges.back()->shrink_host(used);
-    }
-
+    if (kind.load) load_selectors(st_, rq.artifact, *g, rc.evicted);
+    const uint64_t device_bytes = rq.device ? stage_device_image(st_, kind, *g, *w) : 0;
+    g->reader->release_sections();
+    rc.decompress_s = secs(t2, Clock::now());
     if (rq.device) {
-      // Device image: every section raw, 256-byte aligned, staged in pinned memory; the f16
-      // sections the kind's device path reads as f32 (KindSpec::device_f32_sections) widened.
-      auto widened = [&](const SectionEntry& s) {
-        return s.dtype == "f16" && std::find(kind->device_f32_sections.begin(), kind->device_f32_sections.end(),
-                                             s.name) != kind->device_f32_sections.end();
-      };
-      std::vector<uint64_t> off;
-      uint64_t cur = 0;
-      for (const auto& s : r.sections()) {
-        cur = (cur + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
-        off.push_back(cur);
-        cur += widened(s) ? 2 * s.raw_size : s.raw_size;
-      }
-      g->charges.push_back(reserve(st_, 0, static_cast<int64_t>(cur), rc.evicted));
-      w->staging_charge = reserve(st_, static_cast<int64_t>(cur), 0, rc.evicted);
-      g->dev.allocate(st_->opt.device, true, cur);
-      w->staging.allocate(st_->opt.device, false, cur);
-      std::memset(w->staging.p, 0, cur);
-      for (size_t i = 0; i < r.sections().size(); ++i) {
-        const SectionEntry& s = r.sections()[i];
-        if (widened(s)) {
-          const std::vector<float> v = widen_f16_bytes(r.read_section(s));
-          if (!v.empty()) std::memcpy(w->staging.p + off[i], v.data(), v.size() * 4);
-        } else if (s.codec == "none") {
-          if (s.raw_size) std::memcpy(w->staging.p + off[i], r.data() + s.offset, s.raw_size);
-        } else {
-          auto b = r.read_section(s);
-          if (!b.empty()) std::memcpy(w->staging.p + off[i], b.data(), b.size());
-        }
-      }
-      w->staged = sha256(w->staging.p, cur);
-      // Each part's sections, at their device addresses, for the kinds' device paths.
-      if (g->sel)
-        for (size_t i = 0; i < r.sections().size(); ++i) {
-          const SectionEntry& s = r.sections()[i];
-          if (s.layer < 0) continue;
-          DevicePart& dp = g->dev_parts[{s.layer, s.kv_head}];
-          dp.dev = st_->opt.device.get();
-          dp.sections.emplace_back(s.name, DeviceSection{g->dev.p + off[i], widened(s) ? "f32" : s.dtype, s.shape});
-        }
-      // The device's batch buffers sized now, for the largest batch a layer's query heads make.
-      if (g->sel && st_->opt.device_batch_queries > 0)
-        for (const auto& [lh, dp] : g->dev_parts)
-          g->sel->part(lh.first, lh.second).reserve_device_batches(dp, st_->opt.device_batch_queries);
-      g->reader->release_sections();
-      rc.decompress_s = secs(t2, Clock::now());
       w->copy_start = Clock::now();
-      w->transfer = st_->opt.device->copy_to_device(g->dev.p, w->staging.p, cur);
-    } else {
-      g->reader->release_sections();
-      rc.decompress_s = secs(t2, Clock::now());
+      w->transfer = st_->opt.device->copy_to_device(g->dev.p, w->staging.p, device_bytes);
     }
     w->gen = std::move(g);
   } catch (...) {
