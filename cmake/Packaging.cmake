@@ -41,15 +41,18 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 
-# The Python package (python/, when built) is an extension for this interpreter's minor version and
-# imports NumPy; the tools and libkvtool need neither, so they are recommended, not required.
+# Recommends: bash-completion, which loads the packaged completions (usr/share/bash-completion/
+# completions) in interactive shells; and, when the Python package (python/) is built, the
+# interpreter of this minor version and NumPy that it imports. The tools and libkvtool need none of
+# them, so they are recommended, not required.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "bash-completion")
 if(KVTOOL_PYTHON_BUILT)
   execute_process(COMMAND ${PYTHON_EXECUTABLE} -c "import sys; print('%d.%d' % sys.version_info[:2])"
                   OUTPUT_VARIABLE KVTOOL_PY_VERSION OUTPUT_STRIP_TRAILING_WHITESPACE)
   string(REGEX MATCH "^([0-9]+)\\.([0-9]+)$" KVTOOL_PY_MATCH "${KVTOOL_PY_VERSION}")
   math(EXPR KVTOOL_PY_NEXT_MINOR "${CMAKE_MATCH_2} + 1")
-  set(CPACK_DEBIAN_PACKAGE_RECOMMENDS
-      "python3 (>= ${KVTOOL_PY_VERSION}), python3 (<< ${CMAKE_MATCH_1}.${KVTOOL_PY_NEXT_MINOR}), python3-numpy")
+  string(APPEND CPACK_DEBIAN_PACKAGE_RECOMMENDS
+         ", python3 (>= ${KVTOOL_PY_VERSION}), python3 (<< ${CMAKE_MATCH_1}.${KVTOOL_PY_NEXT_MINOR}), python3-numpy")
 endif()
 
 include(CPack)

@@ -91,6 +91,19 @@ complete_words kvtool "" | tr ' ' '\n' | grep -v '^-' | sort > offered
 cmp -s listed offered || fail "subcommands in --help and in the completion differ: $(diff listed offered | tr '\n' ' ')"
 [ -s listed ] || fail "no subcommands parsed from kvtool --help"
 
+# kvtool alone: the command list, exactly what `kvtool --help` prints (on stderr), then a USAGE
+# error (exit 2) that says to choose a command; nothing on stdout.
+"$KVTOOL" --help > help.txt
+expect_reason 2 USAGE "$KVTOOL"
+head -c "$(stat -c %s help.txt)" "$WORK/err" | cmp -s - help.txt || fail "kvtool alone does not print the --help text first"
+grep -q "no command given" "$WORK/err" || fail "kvtool alone does not say a command is missing: $(tail -2 "$WORK/err")"
+for sub in inspect verify build demo load store completion; do
+  grep -Eq "^  $sub( |$)" "$WORK/err" || fail "kvtool alone does not list '$sub'"
+done
+[ ! -s "$WORK/out" ] || fail "kvtool alone wrote to stdout"
+expect_reason 2 USAGE "$KVTOOL" -v  # global options but no command: the same
+head -c "$(stat -c %s help.txt)" "$WORK/err" | cmp -s - help.txt || fail "kvtool -v does not print the --help text"
+
 # Every Catch2 test is its own ctest entry: catch_discover_tests hands ctest a CMake list, so a name
 # with ';' or a bracket (an unclosed '[' stops the list splitting) merges tests into one entry that
 # matches nothing and passes without running them.
