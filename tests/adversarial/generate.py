@@ -29,8 +29,8 @@ import kvi  # noqa: E402
 KINDS = ["pq", "clusterkv", "lsh", "squeeze"]
 # Small enough to build in a second, large enough that no part is dense (fuzz/make_seeds.py).
 BUILD = {
-    "pq": ["-b", "4", "-m", "2", "--iters", "4"],
-    "clusterkv": ["--tokens-per-cluster", "16", "--iters", "4"],
+    "pq": ["-b", "4", "-m", "2", "--iters", "4", "--codebook-dtype", "f32"],  # the mutations read f32 codebooks
+    "clusterkv": ["--tokens-per-cluster", "16", "--iters", "4", "--centroid-dtype", "f32"],
     "lsh": ["-K", "4", "-L", "4"],
     "squeeze": ["--observation-window", "8", "--percent-clusters", "10", "--iters", "4"],
 }

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   const std::string out = bench::bench_dir() + "/bench.ckv.kvi";
   double rss_mib = 0, rss_tree = 0;
   auto kvtool_build = [&](const char* method, double* rss) {
-    return bench::run_child_ok({bin_dir + "/kvtool-clusterkv", "build", dump, "-o", out, "--threads",
+    return bench::run_child_ok({bin_dir + "/kvtool-clusterkv", "build", dump, "-o", out, "--force", "--threads",
                                 std::to_string(threads), "--layers", layers, "--kmeans", method, "--quiet"},
                                rss);
   };

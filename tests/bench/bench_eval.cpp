@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   }
   const std::string kvtool = std::string(KVTOOL_BENCH_BIN_DIR) + "/kvtool";
   const std::string dump = bench::ensure_dump(32768, 1, 64), art = bench::bench_dir() + "/eval-pq.kvi";
-  bench::run_child_ok({kvtool, "build", "pq", dump, "--prefix", std::to_string(kE), "-o", art, "-q"});
+  bench::run_child_ok({kvtool, "build", "pq", dump, "--prefix", std::to_string(kE), "-o", art, "-q", "--force"});
   bench::warm_page_cache(dump);
   const int threads = static_cast<int>(std::min(kKvHeads, std::max(1, int(std::thread::hardware_concurrency()))));
   std::vector<GemmBuffers> bufs(static_cast<size_t>(threads));

@@ -114,8 +114,8 @@ int main(int argc, char** argv) {
   const std::string out = bench::bench_dir() + "/bench.lsh.kvi";
   double rss_mib = 0;
   auto kvtool_side = [&] {
-    return bench::run_child_ok({bin_dir + "/kvtool-lsh", "build", dump, "-o", out, "--threads", std::to_string(threads),
-                                "--layers", layers, "--quiet"},
+    return bench::run_child_ok({bin_dir + "/kvtool-lsh", "build", dump, "-o", out, "--force", "--threads",
+                                std::to_string(threads), "--layers", layers, "--quiet"},
                                &rss_mib);
   };
   DumpReader d(dump);

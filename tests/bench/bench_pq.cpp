@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
   // kvtool-pq build as its own process (peak RSS of that process alone): reads the dump, binds
   // and hashes it, trains, encodes, compresses and writes.
   auto kvtool_side = [&] {
-    return bench::run_child_ok({bin_dir + "/kvtool-pq", "build", dump, "-o", out, "--threads", std::to_string(threads),
-                                "--layers", layers, "--quiet"},
+    return bench::run_child_ok({bin_dir + "/kvtool-pq", "build", dump, "-o", out, "--force", "--threads",
+                                std::to_string(threads), "--layers", layers, "--quiet"},
                                &rss_mib);
   };
   // faiss::ProductQuantizer directly: same rows, same k-means settings, same thread count.

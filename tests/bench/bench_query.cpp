@@ -337,9 +337,15 @@ int main() {
   p16.bits = 8;
   p16.iters = 10;
   p16.max_points_per_centroid = 256;
-  const std::string a16 = artifact(dump, "pq-m16b8", PqBuilder(p16)),
-                    a2 = artifact(dump, "pq-m2b6", PqBuilder(PqParams{}));
-  const std::string ack = artifact(dump, "ckv-80", ClusterKvBuilder(ClusterKvParams{}));
+  PqParams p2;  // the published PQCache setting (the decode-step figures of docs/performance.md)
+  p2.subspaces = 2;
+  p2.bits = 6;
+  p2.codebook_dtype = "f32";
+  ClusterKvParams c80;  // the published ClusterKV setting
+  c80.tokens_per_cluster = 80;
+  c80.centroid_dtype = "f32";
+  const std::string a16 = artifact(dump, "pq-m16b8", PqBuilder(p16)), a2 = artifact(dump, "pq-m2b6", PqBuilder(p2));
+  const std::string ack = artifact(dump, "ckv-80", ClusterKvBuilder(c80));
   const std::string alsh = artifact(dump, "lsh-k10l150", LshBuilder(LshParams{}));
   std::printf("scoring SIMD level: %s\n", scoring::simd_name(scoring::simd_level()));
   Pool pool(PoolOptions{int64_t{8} << 30, 0, nullptr});

@@ -38,9 +38,9 @@ Cell measure(const std::string& bin_dir, const std::string& kind, const std::str
   Cell c;
   bench::warm_page_cache(dump);
   for (int r = 0; r < rounds; ++r)
-    c.time.s.push_back(bench::run_child_ok(
-        {bin_dir + "/kvtool-" + kind, "build", dump, "-o", out, "--threads", std::to_string(threads), "--quiet"},
-        &c.rss_mib));
+    c.time.s.push_back(bench::run_child_ok({bin_dir + "/kvtool-" + kind, "build", dump, "-o", out, "--force",
+                                            "--threads", std::to_string(threads), "--quiet"},
+                                           &c.rss_mib));
   std::remove(out.c_str());
   return c;
 }

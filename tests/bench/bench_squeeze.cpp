@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
   double rss_mib = 0, rss_tree = 0;
   auto kvtool_build = [&](const char* method, double* rss) {
     return bench::run_child_ok(
-        {bin_dir + "/kvtool-squeeze", "build", dump, "-o", out, "--threads", std::to_string(threads), "--layers",
-         layers, "--iters", std::to_string(iters), "--kmeans", method, "--quiet"},
+        {bin_dir + "/kvtool-squeeze", "build", dump, "-o", out, "--force", "--threads", std::to_string(threads),
+         "--layers", layers, "--iters", std::to_string(iters), "--kmeans", method, "--quiet"},
         rss);
   };
   auto kvtool_side = [&] { return kvtool_build("flat", &rss_mib); };

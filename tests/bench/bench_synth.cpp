@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   const std::string out = dir + "/synth-readme.h5", floor_file = dir + "/synth-floor.bin";
   const std::vector<std::string> synth_cmd = {kvtool,      "synth", "--layers",   "4",   "--kv-heads", "8",
                                               "--q-heads", "32",    "--head-dim", "128", "--tokens",   "8192",
-                                              "--seed",    "1",     "-o",         out};
+                                              "--seed",    "1",     "-o",         out,   "--force"};
   bench::run_child_ok(synth_cmd);  // untimed: the file the floors are sized on
   DumpReader r(out);
   const auto& g = r.info().geo;

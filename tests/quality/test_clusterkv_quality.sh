@@ -18,8 +18,9 @@
 # raw section bytes (baselines.py --gain-over; stored bytes printed).
 . "$(dirname "$0")/quality_lib.sh"
 gate() {  # model prefix min [extra]
-  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 -o "$1.ckv.kvi" -q --force || { fail "build $1"; return; }
-  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 --kmeans tree --kmeans-leaf-clusters 8 \
+  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 --centroid-dtype f32 -o "$1.ckv.kvi" -q \
+    --force || { fail "build $1"; return; }
+  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 --centroid-dtype f32 --kmeans tree --kmeans-leaf-clusters 8 \
     -o "$1.ckv-tree.kvi" -q --force || { fail "build $1 (tree)"; return; }
   baselines --kind clusterkv --model "$1" --dump "$1.h5" --artifact "$1.ckv.kvi" --eval-args "--budget 0.1" --settings 0.1 \
     --min-ratio "$3" --always 16 --indexed-fraction 0.1 0.095 0.105 --max-key-fraction 0.5 --param sink=16 --param local=0 --param tokens_per_cluster=8 \

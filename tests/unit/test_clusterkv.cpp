@@ -29,6 +29,7 @@ TEST_CASE(
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
   ClusterKvParams p;
+  p.centroid_dtype = "f32";  // the checks read the centroids as f32
   p.tokens_per_cluster = 8;
   BuildOptions a = opts(tmp.file("a.kvi"), 1), b = opts(tmp.file("b.kvi"), 3);
   a.prefix = b.prefix = 600;
@@ -59,6 +60,7 @@ TEST_CASE("clusterkv: more than 256 clusters rank correctly and queries cut the 
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
   ClusterKvParams p;
+  p.centroid_dtype = "f32";  // the checks read the centroids as f32
   p.clusters = 300;
   build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), ClusterKvBuilder(p));
   ArtifactReader r(tmp.file("a.kvi"));
@@ -94,6 +96,7 @@ TEST_CASE("clusterkv: dense layers, raw-mean vs spherical centroids, bad paramet
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
   ClusterKvParams p;
+  p.centroid_dtype = "f32";  // the checks read the centroids as f32
   p.dense_layers = {0};
   p.centroid = CentroidRule::spherical;
   build_artifact(tmp.file("d.h5"), opts(tmp.file("s.kvi")), ClusterKvBuilder(p));
@@ -113,7 +116,7 @@ TEST_CASE("clusterkv: dense layers, raw-mean vs spherical centroids, bad paramet
   CHECK(reason_of([] { parse_centroid_rule("median"); }) == "USAGE");
   CHECK(parse_layer_list("0-1,3") == std::vector<int64_t>({0, 1, 3}));
   ClusterKvParams bad;
-  bad.tokens_per_cluster = 0;
+  bad.tokens_per_cluster = -1;
   CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), ClusterKvBuilder(bad)); }) ==
         "USAGE");
   CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
@@ -123,6 +126,7 @@ TEST_CASE("clusterkv append: sealed windows become a new generation, a partial w
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
   ClusterKvParams p;
+  p.centroid_dtype = "f32";  // the checks read the centroids as f32
   p.tokens_per_cluster = 8;
   BuildOptions o = opts(tmp.file("g1.kvi"));
   o.prefix = 300;
@@ -164,6 +168,7 @@ TEST_CASE("clusterkv verify: forged partitions, prefix sums and generations are 
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"), 300);
   ClusterKvParams p;
+  p.centroid_dtype = "f32";  // the checks read the centroids as f32
   p.tokens_per_cluster = 8;
   build_artifact(tmp.file("d.h5"), opts(tmp.file("a.kvi")), ClusterKvBuilder(p));
   ArtifactReader r(tmp.file("a.kvi"));
@@ -192,6 +197,7 @@ TEST_CASE("clusterkv --centroid-dtype f16: the f32 build's clusters with rounded
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
   ClusterKvParams p;
+  p.centroid_dtype = "f32";  // the checks read the centroids as f32
   p.tokens_per_cluster = 8;
   BuildOptions a = opts(tmp.file("f32.kvi")), b = opts(tmp.file("f16.kvi")), c = opts(tmp.file("f16c.kvi"), 3);
   a.prefix = b.prefix = c.prefix = 300;

@@ -83,7 +83,7 @@ void check_queries_equal(const Lease& lease, const std::string& art, const std::
         if (tier) CHECK(p.tier == tier);
         if (compared) ++*compared;
         RefQuery want = rq;  // squeeze ranks to a budget when the settings give it one
-        want.squeeze_budget = r.kind() == "squeeze" && qset.count("budget");
+        want.squeeze_budget = r.kind() == "squeeze" && qset.count("rank_budget");
         const RefAnswer ref = reference_query(r, l, h, q, pos, want, &kr);
         INFO(r.kind() << " layer " << l << " q_head " << h << " position " << pos);
         REQUIRE(compare_with_reference(p, ref, &t.boundary) == "");
@@ -539,8 +539,8 @@ TEST_CASE("pool: every kind on both tiers agrees with the independent reference 
       {lsh, {{"min_collisions", "5"}}, rq(0.1, -1, 5, "", false)},
       {sq, {{"quantile", "0.9"}, {"flat", "true"}}, rq(0.1, -1, 2, "0.9", true)},
       {sq, {{"quantile", "0.7"}, {"flat", "false"}}, rq(0.1, -1, 2, "0.7", false)},
-      {sq, {{"budget", "23"}}, rq(0, 23, 2, "", false)},
-      {sq, {{"budget", "0.25"}, {"quantile", "0.9"}}, rq(0.25, -1, 2, "0.9", false)},
+      {sq, {{"rank_budget", "23"}}, rq(0, 23, 2, "", false)},
+      {sq, {{"rank_budget", "0.25"}, {"quantile", "0.9"}}, rq(0.25, -1, 2, "0.9", false)},
   };
   auto dev = std::make_shared<EmulatedDevice>();
   PoolOptions o;

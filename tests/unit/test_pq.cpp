@@ -32,6 +32,7 @@ PqParams small_pq() {
   p.subspaces = 4;
   p.bits = 4;
   p.iters = 10;
+  p.codebook_dtype = "f32";  // the checks read the codebooks as f32
   return p;
 }
 

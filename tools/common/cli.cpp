@@ -19,7 +19,9 @@ namespace kvtool::cli {
 
 namespace {
 void print_error(const std::string& tool, const std::string& reason, const std::string& msg, bool as_json) {
-  std::cerr << tool << ": error [" << reason << "]: " << msg << "\n";
+  // The library names no flags; the commands that write an output take --force to replace it.
+  const std::string hint = reason == "OUTPUT_EXISTS" ? " (--force replaces it)" : "";
+  std::cerr << tool << ": error [" << reason << "]: " << msg << hint << "\n";
   if (as_json)
     std::cout << json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}}.dump(
                      2)

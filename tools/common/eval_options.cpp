@@ -13,7 +13,7 @@ void SweepFlags::add(CLI::App* sub, const Defaults& d) {
   threads = default_threads();
   sub->add_option("--budget", budgets,
                   "pq, clusterkv: budget(s); several give a curve (default " + d.budget +
-                      "); squeeze: rank clusters to this budget instead of its quantile threshold");
+                      "); squeeze ranks to a budget with -o rank_budget=B");
   sub->add_option("--min-collisions", min_collisions,
                   "lsh: collision threshold(s) c (default " + d.min_collisions + ")");
   sub->add_option("--quantile", quantiles,

@@ -136,7 +136,7 @@ void refuse_existing_output(const std::string& path) {
   struct stat st {};
   // A symlink, even a dangling one, is an existing output.
   KVT_CHECK(lstat(path.c_str(), &st) != 0, OUTPUT_EXISTS,
-            "'" << path << "' already exists; refusing to overwrite it (overwrite replaces it)");
+            "'" << path << "' already exists; refusing to overwrite it");
 }
 
 bool same_file(const std::string& a, const std::string& b) {

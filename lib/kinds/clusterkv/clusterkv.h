@@ -15,16 +15,25 @@ namespace kvtool {
 enum class CentroidRule { raw_mean, spherical };
 
 struct ClusterKvParams {
-  int64_t tokens_per_cluster = 80;  // clusters = max(1, round(indexed rows / tokens_per_cluster))
-  int64_t clusters = 0;             // > 0: a fixed cluster count instead
-  int64_t iters = 20;               // Lloyd iterations (fixed count, as the reference)
+  // clusters = max(1, round(indexed rows / tokens_per_cluster)); > 0 clusters: a fixed count
+  // instead; both 0: chosen from the part size (clusterkv_default_clusters).
+  int64_t tokens_per_cluster = 0;
+  int64_t clusters = 0;
+  int64_t iters = 20;  // Lloyd iterations (fixed count, as the reference)
   CentroidRule centroid = CentroidRule::raw_mean;
-  std::string centroid_dtype = "f32";  // stored centroids: "f32" or "f16" (half the bytes, f16-rounded)
+  std::string centroid_dtype = "f16";  // stored centroids: "f32" or "f16" (half the bytes, f16-rounded)
   std::vector<int64_t> dense_layers;   // layers left unindexed (queries return all their rows)
   KmeansOptions kmeans;                // flat, tree or automatic (common/kmeans.h)
 };
 
-CentroidRule parse_centroid_rule(const std::string& s);  // "raw-mean" | "spherical"; USAGE otherwise
+CentroidRule parse_centroid_rule(const std::string& s);
+
+// The cluster count of parts of n rows when none is given: the reference's 80 tokens per cluster
+// at 32K rows (410 clusters), growing as the cube root of the rows below and above it, so that a
+// short prefix is cut into enough clusters for a budget of a few percent to choose among
+// (docs/quality.md, "Defaults": at 80 tokens per cluster a 384-row prefix has 5 clusters and
+// loses to a recent-window selection). round(410 (n / 32768)^(1/3)), within [1, n].
+int64_t clusterkv_default_clusters(int64_t n);  // "raw-mean" | "spherical"; USAGE otherwise
 
 class ClusterKvBuilder : public KindBuilder {
  public:
@@ -34,6 +43,7 @@ class ClusterKvBuilder : public KindBuilder {
   int64_t default_local() const override { return 0; }
   json params() const override;
   void check(int64_t head_dim) const override;
+  std::unique_ptr<KindBuilder> resolved(int64_t head_dim, int64_t indexed_rows) const override;
   PartOutput build_part(const PartInput& in) const override;
 
  private:

@@ -35,6 +35,18 @@ CentroidRule parse_centroid_rule(const std::string& s) {
   KVT_THROW(USAGE, "centroid must be raw-mean or spherical, got '" << s << "'");
 }
 
+int64_t clusterkv_default_clusters(int64_t n) {
+  const auto c = std::llround(410.0 * std::cbrt(static_cast<double>(n) / 32768.0));
+  return std::clamp<int64_t>(c, 1, std::max<int64_t>(n, 1));
+}
+
+std::unique_ptr<KindBuilder> ClusterKvBuilder::resolved(int64_t, int64_t n) const {
+  if (p_.clusters > 0 || p_.tokens_per_cluster > 0) return nullptr;
+  ClusterKvParams p = p_;
+  p.clusters = clusterkv_default_clusters(n);
+  return std::make_unique<ClusterKvBuilder>(p);
+}
+
 json ClusterKvBuilder::params() const {
   json j = {{"tokens_per_cluster", p_.clusters > 0 ? json(nullptr) : json(p_.tokens_per_cluster)},
             {"clusters", p_.clusters > 0 ? json(p_.clusters) : json(nullptr)},
@@ -48,7 +60,7 @@ json ClusterKvBuilder::params() const {
 }
 
 void ClusterKvBuilder::check(int64_t) const {
-  KVT_CHECK(p_.clusters > 0 || p_.tokens_per_cluster >= 1, USAGE, "tokens_per_cluster must be >= 1");
+  KVT_CHECK(p_.tokens_per_cluster >= 0, USAGE, "tokens_per_cluster must be >= 1");
   KVT_CHECK(p_.clusters >= 0 && p_.clusters < (int64_t{1} << 31), USAGE, "clusters must be positive");
   KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "iters must be in 1..10000");
   KVT_CHECK(p_.centroid_dtype == "f32" || p_.centroid_dtype == "f16", USAGE,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "kvtool/append.h"
 #include "kvtool/artifact.h"
@@ -132,11 +133,32 @@ json PqBuilder::params() const {
   return j;
 }
 
+std::pair<int64_t, int64_t> pq_default_shape(int64_t m, int64_t b, int64_t d, int64_t n, int64_t e) {
+  int64_t best_m = 0, best_b = 0;
+  for (int64_t mm = m ? m : 1; mm <= (m ? m : std::min<int64_t>(32, d)); ++mm) {
+    if (d % mm != 0) continue;
+    for (int64_t bb = b ? b : 4; bb <= (b ? b : 8); ++bb) {
+      const bool fits = (int64_t{1} << bb) < n && (int64_t{1} << bb) * d * e + mm * n <= (int64_t{1} << 8) * d + 2 * n;
+      if (fits && (mm * bb > best_m * best_b || (mm * bb == best_m * best_b && bb > best_b))) best_m = mm, best_b = bb;
+    }
+  }
+  if (best_m == 0) return {m ? m : 2, b ? b : 6};
+  return {best_m, best_b};
+}
+
+std::unique_ptr<KindBuilder> PqBuilder::resolved(int64_t d, int64_t n) const {
+  if (p_.subspaces > 0 && p_.bits > 0) return nullptr;
+  PqParams p = p_;
+  std::tie(p.subspaces, p.bits) = pq_default_shape(p_.subspaces, p_.bits, d, n, p_.codebook_dtype == "f16" ? 2 : 4);
+  return std::make_unique<PqBuilder>(p);
+}
+
 void PqBuilder::check(int64_t d) const {
-  KVT_CHECK(p_.bits >= 1 && p_.bits <= 16, USAGE, "bits must be in 1..16 (got " << p_.bits << ")");
-  KVT_CHECK(p_.subspaces >= 1, USAGE, "subspaces must be positive");
+  // 0: chosen from the part size (resolved), checked again once chosen.
+  KVT_CHECK(p_.bits >= 0 && p_.bits <= 16, USAGE, "bits must be in 1..16 (got " << p_.bits << ")");
+  KVT_CHECK(p_.subspaces >= 0, USAGE, "subspaces must be positive");
   KVT_CHECK(
-      d % p_.subspaces == 0, USAGE,
+      p_.subspaces == 0 || d % p_.subspaces == 0, USAGE,
       "subspaces " << p_.subspaces << " does not divide the head dim " << d << " (choose a divisor of " << d << ")");
   KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "iters must be in 1..10000");
   KVT_CHECK(p_.max_points_per_centroid >= 1, USAGE, "max points per centroid must be positive");

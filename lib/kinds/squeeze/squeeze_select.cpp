@@ -33,10 +33,11 @@ using squeeze::quantile_key;
 // fine centroid scored, as the reference does) instead of the two-level pass, and the two-level
 // pass's coarse pruning rule: "bound" (prunes only groups the bound proves empty of passing
 // children) or "factor" (params.coarse_factor x tau on the coarse score).
-// With a budget, the quantile's threshold gives way to a rank: the fine clusters of highest score,
-// whole, best first, the last one cut, until the budget's rows (as clusterkv takes its clusters), so
-// that squeeze compares with the budget kinds at the same row count; the quantile and the pass are
-// then unused and left out of the setting.
+// With a rank budget (option rank_budget, apart from the budget kinds' "budget" so that one set of
+// options for several kinds keeps squeeze on its threshold), the quantile's threshold gives way to a rank: the fine
+// clusters of highest score, whole, best first, the last one cut, until the budget's rows (as clusterkv takes its
+// clusters), so that squeeze compares with the budget kinds at the same row count; the quantile and the pass are then
+// unused and left out of the setting.
 struct SqueezeParams : QueryParams {
   double quantile = 0.5;
   std::string key;  // quantile_key(quantile), the thresholds' key: made once, not per query
@@ -558,7 +559,7 @@ KindSpec kinds::squeeze_kind() {
        "two-level pass: bound (prune a coarse group only when a bound proves no child reaches the threshold; "
        "keeps every row flat keeps) or factor (keep groups scoring >= params.coarse_factor x the threshold)",
        "bound"},
-      {"budget",
+      {"rank_budget",
        "rank instead of threshold: the fine clusters of highest score, whole, best first, until this many rows (a "
        "fraction of the indexed rows such as 0.1, or a count); unset: the quantile's threshold",
        ""}};
@@ -579,7 +580,7 @@ KindSpec kinds::squeeze_kind() {
     const std::string rule = setting_or_default(self, s, "coarse_rule");
     KVT_CHECK(rule == "bound" || rule == "factor", USAGE, "coarse_rule must be bound or factor (got '" << rule << "')");
     p->factor_rule = rule == "factor";
-    if (const std::string b = setting_or_default(self, s, "budget"); !b.empty()) p->budget = Budget::parse(b);
+    if (const std::string b = setting_or_default(self, s, "rank_budget"); !b.empty()) p->budget = Budget::parse(b);
     return p;
   };
   // Eval: every calibrated quantile, each hierarchical (rule bound) and flat.

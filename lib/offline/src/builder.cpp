@@ -102,6 +102,12 @@ BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& op
             "layers " << lf << "-" << ll << " is outside the dump's layers 0-" << g.layers - 1);
   KVT_CHECK(opt.shard_count >= 1 && opt.shard_index >= 0 && opt.shard_index < opt.shard_count, USAGE, "bad shard");
   kind.check(g.head_dim);
+  // Parameters chosen from the part size (pq's and clusterkv's defaults) are fixed here, once for
+  // every part and shard: each part indexes the rows [sink, E - local) (formats/kinds-v1.md 2.2).
+  const int64_t rows_begin = std::min(sink, E), indexed = std::max<int64_t>(0, E - local - rows_begin);
+  const std::unique_ptr<KindBuilder> resolved_kind = kind.resolved(g.head_dim, indexed);
+  const KindBuilder& builder = resolved_kind ? *resolved_kind : kind;
+  builder.check(g.head_dim);
   KVT_CHECK(opt.threads >= 0 && opt.threads <= kMaxThreads, USAGE,
             "threads must be 0 (every CPU) to " << kMaxThreads << ", got " << opt.threads);
   const int threads =
@@ -130,7 +136,7 @@ BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& op
   BuiltParts built;
   std::exception_ptr failure;
   try {
-    built = build_parts(dump, kind, opt, {lf, g.kv_heads, g.head_dim, p0, p1, E, sink, local}, threads, writer);
+    built = build_parts(dump, builder, opt, {lf, g.kv_heads, g.head_dim, p0, p1, E, sink, local}, threads, writer);
   } catch (...) {
     failure = std::current_exception();
   }
@@ -140,7 +146,7 @@ BuildSummary build_artifact(const std::string& dump_path, const BuildOptions& op
 
   ManifestCore core;
   core.kind = kind.kind();
-  core.params = kind.params();
+  core.params = builder.params();
   core.params["sink"] = sink;
   core.params["local"] = local;
   core.params["layers"] = {lf, ll};

@@ -17,9 +17,12 @@ Command add_build(CLI::App& app, bool& as_json) {
   auto a = std::make_shared<Args>();
   auto options = [a](CLI::App* c) {
     auto* tpc = c->add_option("--tokens-per-cluster", a->p.tokens_per_cluster,
-                              "clusters = indexed rows / N (rounded, at least 1)")
-                    ->capture_default_str();
-    auto* cl = c->add_option("--clusters", a->p.clusters, "a fixed number of clusters per part instead");
+                              "clusters = indexed rows / N (rounded, at least 1); default: neither this nor "
+                              "--clusters, the count chosen from the indexed rows n: round(410 (n/32768)^(1/3)), "
+                              "the reference's 80 tokens per cluster at 32K rows")
+                    ->check(CLI::PositiveNumber);
+    auto* cl = c->add_option("--clusters", a->p.clusters, "a fixed number of clusters per part instead")
+                   ->check(CLI::PositiveNumber);
     tpc->excludes(cl);
     c->add_option("--iters", a->p.iters, "k-means iterations (fixed count)")->capture_default_str();
     c->add_option(

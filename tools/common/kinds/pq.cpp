@@ -12,10 +12,14 @@ void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
       app,
       {"Train per-(layer, kv head, subspace) codebooks with FAISS k-means and encode the key rows", "kvdump v1 file",
        [p](CLI::App* c) {
-         c->add_option("--subspaces,-m", p->subspaces, "m contiguous subvectors per key; must divide the head dim")
-             ->capture_default_str();
-         c->add_option("--bits,-b", p->bits, "bits per code (2^b centroids per subspace), 1..16")
-             ->capture_default_str();
+         c->add_option("--subspaces,-m", p->subspaces,
+                       "m contiguous subvectors per key; must divide the head dim (default: chosen with -b from "
+                       "the indexed rows n and head dim d: the most code bits m*b whose bytes fit in those of "
+                       "m 2, b 6 with f32 codebooks; many subspaces for short prefixes, m 2 for long ones)")
+             ->check(CLI::PositiveNumber);
+         c->add_option("--bits,-b", p->bits,
+                       "bits per code (2^b centroids per subspace), 1..16 (default: chosen with -m, as above)")
+             ->check(CLI::Range(1, 16));
          c->add_option("--iters", p->iters, "Lloyd iterations per subspace (fixed count)")->capture_default_str();
          c->add_option("--max-points-per-centroid", p->max_points_per_centroid,
                        "k-means training sample cap per centroid")

@@ -42,6 +42,8 @@ int run(Args& a, const Flags& flags) {
   inputs.push_back(a.source);
   inputs.push_back(a.opt.model_path);
   a.opt.sweep = a.sweep.flag_values();
+  for (auto& [name, values] : a.sweep.named_options())
+    a.opt.sweep[name].insert(a.opt.sweep[name].end(), values.begin(), values.end());
   a.opt.quiet = flags.quiet || flags.json;
   const auto out = a.sweep.open_outputs(inputs);
   DumpReader dump(a.source);
@@ -66,8 +68,7 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
   sub->add_option("--steps", a->opt.steps, "decode steps after the prefix (default: up to 64 the dump holds)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
   sub->add_option("--budget", a->sweep.budgets,
-                  "budgets of pq / clusterkv / squeeze (squeeze: rank its clusters to the budget instead of its "
-                  "quantile's threshold); default 0.1 for pq and clusterkv");
+                  "budgets of pq / clusterkv (default 0.1); squeeze ranks to a budget with -o rank_budget=B");
   sub->add_option("--rerank", a->sweep.reranks,
                   "pq, clusterkv rerank factors F: the index proposes F x budget rows, exact q.k over the prefix keys "
                   "keeps the budget (1: none, the default)");
@@ -75,6 +76,8 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
                 "one selection per KV head per step, from the mean of its query heads' queries (the rows a "
                 "grouped-query engine fetches once for the group); the topk and heavy baselines share theirs too");
   sub->add_option("--min-collisions", a->sweep.min_collisions, "lsh collision thresholds; default the artifact's");
+  sub->add_option("-o,--option", a->sweep.options,
+                  "a query option of a kind as NAME=VALUE (e.g. rank_budget=0.1 for squeeze); repeat to sweep");
   sub->add_option("--quantile", a->sweep.quantiles, "squeeze quantiles; default every calibrated one");
   sub->add_option("--baseline", a->opt.baselines,
                   "also decode with a selection of the same row count: window (sinks + most recent rows), topk "

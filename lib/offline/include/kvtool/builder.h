@@ -73,6 +73,12 @@ class KindBuilder {
   virtual json params() const = 0;
   // Checks the parameters against the dump geometry (USAGE on error).
   virtual void check(int64_t head_dim) const = 0;
+  // A copy whose defaults that depend on the part size are resolved for parts of `indexed_rows`
+  // rows of dimension `head_dim`; null when no parameter depends on them. build_artifact builds
+  // and records the resolved one.
+  virtual std::unique_ptr<KindBuilder> resolved(int64_t /*head_dim*/, int64_t /*indexed_rows*/) const {
+    return nullptr;
+  }
   // Builds one part; called concurrently from several threads.
   virtual PartOutput build_part(const PartInput& in) const = 0;
 };
