@@ -373,7 +373,7 @@ EvalReport evaluate_bound(const ArtifactReader& art, const DumpReader& dump, con
   // of workers (as builds do, builder.h).
   const auto& info = dump.info();
   const auto& g = info.geo;
-  KVT_CHECK(info.has_q, NO_QUERIES, "the dump has no /kv/q queries to evaluate with (dump it with --queries)");
+  KVT_CHECK(info.has_q, NO_QUERIES, "the dump has no /kv/q queries to evaluate with (a dump written with its queries)");
   SelectorSet sel(art);
   const IndexedRows rows = IndexedRows::of(art);
   const int64_t E = rows.coverage_end, d = g.head_dim;

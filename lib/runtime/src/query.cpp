@@ -94,7 +94,7 @@ namespace {
 
 // A receipt lists the uncovered rows between the coverage end and the query's position as always
 // included: at most this many (8 MiB of row ids), so a position far past every row that exists
-// cannot make a query allocate without end. A longer decode is indexed again (build --prefix).
+// cannot make a query allocate without end. A longer decode is indexed again, over the longer prefix.
 constexpr int64_t kMaxUncoveredRows = int64_t(1) << 20;
 
 // The rerank of a budget kind's proposal (BudgetParams::rerank): exact q.k of each proposed row
@@ -131,9 +131,9 @@ void rerank_selection(Selection& out, const float* q, const KeyRows& keys, int64
 
 void SelectorSet::check_query(int64_t layer, int64_t q_head, int64_t position) const {
   const auto& src = r_.source();
-  KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "--layer " << layer << " is outside 0-" << src.geo.layers - 1);
+  KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "layer " << layer << " is outside 0-" << src.geo.layers - 1);
   KVT_CHECK(q_head >= 0 && q_head < src.geo.q_heads, USAGE,
-            "--q-head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
+            "query head " << q_head << " is outside 0-" << src.geo.q_heads - 1);
   KVT_CHECK(position >= rows_.coverage_end - 1, USAGE,
             "position " << position << " lies inside the covered rows [0, " << rows_.coverage_end
                         << "); index queries are for positions >= " << rows_.coverage_end - 1);
@@ -185,7 +185,7 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   KVT_CHECK(position - rows_.end() < kMaxUncoveredRows, USAGE,
             "position " << position << " is " << position - rows_.end() + 1 << " rows past the index's end "
                         << rows_.end() << "; a query lists at most " << kMaxUncoveredRows
-                        << " uncovered rows as always included (index the longer prefix: build --prefix)");
+                        << " uncovered rows as always included (index the longer prefix)");
   for (int64_t i = rows_.end(); i <= position; ++i) rc.always_included.push_back(i);
   return rc;
 }
