@@ -8,14 +8,10 @@ namespace kvtool::cli {
 
 const std::vector<KindCli>& kind_clis() {
   static const std::vector<KindCli> kinds{
-      {"pq", "kvtool-pq: PQCache product-quantization indexes over K/V dumps (see kvtool-pq(1))", add_pq_commands},
-      {"clusterkv", "kvtool-clusterkv: ClusterKV semantic-cluster indexes over K/V dumps (see kvtool-clusterkv(1))",
-       add_clusterkv_commands},
-      {"lsh", "kvtool-lsh: MagicPIG SimHash sampling tables over K/V dumps (see kvtool-lsh(1))", add_lsh_commands},
-      {"squeeze",
-       "kvtool-squeeze: SqueezedAttention fine/coarse centroid indexes over shared-prefix K/V dumps (see "
-       "kvtool-squeeze(1))",
-       add_squeeze_commands}};
+#define KVTOOL_KIND(name, about) {#name, "kvtool-" #name ": " about " (see kvtool-" #name "(1))", add_##name##_commands},
+#include "kinds.def"
+#undef KVTOOL_KIND
+  };
   return kinds;
 }
 

@@ -14,17 +14,17 @@ namespace kvtool::cli {
 // Registers a kind's subcommands on `app` (the kvtool-KIND app): build, and append where the kind
 // has one. `as_json` is the flag cli::run reads when it prints an error.
 using AddKindCommands = void (*)(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
-void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
-void add_clusterkv_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
-void add_lsh_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
-void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
+// One per line of lib/kinds/kinds.def, defined in tools/common/kinds/KIND.cpp.
+#define KVTOOL_KIND(name, about) void add_##name##_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
+#include "kinds.def"
+#undef KVTOOL_KIND
 
 struct KindCli {
   std::string kind;   // "pq": the program is kvtool-pq
   std::string about;  // its --help description
   AddKindCommands add;
 };
-const std::vector<KindCli>& kind_clis();  // pq, clusterkv, lsh, squeeze
+const std::vector<KindCli>& kind_clis();  // lib/kinds/kinds.def's kinds, in its order
 std::string kind_names(const char* separator);
 
 // The whole program kvtool-KIND (argv[0] names it in help text). `kind` must be one of kind_clis().

@@ -17,11 +17,12 @@ struct BuilderEntry {
   MakeBuilder make;
 };
 
-// The order of `kvtool build`'s kind list (tools/common/kind_commands.cpp).
-const BuilderEntry kBuilders[] = {{"pq", make_pq_builder},
-                                  {"clusterkv", make_clusterkv_builder},
-                                  {"lsh", make_lsh_builder},
-                                  {"squeeze", make_squeeze_builder}};
+// lib/kinds/kinds.def's kinds in its order, the order of `kvtool build`'s kind list.
+const BuilderEntry kBuilders[] = {
+#define KVTOOL_KIND(name, about) {#name, make_##name##_builder},
+#include "kinds.def"
+#undef KVTOOL_KIND
+};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;

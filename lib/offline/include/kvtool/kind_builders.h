@@ -46,10 +46,9 @@ class BuildParams {
   std::set<std::string> known_;
 };
 
-// The per-kind halves (lib/kinds/KIND/KIND_params.cpp).
-std::unique_ptr<KindBuilder> make_pq_builder(const json& params);
-std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params);
-std::unique_ptr<KindBuilder> make_lsh_builder(const json& params);
-std::unique_ptr<KindBuilder> make_squeeze_builder(const json& params);
+// The per-kind halves (lib/kinds/KIND/KIND_params.cpp), one per line of lib/kinds/kinds.def.
+#define KVTOOL_KIND(name, about) std::unique_ptr<KindBuilder> make_##name##_builder(const json& params);
+#include "kinds.def"
+#undef KVTOOL_KIND
 
 }  // namespace kvtool
