@@ -13,7 +13,8 @@
 #    hence zstd, OpenSSL and nlohmann_json. Two ways, tried in this order; the results say which ran:
 #    a. built here by tests/gpu/CMakeLists.txt when those packages are installed;
 #    b. a static binary built on a machine that has them and carried here:
-#         cmake --build build --target kvtool_gpu_pool_test_static     (a CUDA build of the project)
+#         cmake --build build --target kvtool_gpu_pool_test_static     (a CUDA build of the project
+#         configured with -DKVTOOL_TESTS=ON: a plain configure builds the product only)
 #       then run this script with carry ["build/bin/kvtool_gpu_pool_test_static"] (about 10 MB;
 #       glibc is the only shared library it needs besides the driver). KVTOOL_GPU_POOL_BIN names
 #       another path; otherwise the first build*/bin/kvtool_gpu_pool_test_static found is used.
