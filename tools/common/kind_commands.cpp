@@ -8,7 +8,8 @@ namespace kvtool::cli {
 
 const std::vector<KindCli>& kind_clis() {
   static const std::vector<KindCli> kinds{
-#define KVTOOL_KIND(name, about) {#name, "kvtool-" #name ": " about " (see kvtool-" #name "(1))", add_##name##_commands},
+#define KVTOOL_KIND(name, about) \
+  {#name, "kvtool-" #name ": " about " (see kvtool-" #name "(1))", add_##name##_commands},
 #include "kinds.def"
 #undef KVTOOL_KIND
   };

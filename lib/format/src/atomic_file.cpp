@@ -135,8 +135,7 @@ void install_cleanup_handlers() {
 void refuse_existing_output(const std::string& path) {
   struct stat st {};
   // A symlink, even a dangling one, is an existing output.
-  KVT_CHECK(lstat(path.c_str(), &st) != 0, OUTPUT_EXISTS,
-            "'" << path << "' already exists; refusing to overwrite it");
+  KVT_CHECK(lstat(path.c_str(), &st) != 0, OUTPUT_EXISTS, "'" << path << "' already exists; refusing to overwrite it");
 }
 
 bool same_file(const std::string& a, const std::string& b) {

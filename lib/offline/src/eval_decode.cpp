@@ -388,7 +388,7 @@ int64_t decode_steps(const Session& ss, int64_t E) {
   const int64_t N = ss.opt.steps > 0 ? ss.opt.steps : std::min<int64_t>(64, left);
   KVT_CHECK(N <= left, USAGE,
             "steps " << N << " needs " << E + N + 1 << " dump tokens (the prefix, the steps and their targets); "
-                       << "the dump has " << ss.dec.tokens.size());
+                     << "the dump has " << ss.dec.tokens.size());
   return N;
 }
 
