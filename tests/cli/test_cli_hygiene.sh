@@ -104,15 +104,17 @@ done
 expect_reason 2 USAGE "$KVTOOL" -v  # global options but no command: the same
 head -c "$(stat -c %s help.txt)" "$WORK/err" | cmp -s - help.txt || fail "kvtool -v does not print the --help text"
 
-# Every Catch2 test is its own ctest entry: catch_discover_tests hands ctest a CMake list, so a name
+# Every Catch2 test is its own ctest entry (named "unit:NAME"): catch_discover_tests hands ctest a CMake list, so a name
 # with ';' or a bracket (an unclosed '[' stops the list splitting) merges tests into one entry that
 # matches nothing and passes without running them.
-if [ -x "$BIN/kvtool_unit" ]; then
-  "$BIN/kvtool_unit" --list-test-names-only > unit-names  # Catch2 v2 exits with the count
+if [ -x "$BIN/kvtool_unit" ] && [ -x "$BIN/kvtool_unit_pool" ]; then
+  for unit in kvtool_unit kvtool_unit_pool; do
+    "$BIN/$unit" --list-test-names-only || true  # Catch2 v2 exits with the count
+  done > unit-names
   [ "$(wc -l < unit-names)" -gt 50 ] || fail "too few unit test names listed: $(wc -l < unit-names)"
   ! grep -n '[][;]' unit-names || fail "unit test names with ';', '[' or ']' (ctest cannot select them)"
-  n_ctest=$(cd "$BIN/.." && ctest -N -R '^unit: ' 2>/dev/null | grep -c 'Test *#') || true
+  n_ctest=$(cd "$BIN/.." && ctest -N -R '^unit:' 2>/dev/null | grep -c 'Test *#') || true
   [ "$n_ctest" = 0 ] || [ "$n_ctest" = "$(wc -l < unit-names)" ] ||
-    fail "ctest lists $n_ctest unit tests, kvtool_unit $(wc -l < unit-names)"
+    fail "ctest lists $n_ctest unit tests, kvtool_unit and kvtool_unit_pool $(wc -l < unit-names)"
 fi
 finish
