@@ -261,7 +261,8 @@ def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, sh
     return result
 
 
-def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sinks=4, share_kv_head=False, **sweep):
+def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sinks=4, share_kv_head=False,
+                tokenizer=None, **sweep):
     """Decode ``source``'s tokens with the llama2.c model ``llama2c`` (the checkpoint that produced
     the dump) densely and with each artifact's sparse attention through a runtime pool; returns
     what ``kvtool eval-decode ART... --llama2c M --source DUMP --json`` prints, as a dict (one entry
@@ -271,6 +272,8 @@ def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sin
     ``artifacts``: a path or a list of paths. ``steps``: decode steps (0: up to 64 the dump holds).
     ``baselines``: any of ``"window"``, ``"topk"`` and ``"heavy"``, each a row per setting with its
     row count. ``share_kv_head=True``: one selection per KV head, as ``--share-kv-head``.
+    ``tokenizer``: the model's llama2.c tokenizer; each result then has ``"diverge_text"`` (the
+    greedy text both runs produced, then dense's and sparse's next token), as ``--tokenizer``.
     ``sweep``: the kinds' query options as for :func:`eval` (``budget=[0.05, 0.1]``,
     ``quantile=0.8``, ``min_collisions=2``); a name no kind takes is ignored by kinds without it.
     """
@@ -289,7 +292,8 @@ def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sin
             raise _usage(f"{name}: an integer in 0..2^31, not {v!r}")
     lists = _sweep_lists(sweep)
     text = _kvtool.eval_decode(paths, _path(source, "source"), _path(llama2c, "llama2c"), steps, lists,
-                               list(baselines), window_sinks, _flag(share_kv_head, "share_kv_head"))
+                               list(baselines), window_sinks, _flag(share_kv_head, "share_kv_head"),
+                               "" if tokenizer is None else _path(tokenizer, "tokenizer"))
     return json.loads(text)
 
 

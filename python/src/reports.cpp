@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <memory>
 
 #include "bindings.h"
 #include "kvtool/admission.h"
 #include "kvtool/dump.h"
 #include "kvtool/eval.h"
 #include "kvtool/eval_decode.h"
+#include "kvtool/llama2c.h"
 #include "kvtool/kind_builders.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
@@ -175,11 +177,17 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
 std::string eval_decode(const std::vector<std::string>& artifacts, const std::string& source,
                         const std::string& llama2c, int64_t steps,
                         const std::map<std::string, std::vector<std::string>>& sweep,
-                        const std::vector<std::string>& baselines, int64_t window_sinks, bool share_kv_head) {
+                        const std::vector<std::string>& baselines, int64_t window_sinks, bool share_kv_head,
+                        const std::string& tokenizer) {
   py::gil_scoped_release nogil;
   if (auto it = sweep.find("budget"); it != sweep.end())
     for (const auto& b : it->second) Budget::parse(b);  // USAGE for a bad budget, as the CLI
   require_file(llama2c, "llama2c model");
+  std::unique_ptr<Llama2cTokenizer> tok;  // read before the decoding, as the CLI does
+  if (!tokenizer.empty()) {
+    require_file(tokenizer, "tokenizer");
+    tok = std::make_unique<Llama2cTokenizer>(tokenizer, Llama2cModel(llama2c).config().vocab_size);
+  }
   EvalDecodeOptions o;
   o.model_path = llama2c;
   o.steps = steps;
@@ -188,7 +196,7 @@ std::string eval_decode(const std::vector<std::string>& artifacts, const std::st
   o.window_sinks = window_sinks;
   o.share_kv_head = share_kv_head;
   DumpReader d(source);
-  return kvtool::eval_decode(artifacts, d, o).to_json().dump();
+  return kvtool::eval_decode(artifacts, d, o).to_json(tok.get()).dump();
 }
 
 // The dumped query at `position` of (layer, q_head), as `kvtool query --position` reads it.
@@ -262,7 +270,7 @@ void bind_reports(py::module_& m) {
         "(JSON text of `kvtool eval --json`, list of record dicts or None).");
   m.def("eval_decode", &eval_decode, py::arg("artifacts"), py::arg("source"), py::arg("llama2c"), py::arg("steps"),
         py::arg("sweep"), py::arg("baselines"), py::arg("window_sinks"), py::arg("share_kv_head") = false,
-        "JSON text of `kvtool eval-decode --json`.");
+        py::arg("tokenizer") = "", "JSON text of `kvtool eval-decode --json` (--tokenizer when not empty).");
   m.def("query", &query, py::arg("artifact"), py::arg("source"), py::arg("layer"), py::arg("q_head"),
         py::arg("position"), py::arg("vector"), py::arg("settings"),
         "(JSON text of `kvtool query --json`, candidates int64 array, scores float32 array).");

@@ -116,6 +116,41 @@ assert abs(b["selected_fraction_kv_union_mean"] - b["selected_fraction_mean"]) <
 assert 0 < b["quality_ratio"] <= 1, b
 EOF2
 
+# --tokenizer: where greedy decoding leaves dense, as text. The divergence's tokens are the ids the
+# report gives (diverge_tokens); the text is their pieces in the model's tokenizer, and a tokenizer
+# of another vocabulary is refused before any decoding.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --source s.h5 \
+  --steps 24 --budget 0.02 --budget 0.05 --budget 100% --baseline window --json
+cp "$WORK/out" text.json
+py text.json "$M/tok512.bin" <<'EOF2' || fail "diverge_text: $(head -c 3000 text.json)"
+import json, struct, sys
+rs = json.load(open(sys.argv[1]))["results"]
+raw = open(sys.argv[2], "rb").read()
+vocab, off = [], 4  # llama2.c tokenizer: max_token_length, then (score f32, len i32, bytes) per token
+while off < len(raw):
+    n = struct.unpack_from("<fi", raw, off)[1]
+    vocab.append(raw[off + 8:off + 8 + n].decode("utf-8", "replace"))
+    off += 8 + n
+diverged = [r for r in rs if r["diverge_step"] is not None]
+assert diverged, "no setting diverges at 2-5 % on stories260K; the test needs one"
+for r in rs:
+    if r["diverge_step"] is None:
+        assert r["diverge_tokens"] is None and r["diverge_text"] is None, r
+        continue
+    ids, text = r["diverge_tokens"], r["diverge_text"]
+    assert ids["dense"] != ids["sparse"], r
+    for side in ("dense", "sparse"):
+        assert text[side] == vocab[ids[side]], (side, r)
+    assert text["common"], r
+full = [r for r in rs if r["budget"] == 1.0]
+assert full and full[0]["diverge_text"] is None, full
+EOF2
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --source s.h5 \
+  --steps 24 --budget 0.02 --budget 0.05 --baseline window -q
+grep -q ' at step [0-9]*: ".*" then dense ".*", sparse ".*"' "$WORK/out" || fail "no divergence text: $(cat "$WORK/out")"
+expect_reason 1 BAD_MODEL "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --tokenizer "$M/tok128c.bin" \
+  --source s.h5 --steps 4
+
 # Refusals: another model, a dump without tokens, more steps than the dump holds, bad options,
 # an artifact of another dump.
 expect_reason 1 MODEL_MISMATCH "$KVTOOL" eval-decode pq.kvi --llama2c "$M/babyllama361.bin" --source s.h5

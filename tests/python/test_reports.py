@@ -295,6 +295,12 @@ def test_eval_decode():
     got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=4, budget=0.1, baselines="heavy",
                              share_kv_head=True)
     check(got == want and got["share_kv_head"] is True, f"eval_decode shared: {got} != {want}")
+    # The divergence as text, as --tokenizer.
+    tok = os.path.join(os.path.dirname(model), "tok512.bin")
+    want = cli_json("eval-decode", "m.pq.kvi", "--llama2c", model, "--tokenizer", tok, "--source", "m.h5", "--steps",
+                    12, "--budget", "0.02", "--json", "-q")
+    got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, tokenizer=tok, steps=12, budget=0.02)
+    check(got == want and all("diverge_text" in r for r in got["results"]), f"eval_decode text: {got} != {want}")
     got = kvtool.eval("m.pq.kvi", "m.h5", budget=0.1, share_kv_head=True)
     check(got["share_kv_head"] is True, f"eval shared: {got}")
     expect_error(lambda: kvtool.eval("m.pq.kvi", "m.h5", share_kv_head=1), "USAGE", 2, kvtool.UsageError,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <utility>
 
 #include "impl/eval_parts.h"
 #include "kvtool/admission.h"
@@ -360,9 +361,17 @@ void sparse_run(Decoder& dec, const DenseRun& dense, const AttentionSelect& sele
   res.selected_fraction_kv_union = tally.union_fraction();
   dec.model.restore_cache(dense.prefill);
   res.diverge_step = -1;
+  res.greedy_common.assign(1, dense.greedy[0]);  // the prefill is dense in both runs
   for (int64_t s = 0; s < dense.N && res.diverge_step < 0; ++s) {
     dec.model.forward(dense.greedy[s], static_cast<int32_t>(dense.E + s), q, k, v, logits, select);
-    if (argmax(logits) != dense.greedy[s + 1]) res.diverge_step = s;
+    const int32_t next = argmax(logits);
+    if (next == dense.greedy[s + 1]) {
+      res.greedy_common.push_back(next);
+      continue;
+    }
+    res.diverge_step = s;
+    res.diverge_dense_token = dense.greedy[s + 1];
+    res.diverge_sparse_token = next;
   }
 }
 
@@ -456,7 +465,18 @@ void evaluate_artifact(Session& ss, const std::string& path, std::vector<DecodeR
 
 }  // namespace
 
-json DecodeResult::to_json() const {
+namespace {
+
+std::string decode_text(const Llama2cTokenizer& tok, const std::vector<int32_t>& tokens) {
+  std::string text;
+  int32_t prev = 0;  // the prefix's last token is not BOS: a leading space is kept
+  for (int32_t t : tokens) text += tok.decode(std::exchange(prev, t), t);
+  return text;
+}
+
+}  // namespace
+
+json DecodeResult::to_json(const Llama2cTokenizer* tokenizer) const {
   // A budget as a number: the fraction of the indexed rows, or the row count; other kinds' settings
   // (squeeze's quantile, lsh's collisions) as their options.
   json b = budget;
@@ -464,24 +484,35 @@ json DecodeResult::to_json() const {
     const Budget parsed = Budget::parse(budget["budget"].get<std::string>());
     b = parsed.fraction ? json(parsed.value) : json(static_cast<int64_t>(parsed.value));
   }
-  return json{{"artifact", artifact},
-              {"kind", kind},
-              {"setting", setting},
-              {"budget", b},
-              {"steps", steps},
-              {"selected_fraction", selected_fraction},
-              {"selected_fraction_kv_union", selected_fraction_kv_union},
-              {"mean_kl", mean_kl},
-              {"max_kl", max_kl},
-              {"top1_agreement", top1_agreement},
-              {"ppl_dense", ppl_dense},
-              {"ppl_sparse", ppl_sparse},
-              {"diverge_step", diverge_step < 0 ? json(nullptr) : json(diverge_step)}};
+  const bool diverged = diverge_step >= 0;
+  json j{{"artifact", artifact},
+         {"kind", kind},
+         {"setting", setting},
+         {"budget", b},
+         {"steps", steps},
+         {"selected_fraction", selected_fraction},
+         {"selected_fraction_kv_union", selected_fraction_kv_union},
+         {"mean_kl", mean_kl},
+         {"max_kl", max_kl},
+         {"top1_agreement", top1_agreement},
+         {"ppl_dense", ppl_dense},
+         {"ppl_sparse", ppl_sparse},
+         {"diverge_step", diverged ? json(diverge_step) : json(nullptr)},
+         {"diverge_tokens",
+          diverged ? json{{"dense", diverge_dense_token}, {"sparse", diverge_sparse_token}} : json(nullptr)}};
+  if (tokenizer) {
+    const int32_t last = greedy_common.empty() ? 0 : greedy_common.back();
+    j["diverge_text"] = diverged ? json{{"common", decode_text(*tokenizer, greedy_common)},
+                                        {"dense", tokenizer->decode(last, diverge_dense_token)},
+                                        {"sparse", tokenizer->decode(last, diverge_sparse_token)}}
+                                 : json(nullptr);
+  }
+  return j;
 }
 
-json EvalDecodeReport::to_json() const {
+json EvalDecodeReport::to_json(const Llama2cTokenizer* tokenizer) const {
   json rs = json::array();
-  for (const auto& r : results) rs.push_back(r.to_json());
+  for (const auto& r : results) rs.push_back(r.to_json(tokenizer));
   return json{{"schema_version", kJsonSchemaVersion},
               {"source", source},
               {"model_sha256", model_sha256},

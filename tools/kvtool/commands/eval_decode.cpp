@@ -1,15 +1,17 @@
-// kvtool eval-decode ART... --llama2c M.bin --source DUMP [--steps N] [--budget B ...]
+// kvtool eval-decode ART... --llama2c M.bin [--tokenizer T.bin] --source DUMP [--steps N] [--budget B ...]
 // [--rerank F ...] [--min-collisions c ...] [--quantile q ...] [--baseline window|topk|heavy ...] [--share-kv-head]
 // [--csv F] [--plot F.svg]
 // [--json] [-q]
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "commands.h"
 #include "eval_options.h"
 #include "eval_output.h"
 #include "kvtool/dump.h"
 #include "kvtool/eval_decode.h"
+#include "kvtool/llama2c.h"
 
 namespace kvtool::cmd {
 
@@ -17,10 +19,25 @@ namespace {
 
 struct Args {
   std::vector<std::string> arts;
-  std::string source;
+  std::string source, tokenizer;
   EvalDecodeOptions opt;
   cli::SweepFlags sweep;  // --budget, --min-collisions, --quantile; --csv, --plot
 };
+
+// Where greedy decoding left dense, as text: the tokens both produced (their last 60 bytes), then
+// dense's next token and sparse's.
+void print_divergences(const json& results) {
+  for (const auto& r : results) {
+    if (!r.contains("diverge_text") || r["diverge_text"].is_null()) continue;
+    const auto& t = r["diverge_text"];
+    std::string common = t["common"].get<std::string>();
+    if (common.size() > 60) common = "..." + common.substr(common.size() - 60);
+    std::printf("%s %s %s at step %lld: \"%s\" then dense \"%s\", sparse \"%s\"\n",
+                r["artifact"].get<std::string>().c_str(), r["kind"].get<std::string>().c_str(),
+                r["setting"].get<std::string>().c_str(), static_cast<long long>(r["diverge_step"].get<int64_t>()),
+                common.c_str(), t["dense"].get<std::string>().c_str(), t["sparse"].get<std::string>().c_str());
+  }
+}
 
 void print_decode(const EvalDecodeReport& rep) {
   std::printf("%-28s %-9s %-10s %6s %6s %9s %9s %6s %9s %9s %7s\n", "artifact", "kind", "setting", "frac", "kv∪",
@@ -41,16 +58,26 @@ int run(Args& a, const Flags& flags) {
   std::vector<std::string> inputs = a.arts;
   inputs.push_back(a.source);
   inputs.push_back(a.opt.model_path);
+  if (!a.tokenizer.empty()) inputs.push_back(a.tokenizer);
   a.opt.sweep = a.sweep.flag_values();
   for (auto& [name, values] : a.sweep.named_options())
     a.opt.sweep[name].insert(a.opt.sweep[name].end(), values.begin(), values.end());
   a.opt.quiet = flags.quiet || flags.json;
   const auto out = a.sweep.open_outputs(inputs);
+  // The tokenizer is read (against the model's vocabulary) before the decoding, so a wrong one fails
+  // at once rather than after the run.
+  std::unique_ptr<Llama2cTokenizer> tok;
+  if (!a.tokenizer.empty())
+    tok = std::make_unique<Llama2cTokenizer>(a.tokenizer, Llama2cModel(a.opt.model_path).config().vocab_size);
   DumpReader dump(a.source);
   const EvalDecodeReport rep = eval_decode(a.arts, dump, a.opt);
   if (out.csv) cli::write_decode_csv(*out.csv, rep);
   if (out.plot) cli::write_decode_plot(*out.plot, rep);
-  return emit({flags.json, false}, rep.to_json(), [&] { print_decode(rep); });
+  const json j = rep.to_json(tok.get());
+  return emit({flags.json, false}, j, [&] {
+    print_decode(rep);
+    print_divergences(j["results"]);
+  });
 }
 
 }  // namespace
@@ -63,6 +90,9 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
       "perplexity and divergence against dense attention, per artifact and budget");
   sub->add_option("ART", a->arts, "artifacts (.kvi) built on --source")->required();
   sub->add_option("--llama2c", a->opt.model_path, "the llama2.c checkpoint (.bin) that produced --source")->required();
+  sub->add_option("--tokenizer", a->tokenizer,
+                  "the model's llama2.c tokenizer (.bin): also print where greedy decoding diverges as text "
+                  "(JSON: diverge_text)");
   sub->add_option("--source", a->source, "dump with /kv/tokens: its prefix is prefilled, its next tokens decoded")
       ->required();
   sub->add_option("--steps", a->opt.steps, "decode steps after the prefix (default: up to 64 the dump holds)")

@@ -15,6 +15,7 @@
 namespace kvtool {
 
 class DumpReader;
+class Llama2cTokenizer;
 
 struct EvalDecodeOptions {
   std::string model_path;  // llama2.c checkpoint the dump was produced with (its SHA-256 must match)
@@ -50,14 +51,22 @@ struct DecodeResult {
   // First step at which free-running sparse greedy decoding leaves dense greedy decoding; -1: none
   // within the steps.
   int64_t diverge_step = -1;
-  json to_json() const;
+  // The greedy tokens both runs produced (after the prefix, up to the divergence or the last step),
+  // then at the divergence dense's next token and sparse's (-1 without one).
+  std::vector<int32_t> greedy_common;
+  int32_t diverge_dense_token = -1, diverge_sparse_token = -1;
+  // With a tokenizer, "diverge_text": {"common", "dense", "sparse"} (the decoded tokens; null
+  // without a divergence) beside "diverge_tokens": {"dense", "sparse"} (ids; null without one).
+  json to_json(const Llama2cTokenizer* tokenizer = nullptr) const;
 };
 
 struct EvalDecodeReport {
   std::string source, model_sha256;
   bool share_kv_head = false;
   std::vector<DecodeResult> results;
-  json to_json() const;  // {"schema_version", "source", "model_sha256", "share_kv_head", "results": [...]}
+  // {"schema_version", "source", "model_sha256", "share_kv_head", "results": [...]}; each result
+  // with its divergence's text when a tokenizer of the model is given.
+  json to_json(const Llama2cTokenizer* tokenizer = nullptr) const;
 };
 
 // USAGE for bad options; MODEL_MISMATCH when the model is not the dump's; the binding checks of
