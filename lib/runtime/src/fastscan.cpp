@@ -352,10 +352,12 @@ int64_t fastscan_top_k(const float* lut, const FastScanCodes& codes, int64_t k, 
   thread_local Scratch s;
   const Quantized qz = quantize(lut, codes.m, codes.quads, room(s.qlut, codes.quads * 64));
   int64_t w = n;
-  if (qz.ok && b < n)
+  if (qz.ok && b < n) {
     w = candidates(qz, s.qlut.data(), codes, b, s);
-  else
-    std::iota(room(s.cand, n), s.cand.data() + n, 0u);
+  } else {
+    uint32_t* all = room(s.cand, n);  // grown before its end is taken
+    std::iota(all, all + n, 0u);
+  }
   float* score = room(s.score, n);
   fastscan_rescore(lut, codes, s.cand.data(), w, score);
   int64_t* order = room(s.order, b);
