@@ -8,6 +8,7 @@
 #include "common/device_batch.h"
 #include "kvtool/device.h"
 #include "kvtool/error.h"
+#include "kvtool/fastscan.h"
 #include "kvtool/kinds.h"
 #include "kvtool/scoring.h"
 #include "pq/pq_internal.h"
@@ -32,7 +33,9 @@ class PqSelector : public PartSelector {
     // up to 8 bits.
     auto codes = r.read_section(require_section(r, "pq_codes", layer, head));
     const int64_t m = lay_.m;
-    if (lay_.bits <= 8)
+    if (scoring::fastscan_applies(lay_.bits, m, n_))
+      scoring::fastscan_pack(codes.data(), n_, m, fast_);  // b = 4: the fast-scan layouts (kvtool/fastscan.h)
+    else if (lay_.bits <= 8)
       transpose(
           n_, m, [&](int64_t i, int64_t j) { return codes[i * m + j]; }, codes8_);
     else
@@ -80,6 +83,14 @@ class PqSelector : public PartSelector {
     grow(score, n_);
     grow(top, std::min(budget, n_));
     scoring::pq_lut(q, centroids_.data(), lay_.m, lay_.k, lay_.dsub, lut.data());
+    if (fast_.n > 0) {
+      const int64_t kept = scoring::fastscan_top_k(lut.data(), fast_, budget, top.data(), score.data());
+      for (int64_t r = 0; r < kept; ++r) {
+        ids.push_back(base + top[r]);
+        scores.push_back(score[r]);
+      }
+      return;
+    }
     if (lay_.bits <= 8)
       scoring::pq_scores_cm_u8(lut.data(), codes8_.data(), n_, lay_.m, lay_.k, score.data());
     else
@@ -144,7 +155,7 @@ class PqSelector : public PartSelector {
   }
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {
-    return vector_bytes(centroids_) + vector_bytes(codes8_) + vector_bytes(codes16_);
+    return vector_bytes(centroids_) + vector_bytes(codes8_) + vector_bytes(codes16_) + fast_.bytes();
   }
 
  private:
@@ -163,6 +174,7 @@ class PqSelector : public PartSelector {
   std::vector<float> centroids_;
   std::vector<uint8_t> codes8_;    // [m, n] column-major, bits <= 8
   std::vector<uint16_t> codes16_;  // [m, n] column-major, bits > 8
+  scoring::FastScanCodes fast_;    // bits == 4 (then codes8_ stays empty)
 };
 
 void validate_pq(const ArtifactReader& r) {
