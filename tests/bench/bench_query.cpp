@@ -241,7 +241,8 @@ int main() {
   p16.bits = 8;
   p16.iters = 10;
   p16.max_points_per_centroid = 256;
-  PqParams p2;  // the published PQCache setting (the decode-step figures of docs/performance.md)
+  p16.codebook_dtype = "f32";  // faiss_pq reads f32 codebooks
+  PqParams p2;                 // the published PQCache setting (the decode-step figures of docs/performance.md)
   p2.subspaces = 2;
   p2.bits = 6;
   p2.codebook_dtype = "f32";
