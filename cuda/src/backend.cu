@@ -332,3 +332,9 @@ std::shared_ptr<DeviceBackend> make_backend() {
 }
 
 }  // namespace kvtool::cuda
+
+// The CUDA tier registers itself with the runtime wherever this file is linked in (kvtool/device.h:
+// kvtool load, the C API's pool, the GPU tests). Users of the static kvtool_cuda link with
+// --undefined=kvtool_cuda_registered (cuda/CMakeLists.txt): without a reference the linker would
+// leave this archive member, and so the registration, out.
+extern "C" const bool kvtool_cuda_registered = (kvtool::register_device_backend(&kvtool::cuda::make_backend), true);

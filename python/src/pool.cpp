@@ -7,11 +7,9 @@
 #include <optional>
 
 #include "bindings.h"
+#include "kvtool/device.h"
 #include "kvtool/pool.h"
 #include "receipts.h"
-#ifdef KVTOOL_WITH_CUDA
-#include "kvtool/cuda_backend.h"
-#endif
 
 namespace kvtool::python {
 
@@ -154,9 +152,7 @@ std::unique_ptr<Pool> make_pool(int64_t host_budget, int64_t device_budget, bool
   o.device_budget = device_budget;
   o.device_batch_queries = batch_queries;
   if (device) {
-#ifdef KVTOOL_WITH_CUDA
-    o.device = cuda::make_backend();
-#endif
+    o.device = make_device_backend();  // nullptr unless a device tier (cuda/) is linked in
     KVT_CHECK(o.device != nullptr, DEVICE_UNAVAILABLE,
               "device=True: no usable CUDA device (or this kvtool module was built without CUDA)");
   }

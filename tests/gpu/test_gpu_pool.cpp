@@ -17,9 +17,7 @@
 
 #include "emulated_device.h"
 #include "pool_check.h"
-#ifdef KVTOOL_GPU_POOL_CUDA
-#include "kvtool/cuda_backend.h"
-#endif
+#include "kvtool/device.h"
 
 namespace {
 
@@ -31,7 +29,12 @@ std::shared_ptr<kvtool::DeviceBackend> pick_device(bool emulated, std::string& l
     return std::make_shared<kvtool::test::EmulatedDevice>();
   }
 #ifdef KVTOOL_GPU_POOL_CUDA
-  auto dev = kvtool::cuda::make_backend();
+  // Through the runtime's registry, which cuda/src/backend.cu fills in: the path of kvtool load and the C API.
+  if (!kvtool::device_backend_registered()) {  // a link error, not a missing GPU: never a skip
+    std::fprintf(stderr, "FAIL: the CUDA tier is linked in but did not register itself (kvtool/device.h)\n");
+    std::exit(1);
+  }
+  auto dev = kvtool::make_device_backend();
   if (!dev) why_not = "no usable CUDA device (cudaGetDeviceCount found none)";
   label = "CUDA device tier (cuda/src/backend.cu)";
   return dev;

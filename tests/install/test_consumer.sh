@@ -11,6 +11,9 @@ prefix="$T/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 so="$(ls "$prefix"/lib*/libkvtool.so | head -1)"
 [ -f "$prefix/include/kvtool/kvtool_c.h" ] || fail "headers not installed"
+# Only the C API's header: no C++ header, kind internals (lib/kinds) above all, is installed.
+installed_headers="$(cd "$prefix/include" && find . -type f | sort)"
+[ "$installed_headers" = "./kvtool/kvtool_c.h" ] || fail "headers other than kvtool/kvtool_c.h installed: $installed_headers"
 for prog in kvtool kvtool-pq kvtool-clusterkv kvtool-lsh kvtool-squeeze; do
   [ -s "$prefix/share/bash-completion/completions/$prog" ] || fail "bash completion for $prog not installed"
 done

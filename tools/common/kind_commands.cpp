@@ -10,7 +10,7 @@ const std::vector<KindCli>& kind_clis() {
   static const std::vector<KindCli> kinds{
 #define KVTOOL_KIND(name, about) \
   {#name, "kvtool-" #name ": " about " (see kvtool-" #name "(1))", add_##name##_commands},
-#include "kinds.def"
+#include "kvtool/kinds.def"
 #undef KVTOOL_KIND
   };
   return kinds;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "kind_main.h"
 #include "kvtool/output_path.h"
 
 namespace kvtool::cli {
@@ -14,9 +15,9 @@ namespace kvtool::cli {
 // Registers a kind's subcommands on `app` (the kvtool-KIND app): build, and append where the kind
 // has one. `as_json` is the flag cli::run reads when it prints an error.
 using AddKindCommands = void (*)(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
-// One per line of lib/kinds/kinds.def, defined in tools/common/kinds/KIND.cpp.
+// One per line of lib/kinds/kinds.def, defined in tools/common/kind_options/KIND.cpp.
 #define KVTOOL_KIND(name, about) void add_##name##_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
-#include "kinds.def"
+#include "kvtool/kinds.def"
 #undef KVTOOL_KIND
 
 struct KindCli {
@@ -27,8 +28,6 @@ struct KindCli {
 const std::vector<KindCli>& kind_clis();  // lib/kinds/kinds.def's kinds, in its order
 std::string kind_names(const char* separator);
 
-// The whole program kvtool-KIND (argv[0] names it in help text). `kind` must be one of kind_clis().
-int kind_main(const std::string& kind, int argc, char** argv);
 // `kvtool build KIND ARGS...` = `kvtool-KIND build ARGS...`; USAGE for an unknown kind.
 int run_kind_build(const std::string& kind, const std::vector<std::string>& args);
 

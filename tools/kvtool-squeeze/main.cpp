@@ -1,5 +1,5 @@
 // kvtool-squeeze: the squeeze kind's commands (`kvtool-squeeze build ARGS` = `kvtool build squeeze ARGS`), defined in
-// tools/common/kinds/squeeze.cpp.
-#include "kind_commands.h"
+// tools/common/kind_options/squeeze.cpp.
+#include "kind_main.h"
 
 int main(int argc, char** argv) { return kvtool::cli::kind_main("squeeze", argc, argv); }

@@ -26,7 +26,9 @@ std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params) {
   p.centroid = parse_centroid_rule(centroid);
   p.kmeans.method = parse_kmeans_method(kmeans);
   if (!dense.empty()) p.dense_layers = parse_layer_list(dense, "dense_layers");
-  return std::make_unique<ClusterKvBuilder>(p);
+  return make_builder(p);
 }
+
+std::unique_ptr<KindBuilder> make_builder(const ClusterKvParams& p) { return std::make_unique<ClusterKvBuilder>(p); }
 
 }  // namespace kvtool

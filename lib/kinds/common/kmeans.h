@@ -7,24 +7,13 @@
 #include <vector>
 
 #include "kvtool/json.h"
+#include "kvtool/kinds/kmeans_options.h"  // KmeansMethod, KmeansOptions
 
 namespace kvtool {
 
-// How a part's rows are clustered: flat k-means over every row (cost ~ n·k per iteration), a
-// balanced tree of small k-means splits with flat k-means in its leaves (cost ~ n·leaf per
-// iteration), or automatic: the tree when the cost model says it is cheaper (kmeans_tree_cost).
-enum class KmeansMethod { flat, tree, automatic };
 // cosine: spherical k-means of the normalized rows (argmax cosine); l2: Euclidean k-means.
 enum class KmeansMetric { cosine, l2 };
 
-struct KmeansOptions {
-  KmeansMethod method = KmeansMethod::automatic;
-  int64_t branching = 16;      // most children of a tree node
-  int64_t leaf_clusters = 64;  // a node with at most this many clusters is a leaf (flat k-means)
-};
-
-KmeansMethod parse_kmeans_method(const std::string& s);  // "flat" | "tree" | "auto"; USAGE otherwise
-const char* kmeans_method_name(KmeansMethod m);
 void check_kmeans_options(const KmeansOptions& o);  // USAGE on a bad branching or leaf size
 // The options as recorded in the manifest params (kmeans, kmeans_branching, kmeans_leaf_clusters: the
 // command line's --kmeans, --kmeans-branching, --kmeans-leaf-clusters).

@@ -7,14 +7,10 @@
 #include <vector>
 
 #include "kvtool/builder.h"
+#include "kvtool/kinds/lsh.h"  // LshParams
 #include "lsh/lsh_internal.h"
 
 namespace kvtool {
-
-struct LshParams {
-  int64_t bits = 10;     // K, 1..16
-  int64_t tables = 150;  // L
-};
 
 class LshBuilder : public KindBuilder {
  public:

@@ -11,7 +11,9 @@ std::unique_ptr<KindBuilder> make_lsh_builder(const json& params) {
   in.get("bits", p.bits);
   in.get("tables", p.tables);
   in.finish();
-  return std::make_unique<LshBuilder>(p);
+  return make_builder(p);
 }
+
+std::unique_ptr<KindBuilder> make_builder(const LshParams& p) { return std::make_unique<LshBuilder>(p); }
 
 }  // namespace kvtool

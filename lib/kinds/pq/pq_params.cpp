@@ -16,7 +16,9 @@ std::unique_ptr<KindBuilder> make_pq_builder(const json& params) {
   in.get("anisotropic_eta", p.anisotropic_eta);
   in.get("codebook_dtype", p.codebook_dtype);
   in.finish();
-  return std::make_unique<PqBuilder>(p);
+  return make_builder(p);
 }
+
+std::unique_ptr<KindBuilder> make_builder(const PqParams& p) { return std::make_unique<PqBuilder>(p); }
 
 }  // namespace kvtool

@@ -25,7 +25,9 @@ std::unique_ptr<KindBuilder> make_squeeze_builder(const json& params) {
   // Given, even as an empty list, it is checked as the command line checks --quantiles.
   if (in.has("quantiles")) p.quantiles = parse_quantiles(quantiles);
   if (in.has("calibration_queries")) p.calibration_queries = calibration_from_bytes(calibration, "calibration_queries");
-  return std::make_unique<SqueezeBuilder>(p);
+  return make_builder(p);
 }
+
+std::unique_ptr<KindBuilder> make_builder(const SqueezeParams& p) { return std::make_unique<SqueezeBuilder>(p); }
 
 }  // namespace kvtool

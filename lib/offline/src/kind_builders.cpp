@@ -20,7 +20,7 @@ struct BuilderEntry {
 // lib/kinds/kinds.def's kinds in its order, the order of `kvtool build`'s kind list.
 const BuilderEntry kBuilders[] = {
 #define KVTOOL_KIND(name, about) {#name, make_##name##_builder},
-#include "kinds.def"
+#include "kvtool/kinds.def"
 #undef KVTOOL_KIND
 };
 

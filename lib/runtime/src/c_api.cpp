@@ -6,12 +6,9 @@
 #include <memory>
 #include <string>
 
+#include "kvtool/device.h"
 #include "kvtool/error.h"
 #include "kvtool/pool.h"
-
-#ifdef KVTOOL_WITH_CUDA
-#include "kvtool/cuda_backend.h"
-#endif
 
 struct kvtool_pool {
   kvtool::Pool pool;
@@ -63,9 +60,7 @@ int kvtool_pool_new(int64_t host_budget, int64_t device_budget, int device, kvto
     o.host_budget = host_budget;
     o.device_budget = device_budget;
     if (device != KVTOOL_DEVICE_CPU) {
-#ifdef KVTOOL_WITH_CUDA
-      o.device = kvtool::cuda::make_backend();
-#endif
+      o.device = kvtool::make_device_backend();  // nullptr in a libkvtool built without CUDA
       KVT_CHECK(o.device || device == KVTOOL_DEVICE_AUTO, DEVICE_UNAVAILABLE,
                 "a CUDA device was requested but none is usable (or this libkvtool was built without CUDA)");
     }

@@ -43,7 +43,7 @@ const std::vector<KindSpec>& registry() {
   static const std::vector<KindSpec> kinds = {
       container_test_kind(),
 #define KVTOOL_KIND(name, about) kinds::name##_kind(),
-#include "kinds.def"
+#include "kvtool/kinds.def"
 #undef KVTOOL_KIND
   };
   return kinds;

@@ -1,4 +1,4 @@
-// kvtool build KIND ARGS... = kvtool-KIND build ARGS..., run in this process (tools/common/kinds/).
+// kvtool build KIND ARGS... = kvtool-KIND build ARGS..., run in this process (tools/common/kind_options/).
 #include "commands.h"
 #include "kind_commands.h"
 

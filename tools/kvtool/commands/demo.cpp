@@ -12,8 +12,8 @@
 #include "kvtool/producers.h"
 #include "kvtool/report.h"
 #include "kvtool/store.h"
-#include "pq/pq.h"
-#include "squeeze/squeeze.h"
+#include "kvtool/kinds/pq.h"
+#include "kvtool/kinds/squeeze.h"
 
 namespace kvtool::cmd {
 
@@ -77,7 +77,7 @@ std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOpti
   sp.observation_window = 32;
   sp.percent_clusters = 10;
   bo.output = sq;
-  cli::print_build_summary(build_artifact(dump, bo, SqueezeBuilder(sp)));
+  cli::print_build_summary(build_artifact(dump, bo, *make_builder(sp)));
   Store st(store_dir, true);
   const StorePutResult put = st.put(sq, StoreTrust{});
   std::cout << "\n== kvtool store put " << sq << " --store " << store_dir << "\nstored as object " << put.object
@@ -111,7 +111,7 @@ int run(Args& a) {
   bo.prefix = 192;
   bo.threads = cli::default_threads();
   bo.quiet = true;
-  cli::print_build_summary(build_artifact(path, bo, PqBuilder(PqParams{})));
+  cli::print_build_summary(build_artifact(path, bo, *make_builder(PqParams{})));
   EvalOptions eo;
   eo.sweep = {{"budget", {"0.05", "0.1", "0.2"}}};
   verify_and_eval(art, path, eo, " --budget 0.05 --budget 0.1 --budget 0.2");

@@ -1,13 +1,8 @@
 // kvtool load ART... [--source DUMP] [--store DIR + key] [--device auto|cpu|cuda] [budgets] [--json]
 #include "commands.h"
 #include "kvtool/loader.h"
+#include "kvtool/device.h"
 #include "parse.h"
-#ifdef KVTOOL_WITH_CUDA
-#include "kvtool/cuda_backend.h"
-#define KVTOOL_CUDA_NOTE ""
-#else
-#define KVTOOL_CUDA_NOTE " (this kvtool was built without CUDA)"
-#endif
 
 namespace kvtool::cmd {
 
@@ -48,11 +43,10 @@ int run(Args& a, const Flags& flags) {
               "store key options need --store");
   }
   if (a.device != "cpu") {
-#ifdef KVTOOL_WITH_CUDA
-    lo.pool.device = cuda::make_backend();
-#endif
+    lo.pool.device = make_device_backend();  // registered by cuda/ when this kvtool was built with it
     KVT_CHECK(lo.pool.device || a.device == "auto", DEVICE_UNAVAILABLE,
-              "--device cuda: no usable CUDA device" KVTOOL_CUDA_NOTE);
+              "--device cuda: no usable CUDA device"
+                  << (device_backend_registered() ? "" : " (this kvtool was built without CUDA)"));
   }
   const LoadReport rep = load_artifacts(lo);
   return emit(flags, rep.to_json(), [&] { cli::print_load(rep); });

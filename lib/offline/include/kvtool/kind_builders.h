@@ -48,7 +48,7 @@ class BuildParams {
 
 // The per-kind halves (lib/kinds/KIND/KIND_params.cpp), one per line of lib/kinds/kinds.def.
 #define KVTOOL_KIND(name, about) std::unique_ptr<KindBuilder> make_##name##_builder(const json& params);
-#include "kinds.def"
+#include "kvtool/kinds.def"
 #undef KVTOOL_KIND
 
 }  // namespace kvtool

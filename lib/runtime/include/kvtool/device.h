@@ -1,7 +1,8 @@
 // The device tier behind the runtime pool: memory, asynchronous host-to-device copies with a
 // completion, and the device mirrors of the query arithmetic (kvtool/scoring.h). The CUDA
-// implementation lives in cuda/ (kvtool::cuda::make_backend). Tests use a host-memory backend whose
-// completions they deliver by hand to inject races deterministically; it is test support
+// implementation lives in cuda/ (kvtool::cuda::make_backend), which registers itself here
+// (register_device_backend) where it is linked in; callers ask make_device_backend(). Tests use a host-memory backend
+// whose completions they deliver by hand to inject races deterministically; it is test support
 // (tests/support/emulated_device.h), not part of the library.
 #pragma once
 #include <cstddef>
@@ -202,5 +203,14 @@ class DeviceBackend {
     return false;
   }
 };
+
+// The device tier's registry. An implementation (cuda/src/backend.cu) registers its factory when it
+// is linked into the program or library, so that the runtime and the tools need not know whether a
+// device tier was built: make_device_backend() is nullptr without one, as without a usable device.
+using DeviceBackendFactory = std::shared_ptr<DeviceBackend> (*)();
+void register_device_backend(DeviceBackendFactory factory);  // the last registration wins
+bool device_backend_registered();                            // a device tier was linked in
+// A new backend from the registered factory; nullptr when none is registered or no device is usable.
+std::shared_ptr<DeviceBackend> make_device_backend();
 
 }  // namespace kvtool

@@ -1,10 +1,10 @@
 // The k-means options shared by the clustering kinds' build commands (clusterkv, squeeze):
-// --kmeans, --kmeans-branching, --kmeans-leaf-clusters (lib/kinds/common/kmeans.h).
+// --kmeans, --kmeans-branching, --kmeans-leaf-clusters (kvtool/kinds/kmeans_options.h).
 #pragma once
 #include <string>
 
 #include "cli.h"
-#include "common/kmeans.h"
+#include "kvtool/kinds/kmeans_options.h"
 
 namespace kvtool::cli {
 

@@ -1,6 +1,6 @@
 // kvtool-lsh build (= kvtool build lsh). Logic: lib/kinds/lsh.
 #include "kind_commands.h"
-#include "lsh/lsh.h"
+#include "kvtool/kinds/lsh.h"
 
 namespace kvtool::cli {
 
@@ -10,7 +10,7 @@ void add_lsh_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) 
     c->add_option("--bits,-K", p->bits, "bits per table code, 1..16")->capture_default_str();
     c->add_option("--tables,-L", p->tables, "number of tables")->capture_default_str();
   };
-  auto make = [p] { return std::make_unique<LshBuilder>(*p); };
+  auto make = [p] { return make_builder(*p); };
   cmds.push_back(add_build_command(
       app, {"Center keys, hash them with K-bit SimHash into L tables of CSR buckets", "kvdump v1 file", options, make},
       as_json));

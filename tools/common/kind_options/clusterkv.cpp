@@ -1,8 +1,8 @@
 // kvtool-clusterkv build / append (= kvtool build clusterkv). Logic: lib/kinds/clusterkv.
 #include <iostream>
 
-#include "clusterkv/clusterkv.h"
 #include "kind_commands.h"
+#include "kvtool/kinds/clusterkv.h"
 #include "kmeans_options.h"
 
 namespace kvtool::cli {
@@ -40,7 +40,7 @@ Command add_build(CLI::App& app, bool& as_json) {
     a->p.centroid = parse_centroid_rule(a->centroid);
     a->p.kmeans.method = parse_kmeans_method(a->kmeans);
     if (!a->dense_layers.empty()) a->p.dense_layers = parse_layer_list(a->dense_layers, "--dense-layers");
-    return std::make_unique<ClusterKvBuilder>(a->p);
+    return make_builder(a->p);
   };
   return add_build_command(
       app, {"Cosine k-means of the keys of every (layer, kv head)", "kvdump v1 file", options, make}, as_json);

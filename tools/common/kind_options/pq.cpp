@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "kind_commands.h"
-#include "pq/pq.h"
+#include "kvtool/kinds/pq.h"
 
 namespace kvtool::cli {
 
@@ -38,7 +38,7 @@ void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
                        "f16-rounded codebooks; with one more --bits, the bytes of f32)")
              ->capture_default_str();
        },
-       [p] { return std::make_unique<PqBuilder>(*p); }},
+       [p] { return make_builder(*p); }},
       as_json));
   cmds.push_back(add_append_command<PqAppendSummary>(
       app,

@@ -4,7 +4,7 @@
 
 #include "kind_commands.h"
 #include "kmeans_options.h"
-#include "squeeze/squeeze.h"
+#include "kvtool/kinds/squeeze.h"
 
 namespace kvtool::cli {
 
@@ -47,7 +47,7 @@ void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_js
     if (!a->quantiles.empty()) a->p.quantiles = parse_quantiles(a->quantiles);
     a->p.kmeans.method = parse_kmeans_method(a->kmeans);
     if (!a->calibration_path.empty()) a->p.calibration_queries = read_calibration_queries(a->calibration_path);
-    return std::make_unique<SqueezeBuilder>(a->p);
+    return make_builder(a->p);
   };
   cmds.push_back(
       add_build_command(app,
