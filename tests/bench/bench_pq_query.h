@@ -16,6 +16,7 @@
 
 #include "bench_common.h"
 #include "kvtool/artifact.h"
+#include "kvtool/half.h"
 #include "kvtool/pool.h"
 
 namespace kvtool::bench {
@@ -52,14 +53,17 @@ inline std::unique_ptr<faiss::IndexPQ> faiss_pq(const ArtifactReader& r, int64_t
   auto idx = std::make_unique<faiss::IndexPQ>(kD, m, bits, faiss::METRIC_INNER_PRODUCT);
   auto c = r.read_section(*r.find("pq_centroids", 0, h));
   auto k = r.read_section(*r.find("pq_codes", 0, h));
-  // The artifact's codebooks must be f32 (build with codebook_dtype "f32"): an f16 section is half
-  // the bytes FAISS reads, which would leave FAISS half its codebooks.
-  if (c.size() != idx->pq.centroids.size() * sizeof(float)) {
-    std::fprintf(stderr, "faiss_pq: codebooks of %zu bytes, FAISS needs %zu (f32)\n", c.size(),
+  const bool f16 = r.find("pq_centroids", 0, h)->dtype == "f16";
+  if (f16 && c.size() * 2 == idx->pq.centroids.size() * sizeof(float)) {  // f16 codebooks, widened
+    const std::vector<float> w = widen_f16_bytes(c);
+    std::memcpy(idx->pq.centroids.data(), w.data(), w.size() * sizeof(float));
+  } else if (!f16 && c.size() == idx->pq.centroids.size() * sizeof(float)) {
+    std::memcpy(idx->pq.centroids.data(), c.data(), c.size());
+  } else {
+    std::fprintf(stderr, "faiss_pq: codebooks of %zu bytes, FAISS needs %zu\n", c.size(),
                  idx->pq.centroids.size() * sizeof(float));
     std::exit(1);
   }
-  std::memcpy(idx->pq.centroids.data(), c.data(), c.size());
   const int64_t n = static_cast<int64_t>(k.size()) / m / (bits <= 8 ? 1 : 2);
   idx->codes.assign(static_cast<size_t>(n * idx->pq.code_size), 0);
   for (int64_t i = 0; i < n; ++i) {

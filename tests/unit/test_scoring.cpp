@@ -146,3 +146,58 @@ TEST_CASE("scoring: top_k on large inputs equals the full sort whatever its samp
   }
   sc::set_simd_level(sc::Simd::avx512);
 }
+
+// The transposed-codebook tables and the group scorer (the query heads of one kv head in one pass
+// over its codes) equal pq_lut and pq_scores_cm query by query, bit for bit, at every SIMD level:
+// table sizes around the register paths (64, 128 entries) and the gathers, group sizes around
+// the four scored together, row counts around the vector widths and the row blocks.
+TEST_CASE("scoring: pq_lut_t and pq_scores_cm_group equal the one-query functions at every SIMD level") {
+  namespace sc = kvtool::scoring;
+  std::mt19937 rng(5);
+  const sc::Simd best = sc::simd_supported();
+  for (int64_t k : {2, 33, 64, 65, 128, 129, 256, 1024}) {
+    for (int64_t m : {1, 2, 3, 16}) {
+      const int64_t dsub = m == 16 ? 2 : 5;
+      std::vector<float> cen(static_cast<size_t>(m * k * dsub)), ct(cen.size());
+      for (auto& x : cen) x = std::uniform_real_distribution<float>(-2, 2)(rng);
+      for (int64_t j = 0; j < m; ++j)
+        for (int64_t c = 0; c < k; ++c)
+          for (int64_t t = 0; t < dsub; ++t) ct[(j * dsub + t) * k + c] = cen[(j * k + c) * dsub + t];
+      for (int64_t g : {1, 3, 4, 6}) {
+        std::vector<float> q(static_cast<size_t>(g * m * dsub));
+        for (size_t e = 0; e < q.size(); ++e)
+          q[e] = e % 7 == 0 ? -0.0f : std::uniform_real_distribution<float>(-3, 3)(rng);
+        std::vector<float> lut(static_cast<size_t>(g * m * k)), lut_t(lut.size());
+        for (int64_t j = 0; j < g; ++j) sc::pq_lut(&q[j * m * dsub], cen.data(), m, k, dsub, &lut[j * m * k]);
+        for (int64_t n : {0, 1, 17, 1000, 2100}) {
+          std::vector<uint16_t> cm(static_cast<size_t>(n * m));
+          for (auto& c : cm) c = static_cast<uint16_t>(rng() % k);
+          std::vector<uint8_t> cm8(cm.begin(), cm.end());
+          std::vector<float> want(static_cast<size_t>(g * n)), got(want.size());
+          sc::set_simd_level(sc::Simd::portable);
+          for (int64_t j = 0; j < g; ++j)
+            if (k <= 256)
+              sc::pq_scores_cm_u8(&lut[j * m * k], cm8.data(), n, m, k, want.data() + j * n);
+            else
+              sc::pq_scores_cm_u16(&lut[j * m * k], cm.data(), n, m, k, want.data() + j * n);
+          for (int level = 0; level <= static_cast<int>(best); ++level) {
+            sc::set_simd_level(static_cast<sc::Simd>(level));
+            INFO("level " << sc::simd_name(static_cast<sc::Simd>(level)) << " k " << k << " m " << m << " g " << g
+                          << " n " << n);
+            std::fill(lut_t.begin(), lut_t.end(), 1234.f);
+            for (int64_t j = 0; j < g; ++j) sc::pq_lut_t(&q[j * m * dsub], ct.data(), m, k, dsub, &lut_t[j * m * k]);
+            REQUIRE(same_bits(lut_t, lut));
+            std::fill(got.begin(), got.end(), 1234.f);
+            if (k <= 256)
+              sc::pq_scores_cm_group_u8(lut.data(), g, cm8.data(), n, m, k, got.data());
+            else
+              sc::pq_scores_cm_group_u16(lut.data(), g, cm.data(), n, m, k, got.data());
+            REQUIRE(same_bits(got, want));
+          }
+        }
+      }
+    }
+  }
+  sc::set_simd_level(sc::Simd::avx512);
+  CHECK(sc::simd_level() == best);
+}

@@ -27,8 +27,13 @@ class PqSelector : public PartSelector {
     dense_ = pm.value("dense", false);
     n_ = int_member(pm, "indexed_rows", "pq part");
     if (dense_) return;
-    centroids_ =
+    // Transposed, [m, dsub, k]: pq_lut_t computes a subspace's k table entries side by side.
+    const std::vector<float> c =
         widen_float_section(r.read_section(require_section(r, "pq_centroids", layer, head)), lay_.codebook_dtype);
+    transpose(
+        lay_.k, lay_.m * lay_.dsub,
+        [&](int64_t c_, int64_t jt) { return c[((jt / lay_.dsub) * lay_.k + c_) * lay_.dsub + jt % lay_.dsub]; },
+        centroids_t_);
     // Column-major (each subspace's codes contiguous) for the SIMD scorers; one byte per code
     // up to 8 bits.
     auto codes = r.read_section(require_section(r, "pq_codes", layer, head));
@@ -77,33 +82,88 @@ class PqSelector : public PartSelector {
     // Per-thread and reused (no allocation once a thread has answered a part this size): the
     // lookup table [m, 2^b] of q_sub · centroid (inner product, as the reference scores), the
     // n scores and the selection, each written before it is read.
-    thread_local std::vector<float> lut, score;
-    thread_local std::vector<int64_t> top;
-    grow(lut, lay_.m * lay_.k);
-    grow(score, n_);
-    grow(top, std::min(budget, n_));
-    scoring::pq_lut(q, centroids_.data(), lay_.m, lay_.k, lay_.dsub, lut.data());
-    if (fast_.n > 0) {
-      const int64_t kept = scoring::fastscan_top_k(lut.data(), fast_, budget, top.data(), score.data());
-      for (int64_t r = 0; r < kept; ++r) {
-        ids.push_back(base + top[r]);
-        scores.push_back(score[r]);
+    thread_local Scratch sc;
+    if (fast_.n > 0) return fast_best(q, budget, sc, out);
+    score_group(&q, 1, sc);
+    sc.best(budget, n_, base, 0, out);
+  }
+  // The batch's queries of this part (the query heads of one kv head, GQA) a few at a time, each
+  // few scored in one pass over the codes; the same answers as select() one by one.
+  void select_batch(const DeviceQueries& qs, GroupAnswers& answers) const override {
+    if (dense_) return;  // select() lists every row
+    const int64_t budget = params_of<BudgetParams>(qs.request(0)).budget.rows(n_);
+    thread_local Scratch sc;
+    thread_local Selection sel;  // cleared, never shrunk
+    sel.ids.reserve(static_cast<size_t>(n_));
+    sel.scores.reserve(static_cast<size_t>(n_));
+    if (fast_.n > 0) {  // b = 4: the fast scan answers one query at a time
+      for (int64_t j = 0; j < qs.count; ++j) {
+        sel.clear();
+        sel.budget_rows = budget;
+        fast_best(qs.q(j), budget, sc, sel);
+        answers.put(j, sel);
       }
       return;
     }
-    if (lay_.bits <= 8)
-      scoring::pq_scores_cm_u8(lut.data(), codes8_.data(), n_, lay_.m, lay_.k, score.data());
-    else
-      scoring::pq_scores_cm_u16(lut.data(), codes16_.data(), n_, lay_.m, lay_.k, score.data());
-    const int64_t kept = scoring::top_k_into(score.data(), n_, budget, top.data());
-    for (int64_t r = 0; r < kept; ++r) {
-      ids.push_back(base + top[r]);
-      scores.push_back(score[top[r]]);
+    for (int64_t j0 = 0; j0 < qs.count; j0 += kGroup) {
+      const int64_t g = std::min(kGroup, qs.count - j0);
+      const float* q[kGroup];
+      for (int64_t j = 0; j < g; ++j) q[j] = qs.q(j0 + j);
+      score_group(q, g, sc);
+      for (int64_t j = 0; j < g; ++j) {
+        sel.clear();
+        sel.budget_rows = budget;
+        sc.best(budget, n_, rows_.begin(), j, sel);
+        answers.put(j0 + j, sel);
+      }
     }
   }
   template <typename T>
   static void grow(std::vector<T>& v, int64_t n) {
     if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  }
+  // The query heads a GQA model shares one kv head among (Llama-3-8B: 4): scored together.
+  static constexpr int64_t kGroup = 4;
+  // Per-thread and reused (no allocation once a thread has answered a part this size): the lookup
+  // tables [g, m, 2^b] of q_sub · centroid (inner product, as the reference scores), the g x n
+  // scores and the selection, each written before it is read.
+  struct Scratch {
+    std::vector<float> lut, score;
+    std::vector<int64_t> top;
+    // Query j's best `budget` rows into out (absolute ids, best first; ties by lower id).
+    void best(int64_t budget, int64_t n, int64_t base, int64_t j, Selection& out) {
+      grow(top, std::min(budget, n));
+      const float* s = score.data() + j * n;
+      const int64_t kept = scoring::top_k_into(s, n, budget, top.data());
+      for (int64_t r = 0; r < kept; ++r) {
+        out.ids.push_back(base + top[r]);
+        out.scores.push_back(s[top[r]]);
+      }
+    }
+  };
+  // b = 4: the best `budget` rows by the fast scan (the float path's ids and scores, bit for bit).
+  void fast_best(const float* q, int64_t budget, Scratch& sc, Selection& out) const {
+    grow(sc.lut, lay_.m * lay_.k);
+    grow(sc.score, n_);
+    grow(sc.top, std::min(budget, n_));
+    scoring::pq_lut_t(q, centroids_t_.data(), lay_.m, lay_.k, lay_.dsub, sc.lut.data());
+    const int64_t kept = scoring::fastscan_top_k(sc.lut.data(), fast_, budget, sc.top.data(), sc.score.data());
+    for (int64_t r = 0; r < kept; ++r) {
+      out.ids.push_back(rows_.begin() + sc.top[r]);
+      out.scores.push_back(sc.score[r]);
+    }
+  }
+  // The scores of g <= kGroup queries in one pass over the codes.
+  void score_group(const float* const* q, int64_t g, Scratch& sc) const {
+    const int64_t t = lay_.m * lay_.k;
+    grow(sc.lut, kGroup * t);
+    grow(sc.score, kGroup * n_);
+    for (int64_t j = 0; j < g; ++j)
+      scoring::pq_lut_t(q[j], centroids_t_.data(), lay_.m, lay_.k, lay_.dsub, sc.lut.data() + j * t);
+    if (lay_.bits <= 8)
+      scoring::pq_scores_cm_group_u8(sc.lut.data(), g, codes8_.data(), n_, lay_.m, lay_.k, sc.score.data());
+    else
+      scoring::pq_scores_cm_group_u16(sc.lut.data(), g, codes16_.data(), n_, lay_.m, lay_.k, sc.score.data());
   }
   bool select_device(const SelectRequest& req, const DevicePart& dp, Selection& out) const override {
     ProductCodes p;
@@ -155,7 +215,7 @@ class PqSelector : public PartSelector {
   }
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {
-    return vector_bytes(centroids_) + vector_bytes(codes8_) + vector_bytes(codes16_) + fast_.bytes();
+    return vector_bytes(centroids_t_) + vector_bytes(codes8_) + vector_bytes(codes16_) + fast_.bytes();
   }
 
  private:
@@ -171,10 +231,10 @@ class PqSelector : public PartSelector {
   IndexedRows rows_;
   bool dense_ = false;
   int64_t n_ = 0;
-  std::vector<float> centroids_;
-  std::vector<uint8_t> codes8_;    // [m, n] column-major, bits <= 8
-  std::vector<uint16_t> codes16_;  // [m, n] column-major, bits > 8
-  scoring::FastScanCodes fast_;    // bits == 4 (then codes8_ stays empty)
+  std::vector<float> centroids_t_;  // [m, dsub, k] (the artifact's [m, k, dsub] transposed)
+  std::vector<uint8_t> codes8_;     // [m, n] column-major, bits <= 8
+  std::vector<uint16_t> codes16_;   // [m, n] column-major, bits > 8
+  scoring::FastScanCodes fast_;     // bits == 4 (then codes8_ stays empty)
 };
 
 void validate_pq(const ArtifactReader& r) {

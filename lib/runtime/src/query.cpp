@@ -340,10 +340,16 @@ void SelectorSet::query_batch(const QueryBatch& batch, const QueryParams& params
   }
   FirstError err;
   BatchRun run{batch, params, out, hook, parts, kv_of, src.geo.head_dim, nullptr, err};
-  if (group)
-    run.answered =
-        &answer_groups(batch, params, out, group, kv_of, parts, src.geo.head_dim, src.geo.kv_heads, threads, err);
-  if (!err.failed) detail::parallel_for(batch.count, threads, run);
+  // Each part's queries together: to the device tier's group path, else to the part's host one
+  // (pq scores its codes once for all of them); the rest one by one. The parts spread over the
+  // threads, so a layer's 8 kv heads keep 2 threads busy.
+  static const GroupHook host_group = [](int64_t, int64_t, const PartSelector& part, const DeviceQueries& qs,
+                                         GroupAnswers& answers) { part.select_batch(qs, answers); };
+  const std::vector<char>& answered = answer_groups(batch, params, out, group ? group : host_group, kv_of, parts,
+                                                    src.geo.head_dim, src.geo.kv_heads, threads, err);
+  run.answered = &answered;
+  if (!err.failed && std::find(answered.begin(), answered.end(), 0) != answered.end())
+    detail::parallel_for(batch.count, threads, run);
   if (err.error) std::rethrow_exception(err.error);
 }
 

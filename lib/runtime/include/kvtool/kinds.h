@@ -126,8 +126,8 @@ struct DevicePart {
   }
 };
 
-// The queries of one batch that share a part, for PartSelector::select_device_batch: query j of
-// the group is the batch's query members[j] (increasing).
+// The queries of one batch that share a part, for PartSelector::select_device_batch (and
+// select_batch, on the host): query j of the group is the batch's query members[j] (increasing).
 struct DeviceQueries {
   const float* batch_q = nullptr;    // the whole batch's vectors [batch count, d]
   const int64_t* members = nullptr;  // [count]
@@ -179,6 +179,10 @@ class PartSelector {
   // query's selection, equal to what select() gives it. Queries it does not put (no batched path
   // for this part or device, a batch outside the reserved shape) are answered one by one.
   virtual void select_device_batch(const DevicePart&, const DeviceQueries&, GroupAnswers&) const {}
+  // The same on the host (a batch on the host tier): a kind that scores a part's rows once for all
+  // the queries sharing them (the query heads of one kv head) put()s each query's selection, equal
+  // to what select() gives it; queries it does not put are answered one by one.
+  virtual void select_batch(const DeviceQueries&, GroupAnswers&) const {}
   // For kinds whose whole selection runs on the device (Lease::plan_device_step): this part's
   // device-resident codes, the rows a query gets under `params` and the part's first row id.
   // false when the part has none (another kind, a dense part, a host-tier generation).

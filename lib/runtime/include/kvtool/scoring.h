@@ -16,6 +16,10 @@ namespace kvtool::scoring {
 
 // lut[j * k + c] = sum_t q[j * dsub + t] * centroids[(j * k + c) * dsub + t]   (float)
 void pq_lut(const float* q, const float* centroids, int64_t m, int64_t k, int64_t dsub, float* lut);
+// The same table from codebooks stored transposed, centroids_t[(j * dsub + t) * k + c] (a
+// subspace's k centroids side by side, so its k sums run in parallel lanes): equal to pq_lut bit
+// for bit at every Simd level (each entry still adds its products over t in increasing order).
+void pq_lut_t(const float* q, const float* centroids_t, int64_t m, int64_t k, int64_t dsub, float* lut);
 // score[i] = sum_j lut[j * k + code(i, j)]   (float; codes row-major [n, m], u8 or u16)
 void pq_scores_u8(const float* lut, const uint8_t* codes, int64_t n, int64_t m, int64_t k, float* score);
 void pq_scores_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m, int64_t k, float* score);
@@ -26,6 +30,14 @@ void pq_scores_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m
 // Simd level.
 void pq_scores_cm_u8(const float* lut, const uint8_t* codes, int64_t n, int64_t m, int64_t k, float* score);
 void pq_scores_cm_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m, int64_t k, float* score);
+
+// The scores of g queries over the same column-major codes in one pass over the codes (the query
+// heads of one kv head share its codes): query q's table at luts + q * m * k, its scores at
+// scores + q * n, each equal bit for bit to pq_scores_cm_u8/u16 of that query alone.
+void pq_scores_cm_group_u8(const float* luts, int64_t g, const uint8_t* codes, int64_t n, int64_t m, int64_t k,
+                           float* scores);
+void pq_scores_cm_group_u16(const float* luts, int64_t g, const uint16_t* codes, int64_t n, int64_t m, int64_t k,
+                            float* scores);
 
 // Instruction sets the column-major scorers use, chosen at run time from what the CPU reports:
 // AVX-512 (F+BW) or AVX2 where present, portable loops otherwise, so a CPU without AVX-512 never
