@@ -112,6 +112,43 @@ TEST_CASE("pool publish: retaining is off for file-backed readers and above the 
   }
 }
 
+TEST_CASE("section_view: the checked bytes in place once verified, read_section's otherwise, the same refusals") {
+  PqArtifact a;
+  const std::vector<uint8_t> image = read_bytes(a.pq);
+  ArtifactReader file(a.pq);
+  std::vector<uint8_t> scratch;
+  SECTION("an in-memory retaining reader serves retained and uncompressed sections without copying") {
+    ArtifactReader r(image.data(), image.size(), "image");
+    r.retain_sections();
+    r.verify_sections();
+    const uint64_t after = r.zstd_decompressions();
+    for (const auto& s : r.sections()) {
+      const auto v = r.section_view(s, scratch);
+      CHECK(std::vector<uint8_t>(v.begin(), v.end()) == file.read_section(*file.find(s.name, s.layer, s.kv_head)));
+      if (s.codec == "none") CHECK(v.data() == image.data() + s.offset);  // in place
+      CHECK(scratch.empty());
+    }
+    CHECK(r.zstd_decompressions() == after);
+    // A copy of an entry is not served in place (its offsets are not the reader's to trust).
+    for (SectionEntry s : r.sections())
+      if (s.codec == "none" && s.raw_size > 0) CHECK(r.section_view(s, scratch).data() == scratch.data());
+  }
+  SECTION("before verification, or from a file, the bytes come through read_section (digest-checked)") {
+    ArtifactReader r(image.data(), image.size(), "image");
+    for (const auto& s : r.sections())
+      if (s.raw_size > 0) CHECK(r.section_view(s, scratch).data() == scratch.data());
+    for (const auto& s : file.sections())
+      if (s.raw_size > 0) CHECK(file.section_view(s, scratch).data() == scratch.data());
+  }
+  SECTION("over the read budget it refuses like read_section") {
+    ArtifactReader r(image.data(), image.size(), "image");
+    r.set_memory_budget(r.raw_total() - 1);
+    r.verify_sections();
+    for (const auto& s : r.sections())
+      if (s.raw_size > 0) CHECK(reason_of([&] { r.section_view(s, scratch); }) == "OUT_OF_MEMORY");
+  }
+}
+
 TEST_CASE("pool publish: a zstd section whose payload decompresses to other bytes is refused with SECTION_DIGEST") {
   PqArtifact a;
   std::vector<uint8_t> image = read_bytes(a.pq);
