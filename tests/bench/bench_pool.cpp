@@ -31,6 +31,7 @@
 #include "kvtool/pool.h"
 #include "kvtool/query.h"
 #include "kvtool/sha256.h"
+#include "common/stored_floats.h"
 #include "pq/pq.h"
 #include "test_util.h"
 
@@ -210,9 +211,16 @@ double pct(std::vector<double> v, double q) {
 
 // faiss::IndexPQ over the codes and codebooks of part (0, 0) of `r` (bits 8: one byte per code).
 void load_faiss(const ArtifactReader& r, faiss::IndexPQ& idx) {
-  auto c = r.read_section(*r.find("pq_centroids", 0, 0));
+  const SectionEntry& cs = *r.find("pq_centroids", 0, 0);
+  auto c = r.read_section(cs);
   auto k = r.read_section(*r.find("pq_codes", 0, 0));
-  std::memcpy(idx.pq.centroids.data(), c.data(), c.size());  // both [m, 2^b, d/m]
+  // Both [m, 2^b, d/m]; codebooks stored as f16 (the default) are widened exactly, as the pool does.
+  const std::vector<float> centroids = widen_float_section(c, cs.dtype);
+  if (centroids.size() != idx.pq.centroids.size()) {
+    std::fprintf(stderr, "FAIL: the pq codebooks of '%s' are not [16, 256, 8]\n", r.path().c_str());
+    std::exit(1);
+  }
+  std::copy(centroids.begin(), centroids.end(), idx.pq.centroids.begin());
   idx.codes.assign(k.begin(), k.end());
   idx.ntotal = static_cast<faiss::Index::idx_t>(k.size() / idx.pq.code_size);
   idx.is_trained = true;
