@@ -2,11 +2,12 @@
 // x 32 query heads x 32,768 rows x d 128 f16, 64 query positions, seed 1; a pq artifact with
 // --prefix 32704), against two floors measured in the same run (interleaved, best of N,
 // bench_common.h):
-//  * `kvtool verify` of the dump, for scale (eval is meant to take at most 4x its time);
+//  * `kvtool verify` of the dump, for scale: eval must take at most 3x its time (the bench fails
+//    when it takes longer);
 //  * the BLAS floor: the two double GEMMs of the dense reference eval must compute (logits
 //    Q·K^T and outputs P·V for the 256 queries of each kv head), run in-process on as many workers
 //    as eval uses (single-threaded BLAS each), on buffers touched before the clock starts.
-// Fails when eval beats the GEMM floor (it cannot have computed the dense reference).
+// Also fails when eval beats the GEMM floor (it cannot have computed the dense reference).
 //
 //   kvtool_bench_eval [--rounds N]
 #include <algorithm>
@@ -98,12 +99,20 @@ int main(int argc, char** argv) {
   std::printf("BLAS floor: the dense reference's two double GEMMs, %.1f GFLOP on %d workers:\n", gflop, threads);
   bench::report("kvtool eval", s_eval, "dgemm floor", s_gemm);
   const double to_verify = s_eval.min() / s_verify.min(), to_gemm = s_eval.min() / s_gemm.min();
-  std::printf("eval %.2fx verify (issue 17 target: at most 4x), %.2fx the dgemm floor (%.1f GFLOP/s at the floor)\n",
-              to_verify, to_gemm, gflop / s_gemm.min());
+  constexpr double kTarget = 3.0;
+  std::printf(
+      "eval %.2fx verify (target: at most %.1fx), %.2fx the dgemm floor (%.1f GFLOP/s at the floor); the "
+      "floor alone is %.2fx verify\n",
+      to_verify, kTarget, to_gemm, gflop / s_gemm.min(), s_gemm.min() / s_verify.min());
   std::remove(art.c_str());
+  int rc = 0;
   if (s_eval.min() < s_gemm.min()) {
     std::printf("FAIL: eval beat the GEMM floor of its dense reference\n");
-    return 1;
+    rc = 1;
   }
-  return 0;
+  if (to_verify > kTarget) {
+    std::printf("FAIL: eval took %.2fx verify, above the %.1fx target\n", to_verify, kTarget);
+    rc = 1;
+  }
+  return rc;
 }

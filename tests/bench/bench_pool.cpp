@@ -6,7 +6,10 @@
 //     decompression of every section once with the SHA-256 of its raw bytes checked against the
 //     manifest, and the selectors' memory placement (f32 centroids, codes column-major). Both
 //     sides allocate inside their clock; neither copies what the other does not.
-//     Target: publish throughput >= 0.8x that baseline.
+//     Target: publish throughput >= 0.9x that baseline. A second, simpler floor is printed beside
+//     it: read() the file, SHA-256 of its bytes and one memcpy of them ("read + SHA-256 + memcpy of
+//     the same bytes"); it does no decompression and no placement, which a publication cannot skip,
+//     so it is reported, not gated.
 //  2. PQ top-2048 query latency on 32768 indexed rows (m=16, 8 bits, d=128): the pool's lease.query
 //     against faiss::IndexPQ::search (inner product) over the same codes and codebooks, one query
 //     at a time on one thread each, interleaved; both answers must agree (>= 99 % of the ids).
@@ -28,6 +31,7 @@
 #include "kvtool/pool.h"
 #include "kvtool/query.h"
 #include "kvtool/sha256.h"
+#include "common/stored_floats.h"
 #include "pq/pq.h"
 #include "test_util.h"
 
@@ -88,6 +92,29 @@ double baseline_publish(const ArtifactReader& index, const std::string& path, st
   const double t = since(t0);
   if (!ok) {
     std::fprintf(stderr, "FAIL: the baseline could not read, decompress or check '%s'\n", path.c_str());
+    std::exit(1);
+  }
+  return t;
+}
+
+// The simple floor: read() the file into a fresh buffer, SHA-256 of every byte, one memcpy of them
+// into a second fresh buffer. Returns the seconds it took.
+double baseline_copy(const std::string& path, size_t n) {
+  auto t0 = Clock::now();
+  auto* image = static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64));
+  auto* copy = static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64));
+  int fd = open(path.c_str(), O_RDONLY);
+  size_t got = 0;
+  for (ssize_t r; got < n && (r = read(fd, image + got, n - got)) > 0;) got += static_cast<size_t>(r);
+  close(fd);
+  const Digest d = sha256(image, got);
+  std::memcpy(copy, image, got);
+  const bool ok = got == n && copy[n / 2] == image[n / 2] && d != Digest{};
+  std::free(copy);
+  std::free(image);
+  const double t = since(t0);
+  if (!ok) {
+    std::fprintf(stderr, "FAIL: the simple baseline could not read '%s'\n", path.c_str());
     std::exit(1);
   }
   return t;
@@ -157,16 +184,24 @@ bool publish_bench(const std::string& dir, Pool& pool) {
     placed.clear();
     return t;
   };
+  const size_t file_bytes = static_cast<size_t>(index.file_size());
+  auto copy = [&] { return baseline_copy(art, file_bytes); };
   publish();  // untimed: the first publish registers the kind, the allocator warms
   base();
-  bench::Samples sp, sb;
+  copy();
+  bench::Samples sp, sb, sp2, sc;
   bench::interleave(bench::rounds(11), publish, base, sp, sb);
+  bench::interleave(bench::rounds(11), publish, copy, sp2, sc);
   const double ratio = bench::report("pool publish", sp, "read+sha256+zstd+placement", sb, mb, "MB/s");
+  const double simple = bench::report("pool publish", sp2, "read+sha256+memcpy (file bytes)", sc, mb, "MB/s");
   std::printf("  last publish: read %.1f, validate %.1f, decompress+preload %.1f ms; %lld host bytes\n",
               last.read_s * 1e3, last.validate_s * 1e3, last.decompress_s * 1e3, (long long)last.host_bytes);
-  std::printf("  publish / baseline throughput (ratio of mins): %.2fx (target >= 0.80x) %s\n", ratio,
-              ratio >= 0.8 ? "PASS" : "FAIL");
-  return ratio >= 0.8;
+  constexpr double kTarget = 0.9;
+  std::printf("  publish / read+sha256+zstd+placement (ratio of mins): %.2fx (target >= %.2fx) %s\n", ratio, kTarget,
+              ratio >= kTarget ? "PASS" : "FAIL");
+  std::printf("  publish / read+sha256+memcpy of the file bytes (ratio of mins): %.2fx (reported, not gated)\n",
+              simple);
+  return ratio >= kTarget;
 }
 
 double pct(std::vector<double> v, double q) {
@@ -176,9 +211,16 @@ double pct(std::vector<double> v, double q) {
 
 // faiss::IndexPQ over the codes and codebooks of part (0, 0) of `r` (bits 8: one byte per code).
 void load_faiss(const ArtifactReader& r, faiss::IndexPQ& idx) {
-  auto c = r.read_section(*r.find("pq_centroids", 0, 0));
+  const SectionEntry& cs = *r.find("pq_centroids", 0, 0);
+  auto c = r.read_section(cs);
   auto k = r.read_section(*r.find("pq_codes", 0, 0));
-  std::memcpy(idx.pq.centroids.data(), c.data(), c.size());  // both [m, 2^b, d/m]
+  // Both [m, 2^b, d/m]; codebooks stored as f16 (the default) are widened exactly, as the pool does.
+  const std::vector<float> centroids = widen_float_section(c, cs.dtype);
+  if (centroids.size() != idx.pq.centroids.size()) {
+    std::fprintf(stderr, "FAIL: the pq codebooks of '%s' are not [16, 256, 8]\n", r.path().c_str());
+    std::exit(1);
+  }
+  std::copy(centroids.begin(), centroids.end(), idx.pq.centroids.begin());
   idx.codes.assign(k.begin(), k.end());
   idx.ntotal = static_cast<faiss::Index::idx_t>(k.size() / idx.pq.code_size);
   idx.is_trained = true;

@@ -55,6 +55,13 @@ bool tamper_zstd_payload(std::vector<uint8_t>& image, const SectionEntry& s, con
   return false;
 }
 
+// Whether section_view() served `s` through read_section() into `scratch` (the call comes first:
+// the operands of == are evaluated in no fixed order).
+bool served_from_scratch(const ArtifactReader& r, const SectionEntry& s, std::vector<uint8_t>& scratch) {
+  const uint8_t* p = r.section_view(s, scratch).data();
+  return p == scratch.data();
+}
+
 }  // namespace
 
 TEST_CASE("pool publish: each zstd section is decompressed once, on the host and device tiers") {
@@ -109,6 +116,43 @@ TEST_CASE("pool publish: retaining is off for file-backed readers and above the 
     CHECK(r.zstd_decompressions() == a.zstd_sections);
     for (const auto& s : r.sections())
       if (s.codec == "zstd") CHECK(reason_of([&] { r.read_section(s); }) == "OUT_OF_MEMORY");
+  }
+}
+
+TEST_CASE("section_view: the checked bytes in place once verified, read_section's otherwise, the same refusals") {
+  PqArtifact a;
+  const std::vector<uint8_t> image = read_bytes(a.pq);
+  ArtifactReader file(a.pq);
+  std::vector<uint8_t> scratch;
+  SECTION("an in-memory retaining reader serves retained and uncompressed sections without copying") {
+    ArtifactReader r(image.data(), image.size(), "image");
+    r.retain_sections();
+    r.verify_sections();
+    const uint64_t after = r.zstd_decompressions();
+    for (const auto& s : r.sections()) {
+      const auto v = r.section_view(s, scratch);
+      CHECK(std::vector<uint8_t>(v.begin(), v.end()) == file.read_section(*file.find(s.name, s.layer, s.kv_head)));
+      if (s.codec == "none") CHECK(v.data() == image.data() + s.offset);  // in place
+      CHECK(scratch.empty());
+    }
+    CHECK(r.zstd_decompressions() == after);
+    // A copy of an entry is not served in place (its offsets are not the reader's to trust).
+    for (SectionEntry s : r.sections())
+      if (s.codec == "none" && s.raw_size > 0) CHECK(served_from_scratch(r, s, scratch));
+  }
+  SECTION("before verification, or from a file, the bytes come through read_section (digest-checked)") {
+    ArtifactReader r(image.data(), image.size(), "image");
+    for (const auto& s : r.sections())
+      if (s.raw_size > 0) CHECK(served_from_scratch(r, s, scratch));
+    for (const auto& s : file.sections())
+      if (s.raw_size > 0) CHECK(served_from_scratch(file, s, scratch));
+  }
+  SECTION("over the read budget it refuses like read_section") {
+    ArtifactReader r(image.data(), image.size(), "image");
+    r.set_memory_budget(r.raw_total() - 1);
+    r.verify_sections();
+    for (const auto& s : r.sections())
+      if (s.raw_size > 0) CHECK(reason_of([&] { r.section_view(s, scratch); }) == "OUT_OF_MEMORY");
   }
 }
 

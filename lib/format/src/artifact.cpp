@@ -551,11 +551,15 @@ void ArtifactReader::check_frame(const SectionEntry& s) const {
             section_label(s) << " is not exactly one zstd frame of " << s.stored_size << " bytes");
 }
 
-std::vector<uint8_t> ArtifactReader::read_section(const SectionEntry& s) const {
-  // Checked before anything is allocated: the reader's budget, then the frame's own claims.
+void ArtifactReader::check_budget(const SectionEntry& s) const {
   KVT_CHECK(s.raw_size == 0 || raw_total_ <= budget_, OUT_OF_MEMORY,
             "'" << path_ << "' holds " << raw_total_ << " raw section bytes, more than this reader's memory budget of "
                 << budget_ << " bytes (the kvtool command sets it from KVTOOL_READ_BUDGET)");
+}
+
+std::vector<uint8_t> ArtifactReader::read_section(const SectionEntry& s) const {
+  // Checked before anything is allocated: the reader's budget, then the frame's own claims.
+  check_budget(s);
   // Retained bytes were digest-checked when they were decompressed: a copy needs no second check.
   if (const std::vector<uint8_t>* kept = retained(s)) return *kept;
   std::vector<uint8_t> out;
@@ -567,6 +571,17 @@ std::vector<uint8_t> ArtifactReader::read_section(const SectionEntry& s) const {
   }
   if (!verified_) check_digest(s, sha256(out.data(), out.size()));
   return out;
+}
+
+std::span<const uint8_t> ArtifactReader::section_view(const SectionEntry& s, std::vector<uint8_t>& scratch) const {
+  check_budget(s);  // the same refusals as read_section(), whichever way the bytes are served
+  if (const std::vector<uint8_t>* kept = retained(s)) return *kept;
+  // Only an entry of sections() (bounds checked at parse) is served in place, and only from bytes
+  // that cannot change behind the reader once their digests were checked (an in-memory image).
+  const bool own_entry = &s >= sections_.data() && &s < sections_.data() + sections_.size();
+  if (verified_ && fd_ < 0 && own_entry && s.codec == "none") return {data_ + s.offset, s.raw_size};
+  scratch = read_section(s);
+  return scratch;
 }
 
 // The whole section in one call (check_frame bounds what is allocated to the stated raw size).

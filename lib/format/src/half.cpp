@@ -95,11 +95,11 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (r >> 13));
 }
 
-std::vector<float> widen_f16_bytes(const std::vector<uint8_t>& bytes) {
-  std::vector<uint16_t> h(bytes.size() / 2);
+std::vector<float> widen_f16_bytes(const uint8_t* bytes, size_t n) {
+  std::vector<uint16_t> h(n / 2);
   std::vector<float> out(h.size());
   if (h.empty()) return out;
-  std::memcpy(h.data(), bytes.data(), h.size() * 2);
+  std::memcpy(h.data(), bytes, h.size() * 2);
   f16_to_f32_array(h.data(), out.data(), out.size());
   return out;
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,8 @@ inline std::string stored_float_dtype(const json& params, const char* key) {
 }
 
 // A stored f32 or f16 section's bytes as f32 values (f16 widened exactly).
-inline std::vector<float> widen_float_section(const std::vector<uint8_t>& bytes, const std::string& dtype) {
-  if (dtype == "f16") return widen_f16_bytes(bytes);
+inline std::vector<float> widen_float_section(std::span<const uint8_t> bytes, const std::string& dtype) {
+  if (dtype == "f16") return widen_f16_bytes(bytes.data(), bytes.size());
   std::vector<float> out(bytes.size() / 4);
   if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 4);
   return out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "kvtool/artifact.h"
 #include "common/device_batch.h"
@@ -28,15 +29,16 @@ class PqSelector : public PartSelector {
     n_ = int_member(pm, "indexed_rows", "pq part");
     if (dense_) return;
     // Transposed, [m, dsub, k]: pq_lut_t computes a subspace's k table entries side by side.
-    const std::vector<float> c =
-        widen_float_section(r.read_section(require_section(r, "pq_centroids", layer, head)), lay_.codebook_dtype);
+    std::vector<uint8_t> scratch;
+    const std::vector<float> c = widen_float_section(
+        r.section_view(require_section(r, "pq_centroids", layer, head), scratch), lay_.codebook_dtype);
     transpose(
         lay_.k, lay_.m * lay_.dsub,
         [&](int64_t c_, int64_t jt) { return c[((jt / lay_.dsub) * lay_.k + c_) * lay_.dsub + jt % lay_.dsub]; },
         centroids_t_);
     // Column-major (each subspace's codes contiguous) for the SIMD scorers; one byte per code
-    // up to 8 bits.
-    auto codes = r.read_section(require_section(r, "pq_codes", layer, head));
+    // up to 8 bits. Read in place when the reader holds them (a pool's admission retained them).
+    const std::span<const uint8_t> codes = r.section_view(require_section(r, "pq_codes", layer, head), scratch);
     const int64_t m = lay_.m;
     if (scoring::fastscan_applies(lay_.bits, m, n_))
       scoring::fastscan_pack(codes.data(), n_, m, fast_);  // b = 4: the fast-scan layouts (kvtool/fastscan.h)
@@ -237,6 +239,22 @@ class PqSelector : public PartSelector {
   scoring::FastScanCodes fast_;     // bits == 4 (then codes8_ stays empty)
 };
 
+// The index of the first of `count` codes (u8, or u16 little-endian above 8 bits) that is not
+// below 2^bits, or -1. Every u8 is below 2^8 and every u16 below 2^16; otherwise a branch-free maximum (vectorized)
+// over the codes finds whether there is one before the search for it.
+int64_t first_code_out_of_range(std::span<const uint8_t> kb, int64_t count, int64_t bits) {
+  if (bits == 8 || bits == 16) return -1;
+  const auto code = [&](int64_t i) { return bits < 8 ? kb[i] : (kb[2 * i] | (kb[2 * i + 1] << 8)); };
+  int max = 0;
+  if (bits < 8)
+    for (int64_t i = 0; i < count; ++i) max = std::max<int>(max, kb[i]);
+  else
+    for (int64_t i = 0; i < count; ++i) max = std::max(max, code(i));
+  if (max < (1 << bits)) return -1;
+  for (int64_t i = 0;; ++i)
+    if (code(i) >= (1 << bits)) return i;
+}
+
 void validate_pq(const ArtifactReader& r) {
   validate_part_list(r);
   PqLayout lay = PqLayout::of(r);
@@ -265,14 +283,15 @@ void validate_pq(const ArtifactReader& r) {
     KVT_CHECK(k->dtype == code_dtype(lay.bits) && k->shape == std::vector<int64_t>({n, lay.m}), SHAPE_MISMATCH,
               "pq_codes of (" << layer << ", " << head << ") must be " << code_dtype(lay.bits) << " [" << n << ", "
                               << lay.m << "]");
-    for (float x : widen_float_section(r.read_section(*c), lay.codebook_dtype))
+    std::vector<uint8_t> scratch;
+    for (float x : widen_float_section(r.section_view(*c, scratch), lay.codebook_dtype))
       KVT_CHECK(std::isfinite(x), NON_FINITE, "pq_centroids of (" << layer << ", " << head << ") hold NaN/Inf");
-    auto kb = r.read_section(*k);
-    for (int64_t i = 0; i < n * lay.m; ++i) {
-      int64_t code = lay.bits <= 8 ? kb[i] : (kb[2 * i] | (kb[2 * i + 1] << 8));
-      KVT_CHECK(code < lay.k, CODE_OUT_OF_RANGE,
-                "pq code " << code << " of row " << rows.begin() + i / lay.m << " in part (" << layer << ", " << head
-                           << ") is not below 2^" << lay.bits);
+    const int64_t bad = first_code_out_of_range(r.section_view(*k, scratch), n * lay.m, lay.bits);
+    if (bad >= 0) {
+      const auto kb = r.section_view(*k, scratch);
+      const int64_t code = lay.bits <= 8 ? kb[bad] : (kb[2 * bad] | (kb[2 * bad + 1] << 8));
+      KVT_THROW(CODE_OUT_OF_RANGE, "pq code " << code << " of row " << rows.begin() + bad / lay.m << " in part ("
+                                              << layer << ", " << head << ") is not below 2^" << lay.bits);
     }
   }
   KVT_CHECK(sections_seen == r.sections().size(), PART_INVALID, "the artifact has sections that belong to no pq part");

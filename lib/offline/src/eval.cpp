@@ -209,6 +209,7 @@ struct Worker {
   eval::KeptOutputs kept;
   // Rows kept per (dumped query, setting) over the KV head's query heads: key j * settings + bi.
   std::map<size_t, std::vector<int64_t>> group_rows;
+  std::vector<char> seen;  // per row of the support: set_kv_unions' marks, all zero between uses
 };
 
 using Item = std::pair<int64_t, size_t>;  // (query head, index into the dumped queries)
@@ -251,9 +252,16 @@ void eval_setting(const EvalRun& run, Worker& w, int64_t l, int64_t kvh, const s
 // Each query's KV-head union (Measured::kv_union) from the rows its group kept; clears them.
 void set_kv_unions(Worker& w, const std::vector<Item>& items, size_t settings, int64_t E, std::vector<Measured>& out) {
   std::map<size_t, double> fraction;
+  // Distinct rows counted by marking them in a flag per row (then unmarking the same rows):
+  // linear in the rows kept, where sorting them took 4 % of eval's CPU at 32K rows.
+  w.seen.assign(static_cast<size_t>(E), 0);
   for (auto& [key, rows] : w.group_rows) {
-    std::sort(rows.begin(), rows.end());
-    const auto n = std::unique(rows.begin(), rows.end()) - rows.begin();
+    int64_t n = 0;
+    for (int64_t r : rows) {
+      n += !w.seen[static_cast<size_t>(r)];
+      w.seen[static_cast<size_t>(r)] = 1;
+    }
+    for (int64_t r : rows) w.seen[static_cast<size_t>(r)] = 0;
     fraction[key] = static_cast<double>(n) / static_cast<double>(E);
   }
   for (size_t k = 0; k < items.size(); ++k)

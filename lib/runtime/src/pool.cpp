@@ -373,16 +373,15 @@ uint64_t stage_device_image(const std::shared_ptr<Pool::State>& st, const KindSp
   g.dev.allocate(st->opt.device, true, cur);
   w.staging.allocate(st->opt.device, false, cur);
   std::memset(w.staging.p, 0, cur);
+  std::vector<uint8_t> scratch;
   for (size_t i = 0; i < r.sections().size(); ++i) {
     const SectionEntry& s = r.sections()[i];
+    const std::span<const uint8_t> b = r.section_view(s, scratch);  // the checked bytes, copied once
     if (widened(s)) {
-      const std::vector<float> v = widen_f16_bytes(r.read_section(s));
+      const std::vector<float> v = widen_f16_bytes(b.data(), b.size());
       if (!v.empty()) std::memcpy(w.staging.p + off[i], v.data(), v.size() * 4);
-    } else if (s.codec == "none") {
-      if (s.raw_size) std::memcpy(w.staging.p + off[i], r.data() + s.offset, s.raw_size);
-    } else {
-      auto b = r.read_section(s);
-      if (!b.empty()) std::memcpy(w.staging.p + off[i], b.data(), b.size());
+    } else if (!b.empty()) {
+      std::memcpy(w.staging.p + off[i], b.data(), b.size());
     }
   }
   w.staged = sha256(w.staging.p, cur);

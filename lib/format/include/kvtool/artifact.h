@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,10 @@ class ArtifactReader {
   // before anything is allocated when the artifact's total raw section bytes exceed the memory
   // budget (a bound on what a caller that materializes every section can hold).
   std::vector<uint8_t> read_section(const SectionEntry& s) const;
+  // The same bytes without a copy where this reader already holds them digest-checked (a retained
+  // section, or an uncompressed one of a verified in-memory image, in place); otherwise
+  // read_section() into `scratch`. Valid until release_sections() or the next use of `scratch`.
+  std::span<const uint8_t> section_view(const SectionEntry& s, std::vector<uint8_t>& scratch) const;
   // Every section digest, in bounded memory: compressed sections are streamed through a fixed
   // buffer into an incremental SHA-256, never materialized; the budget does not apply (except in
   // the retaining mode below).
@@ -153,6 +158,7 @@ class ArtifactReader {
   std::vector<uint8_t> decompress_zstd(const SectionEntry& s) const;
   const std::vector<uint8_t>* retained(const SectionEntry& s) const;
   void check_digest(const SectionEntry& s, const Digest& d) const;
+  void check_budget(const SectionEntry& s) const;
   mutable bool verified_ = false;
   bool retain_ = false;
   // Raw bytes of the digest-checked zstd sections, by section index (empty: not retained).

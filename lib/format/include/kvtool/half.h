@@ -53,6 +53,9 @@ float f16_to_f32(uint16_t h);
 void f16_to_f32_array(const uint16_t* in, float* out, size_t n);
 uint16_t f32_to_f16(float f);
 // The f16 values of little-endian bytes (an f16 section's raw bytes) as f32, exactly.
-std::vector<float> widen_f16_bytes(const std::vector<uint8_t>& bytes);
+std::vector<float> widen_f16_bytes(const uint8_t* bytes, size_t n);
+inline std::vector<float> widen_f16_bytes(const std::vector<uint8_t>& bytes) {
+  return widen_f16_bytes(bytes.data(), bytes.size());
+}
 
 }  // namespace kvtool
