@@ -462,44 +462,16 @@ int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* order) {
   return b;
 }
 
-namespace {
-// The bucket that holds slot `slot`, given the first slots hist[0, kSortBuckets] (ascending).
-uint32_t bucket_of_slot(const uint32_t* hist, int64_t slot) {
-  return static_cast<uint32_t>(std::upper_bound(hist, hist + kSortBuckets + 1, static_cast<uint32_t>(slot)) - hist - 1);
-}
-}  // namespace
-
 int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* order) {
   const int64_t b = std::max<int64_t>(0, std::min(k, n));
   if (b == 0 || n > int64_t{UINT32_MAX}) return top_k_into(score, n, k, order);
-  // One counting pass by the top 12 bits of the score keys' range (a radix sort's most
-  // significant digit), then each bucket up to the b-th key sorted by its full keys: the keys are
-  // distinct (the index is their low half), so that is the whole order. Scores that crowd into
-  // one bucket only make that bucket's sort longer (n log n at worst).
+  // Keys in index order: the stable LSD sort by the score bits alone leaves equal scores by index.
+  // (A most-significant-digit pass with per-bucket sorts was slower: candidate scores of both
+  // signs span most of the key range, so a few buckets hold nearly every key.)
   SelectionScratch& sc = selection_scratch();
   uint64_t* keys = room(sc.keys, static_cast<size_t>(n));
-  uint32_t lo = UINT32_MAX, hi = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    keys[i] = selection_key(score[i], i);
-    const auto h = static_cast<uint32_t>(keys[i] >> 32);
-    lo = std::min(lo, h), hi = std::max(hi, h);
-  }
-  int shift = 0;
-  while (((hi - lo) >> shift) >= kSortBuckets) ++shift;
-  uint32_t* hist = sc.hist.data();
-  std::fill(hist, hist + kSortBuckets + 1, 0u);
-  auto bucket = [&](uint64_t key) { return (static_cast<uint32_t>(key >> 32) - lo) >> shift; };
-  for (int64_t i = 0; i < n; ++i) ++hist[bucket(keys[i]) + 1];
-  for (int64_t t = 0; t < kSortBuckets; ++t) hist[t + 1] += hist[t];  // hist[t]: bucket t's first slot
-  uint64_t* sorted = room(sc.sorted, static_cast<size_t>(n));
-  const uint32_t last = bucket_of_slot(hist, b - 1);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t t = bucket(keys[i]);
-    if (t <= last) sorted[hist[t]++] = keys[i];  // hist[t] ends as bucket t + 1's first slot
-  }
-  for (uint32_t t = 0, from = 0; t <= last; from = hist[t++])
-    if (hist[t] - from > 1) std::sort(sorted + from, sorted + hist[t]);
-  for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(sorted[i] & 0xffffffffu);
+  for (int64_t i = 0; i < n; ++i) keys[i] = selection_key(score[i], i);
+  sort_kept(keys, n, b, room(sc.sorted, static_cast<size_t>(n)), sc.hist.data(), order);
   return b;
 }
 
