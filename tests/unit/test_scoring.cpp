@@ -1,4 +1,4 @@
-// scoring::top_k and rank_all against a full sort with the documented order (kvtool/scoring.h):
+// scoring::top_k, top_k_few_into and rank_all against a full sort with the documented order (kvtool/scoring.h):
 // score descending, equal scores by lower index; -0 and +0 are equal scores.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -38,6 +38,10 @@ TEST_CASE("scoring: top_k equals the first k of a full stable sort, ties and sig
       const int64_t b = std::clamp<int64_t>(k, 0, n);
       REQUIRE(got.size() == static_cast<size_t>(b));
       REQUIRE(std::equal(got.begin(), got.end(), want.begin()));
+      std::vector<int64_t> few(static_cast<size_t>(b) + 1, -7);  // top_k_few_into: the same order
+      REQUIRE(kvtool::scoring::top_k_few_into(s.data(), n, k, few.data()) == b);
+      REQUIRE(std::equal(got.begin(), got.end(), few.begin()));
+      REQUIRE(few[static_cast<size_t>(b)] == -7);
     }
     REQUIRE(kvtool::scoring::rank_all(s.data(), n) == want);
   }

@@ -157,34 +157,47 @@ __attribute__((target("avx2"))) void rescore_avx2(const float* lut, const FastSc
   rescore_portable(lut, c, rows, count, out, n8);
 }
 
-// Sixteen rows at a time; each subspace's 16 floats are one register, read with a permute.
+// Sixteen rows at a time, two such groups interleaved (each row's sum is one chain of dependent
+// adds, in pq_scores_u8's order; two independent chains hide the add latency); each subspace's 16
+// floats are one register, read with a permute.
 __attribute__((target("avx512f,avx512bw"))) void rescore_avx512(const float* lut, const FastScanCodes& c,
                                                                 const uint32_t* rows, int64_t count, float* out) {
   const auto* base = reinterpret_cast<const int*>(c.rows.data());
   const __m512i stride = _mm512_set1_epi32(static_cast<int>(c.row_bytes)), low4 = _mm512_set1_epi32(15);
-  const int64_t n16 = count / 16 * 16;
-  for (int64_t r = 0; r < n16; r += 16) {
-    const __m512i off = _mm512_mullo_epi32(_mm512_loadu_si512(rows + r), stride);
-    __m512 s = _mm512_setzero_ps();
+  const int64_t n32 = count / 32 * 32;
+  for (int64_t r = 0; r < n32; r += 32) {
+    const __m512i off0 = _mm512_mullo_epi32(_mm512_loadu_si512(rows + r), stride);
+    const __m512i off1 = _mm512_mullo_epi32(_mm512_loadu_si512(rows + r + 16), stride);
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     for (int64_t g = 0; g * 8 < c.m; ++g) {
-      __m512i v = _mm512_i32gather_epi32(_mm512_add_epi32(off, _mm512_set1_epi32(static_cast<int>(4 * g))), base, 1);
-      for (int64_t j = 8 * g; j < std::min(c.m, 8 * g + 8); ++j, v = _mm512_srli_epi32(v, 4))
-        s = _mm512_add_ps(s, _mm512_permutexvar_ps(_mm512_and_si512(v, low4), _mm512_loadu_ps(lut + j * 16)));
+      const __m512i at = _mm512_set1_epi32(static_cast<int>(4 * g));
+      __m512i v0 = _mm512_i32gather_epi32(_mm512_add_epi32(off0, at), base, 1);
+      __m512i v1 = _mm512_i32gather_epi32(_mm512_add_epi32(off1, at), base, 1);
+      for (int64_t j = 8 * g; j < std::min(c.m, 8 * g + 8); ++j) {
+        const __m512 t = _mm512_loadu_ps(lut + j * 16);
+        s0 = _mm512_add_ps(s0, _mm512_permutexvar_ps(_mm512_and_si512(v0, low4), t));
+        s1 = _mm512_add_ps(s1, _mm512_permutexvar_ps(_mm512_and_si512(v1, low4), t));
+        v0 = _mm512_srli_epi32(v0, 4);
+        v1 = _mm512_srli_epi32(v1, 4);
+      }
     }
-    _mm512_storeu_ps(out + r, s);
+    _mm512_storeu_ps(out + r, s0);
+    _mm512_storeu_ps(out + r + 16, s1);
   }
-  rescore_portable(lut, c, rows, count, out, n16);
+  rescore_portable(lut, c, rows, count, out, n32);
 }
 #endif
 
 // ---- candidates ---------------------------------------------------------------------------------
 
-// Every row i < n with q[i] >= lo into out (ascending); `at_t` counts the rows with q[i] >= t.
-int64_t collect_portable(const uint16_t* q, int64_t n, uint32_t lo, uint32_t t, uint32_t* out, int64_t& at_t,
-                         int64_t from = 0) {
+// Every row i < n with q[i] >= lo into out (ascending) and its q[i] into qout; `at_t` counts the
+// rows with q[i] >= t.
+int64_t collect_portable(const uint16_t* q, int64_t n, uint32_t lo, uint32_t t, uint32_t* out, uint32_t* qout,
+                         int64_t& at_t, int64_t from = 0) {
   int64_t w = 0;
   for (int64_t i = from; i < n; ++i) {
     out[w] = static_cast<uint32_t>(i);
+    qout[w] = q[i];
     w += q[i] >= lo;
     at_t += q[i] >= t;
   }
@@ -193,7 +206,8 @@ int64_t collect_portable(const uint16_t* q, int64_t n, uint32_t lo, uint32_t t, 
 
 #if KVTOOL_FS_X86
 __attribute__((target("avx512f,avx512bw"))) int64_t collect_avx512(const uint16_t* q, int64_t n, uint32_t lo,
-                                                                   uint32_t t, uint32_t* out, int64_t& at_t) {
+                                                                   uint32_t t, uint32_t* out, uint32_t* qout,
+                                                                   int64_t& at_t) {
   const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo)), vt = _mm512_set1_epi32(static_cast<int>(t)),
                 step = _mm512_set1_epi32(16);
   __m512i ids = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -203,22 +217,23 @@ __attribute__((target("avx512f,avx512bw"))) int64_t collect_avx512(const uint16_
     const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i)));
     const __mmask16 keep = _mm512_cmpge_epu32_mask(v, vlo);
     _mm512_storeu_si512(out + w, _mm512_maskz_compress_epi32(keep, ids));
+    _mm512_storeu_si512(qout + w, _mm512_maskz_compress_epi32(keep, v));
     w += __builtin_popcount(keep);
     at_t += __builtin_popcount(_mm512_cmpge_epu32_mask(v, vt));
   }
-  return w + collect_portable(q, n, lo, t, out + w, at_t, n16);
+  return w + collect_portable(q, n, lo, t, out + w, qout + w, at_t, n16);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 #endif
 
-int64_t collect(const uint16_t* q, int64_t n, uint32_t lo, uint32_t t, uint32_t* out, int64_t& at_t) {
+int64_t collect(const uint16_t* q, int64_t n, uint32_t lo, uint32_t t, uint32_t* out, uint32_t* qout, int64_t& at_t) {
   at_t = 0;
 #if KVTOOL_FS_X86
-  if (simd_level() == Simd::avx512) return collect_avx512(q, n, lo, t, out, at_t);
+  if (simd_level() == Simd::avx512) return collect_avx512(q, n, lo, t, out, qout, at_t);
 #endif
-  return collect_portable(q, n, lo, t, out, at_t);
+  return collect_portable(q, n, lo, t, out, qout, at_t);
 }
 
 // ---- the quantized tables and the margin --------------------------------------------------------
@@ -265,7 +280,7 @@ Quantized quantize(const float* lut, int64_t m, int64_t quads, uint8_t* qlut) {
 struct Scratch {
   std::vector<uint8_t> qlut;
   std::vector<uint16_t> q;
-  std::vector<uint32_t> cand, hist;
+  std::vector<uint32_t> cand, candq, hist;
   std::vector<float> score;
   std::vector<int64_t> order;
 };
@@ -305,11 +320,36 @@ uint32_t exact_level(const uint16_t* q, int64_t n, int64_t b, uint32_t qmax, uin
   return t;
 }
 
+// Candidates out[0, w) (ascending), every row with Q >= lo, where lo = t - margin and at least b
+// rows reach t: the b-th largest Q of all rows, t*, is at least t, so it is the b-th largest of
+// the candidates' Q too, found with a histogram of their Q alone; the rows with Q >= t* - margin
+// (a subset: t* - margin >= lo) are the candidates quantize asks for, in order. The sampled level
+// overshoots the b-th best by a few hundred rows; this drops them before the rescoring and the
+// final ranking, which cost more per row than this pass.
+int64_t narrow(const uint32_t* qv, uint32_t* out, int64_t w, int64_t b, uint32_t lo, const Quantized& qz,
+               uint32_t* hist) {
+  const uint32_t hi = *std::max_element(qv, qv + w);
+  std::fill(hist + lo, hist + hi + 1, 0u);
+  for (int64_t r = 0; r < w; ++r) ++hist[qv[r]];
+  int64_t seen = 0;
+  uint32_t t = hi;
+  while ((seen += hist[t]) < b) --t;
+  const uint32_t keep = t > qz.margin ? static_cast<uint32_t>(t - qz.margin) : 0u;
+  if (keep <= lo) return w;
+  int64_t kept = 0;
+  for (int64_t r = 0; r < w; ++r) {
+    out[kept] = out[r];
+    kept += qv[r] >= keep;
+  }
+  return kept;
+}
+
 // The candidate rows (ascending) of the b best, 0 < b < n: see quantize.
 int64_t candidates(const Quantized& qz, const uint8_t* qlut, const FastScanCodes& c, int64_t b, Scratch& s) {
   const int64_t n = c.n;
   uint16_t* q = room(s.q, c.blocks * 32);
   uint32_t* out = room(s.cand, n + 16);
+  uint32_t* qv = room(s.candq, n + 16);
   uint32_t* hist = room(s.hist, int64_t{qz.qmax} + 1);
   fastscan_scores_u16(qlut, c, q);
   auto below = [&](uint32_t t) { return t > qz.margin ? static_cast<uint32_t>(t - qz.margin) : 0u; };
@@ -318,12 +358,12 @@ int64_t candidates(const Quantized& qz, const uint8_t* qlut, const FastScanCodes
     bool ok = false;
     const uint32_t t = sampled_level(q, n, b, qz.qmax, hist, ok);
     if (ok) {
-      const int64_t w = collect(q, n, below(t), t, out, at_t);
-      if (at_t >= b) return w;
+      const int64_t w = collect(q, n, below(t), t, out, qv, at_t);
+      if (at_t >= b) return narrow(qv, out, w, b, below(t), qz, hist);
     }
   }
   const uint32_t t = exact_level(q, n, b, qz.qmax, hist);
-  return collect(q, n, below(t), t, out, at_t);
+  return collect(q, n, below(t), t, out, qv, at_t);
 }
 
 }  // namespace
@@ -361,7 +401,7 @@ int64_t fastscan_top_k(const float* lut, const FastScanCodes& codes, int64_t k, 
   float* score = room(s.score, n);
   fastscan_rescore(lut, codes, s.cand.data(), w, score);
   int64_t* order = room(s.order, b);
-  const int64_t kept = top_k_into(score, w, b, order);
+  const int64_t kept = top_k_few_into(score, w, b, order);
   for (int64_t r = 0; r < kept; ++r) {
     ids[r] = s.cand[static_cast<size_t>(order[r])];
     scores[r] = score[order[r]];

@@ -640,6 +640,19 @@ int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* order) {
   return b;
 }
 
+int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* order) {
+  const int64_t b = std::max<int64_t>(0, std::min(k, n));
+  if (b == 0 || n > int64_t{UINT32_MAX}) return top_k_into(score, n, k, order);
+  // Keys in index order: the stable LSD sort by the score bits alone leaves equal scores by index.
+  // (A most-significant-digit pass with per-bucket sorts was slower: candidate scores of both
+  // signs span most of the key range, so a few buckets hold nearly every key.)
+  SelectionScratch& sc = selection_scratch();
+  uint64_t* keys = room(sc.keys, static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) keys[i] = selection_key(score[i], i);
+  sort_kept(keys, n, b, room(sc.sorted, static_cast<size_t>(n)), sc.hist.data(), order);
+  return b;
+}
+
 std::vector<int64_t> rank_all(const float* score, int64_t n) { return top_k(score, n, n); }
 
 void dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out) {

@@ -55,6 +55,10 @@ std::vector<int64_t> top_k(const float* score, int64_t n, int64_t k);
 // calling thread has selected from at least n rows before, whatever the scores (its scratch is
 // kept per thread and sized by n).
 int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* out);
+// top_k_into for n not much above k (a candidate set, as the fast scan's): every score is ranked by
+// a stable radix sort of its bits alone (no selection pass, no sort by index), which is faster
+// there; the same answer. Allocation-free like top_k_into.
+int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* out);
 // Every index, best first; equal scores by lower index (a full ranking).
 std::vector<int64_t> rank_all(const float* score, int64_t n);
 
