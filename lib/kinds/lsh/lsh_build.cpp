@@ -6,6 +6,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "kvtool/error.h"
 #include "lsh/lsh_internal.h"
 
@@ -17,43 +21,92 @@ namespace kvtool {
 
 namespace {
 
-// SimHash codes of rows [n, d] for every table: codes[i * L + t]. float32 products through BLAS.
+// The sign bits of one row's products p[cols] (bit c % 8 of byte c / 8: p[c] > 0, false for a
+// NaN); the caller's buffer has 8 bytes of padding past the last used one.
+void sign_bits_portable(const float* p, int64_t cols, uint8_t* out) {
+  for (int64_t o = 0; o * 8 < cols; ++o) {
+    unsigned v = 0;
+    for (int64_t c = o * 8; c < std::min(cols, o * 8 + 8); ++c) v |= static_cast<unsigned>(p[c] > 0.f) << (c - o * 8);
+    out[o] = static_cast<uint8_t>(v);
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#if !defined(__clang__)
+#pragma GCC diagnostic push  // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own temporaries
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// 16 columns a compare: _CMP_GT_OQ is `p > 0` (false for a NaN), the portable loop's test.
+__attribute__((target("avx512f"))) void sign_bits_avx512(const float* p, int64_t cols, uint8_t* out) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cols; c += 16) {
+    const __mmask16 live = cols - c >= 16 ? 0xffff : static_cast<__mmask16>((1u << (cols - c)) - 1);
+    const uint16_t m = _mm512_mask_cmp_ps_mask(live, _mm512_maskz_loadu_ps(live, p + c), zero, _CMP_GT_OQ);
+    std::memcpy(out + c / 8, &m, sizeof m);
+  }
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+void sign_bits(const float* p, int64_t cols, uint8_t* out) {
+  static const bool avx512 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  if (avx512) return sign_bits_avx512(p, cols, out);
+  sign_bits_portable(p, cols, out);
+}
+#else
+void sign_bits(const float* p, int64_t cols, uint8_t* out) { sign_bits_portable(p, cols, out); }
+#endif
+
+// SimHash codes of rows [n, d] for every table, table-major: codes[t * n + i] (the counting sorts
+// below then read each table's codes contiguously). float32 products through BLAS.
 void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, int64_t bits, int64_t tables,
              std::vector<uint32_t>& codes) {
   const int64_t cols = bits * tables;
   codes.assign(static_cast<size_t>(n * tables), 0);
   const int64_t block = 2048;
   std::vector<float> prod(static_cast<size_t>(block * cols));
+  // The row's sign bits, with 8 spare bytes so that any field of `bits` <= 16 loads as one u64.
+  std::vector<uint8_t> signs(static_cast<size_t>((cols + 15) / 16 * 2 + 8), 0);
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
   for (int64_t i0 = 0; i0 < n; i0 += block) {
     int m = static_cast<int>(cols), nn = static_cast<int>(std::min(block, n - i0)), k = static_cast<int>(d);
     float one = 1.f, zero = 0.f;
     int lda = m, ldb = k, ldc = m;
     // Column-major: prod^T [cols, nn] = W^T [cols, d] * X^T [d, nn]  (W, X row-major).
     sgemm_("N", "N", &m, &nn, &k, &one, w.data(), &lda, x + i0 * d, &ldb, &zero, prod.data(), &ldc);
-    for (int64_t i = 0; i < nn; ++i)
+    for (int64_t i = 0; i < nn; ++i) {
+      sign_bits(prod.data() + i * cols, cols, signs.data());
       for (int64_t t = 0; t < tables; ++t) {
-        uint32_t c = 0;
-        const float* p = prod.data() + i * cols + t * bits;
-        for (int64_t b = 0; b < bits; ++b) c |= static_cast<uint32_t>(p[b] > 0.f) << b;
-        codes[(i0 + i) * tables + t] = c;
+        const int64_t bit = t * bits;
+        uint64_t v;
+        std::memcpy(&v, signs.data() + bit / 8, sizeof v);  // bit 0 of the code is column t * bits
+        codes[t * n + i0 + i] = static_cast<uint32_t>((v >> (bit % 8)) & mask);
       }
+    }
   }
 }
 
-// The CSR tables of segment number `s` (counting sort by code; ids ascend inside a bucket): offsets
-// rows s·L + t, relative to the segment's block of ids, which starts at L·(seg.lo − rb) and holds
-// table t at + t·n_s; ids are u16 offsets row − seg.base.
-void segment_tables(const lsh::Segment& seg, int64_t rb, int64_t L, int64_t buckets, const std::vector<uint32_t>& codes,
-                    std::vector<uint32_t>& offsets, std::vector<uint16_t>& ids, size_t s) {
+// The CSR tables of segment number `s` (counting sort by code; ids ascend inside a bucket) from
+// the table-major codes [L, n]: offsets rows s·L + t, relative to the segment's block of ids, which starts at L·(seg.lo
+// − rb) and holds table t at + t·n_s; ids are u16 offsets row − seg.base.
+void segment_tables(const lsh::Segment& seg, int64_t rb, int64_t n, int64_t L, int64_t buckets,
+                    const std::vector<uint32_t>& codes, std::vector<uint32_t>& offsets, std::vector<uint16_t>& ids,
+                    size_t s) {
   const int64_t ns = seg.hi - seg.lo, i0 = seg.lo - rb;
   std::vector<uint32_t> pos(static_cast<size_t>(buckets));
   for (int64_t t = 0; t < L; ++t) {
     uint32_t* off = offsets.data() + (static_cast<int64_t>(s) * L + t) * (buckets + 1);
     uint16_t* tid = ids.data() + L * i0 + t * ns;
-    for (int64_t i = i0; i < i0 + ns; ++i) ++off[codes[i * L + t] + 1];
+    const uint32_t* code = codes.data() + t * n;
+    for (int64_t i = i0; i < i0 + ns; ++i) ++off[code[i] + 1];
     for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
     std::copy(off, off + buckets, pos.begin());
-    for (int64_t i = i0; i < i0 + ns; ++i) tid[pos[codes[i * L + t]]++] = static_cast<uint16_t>(rb + i - seg.base);
+    for (int64_t i = i0; i < i0 + ns; ++i) tid[pos[code[i]]++] = static_cast<uint16_t>(rb + i - seg.base);
   }
 }
 
@@ -91,13 +144,13 @@ PartOutput LshBuilder::build_part(const PartInput& in) const {
   const std::vector<lsh::Segment> segs = lsh::segments_of(rb, rb + n, true);
   std::vector<uint32_t> offsets(segs.size() * static_cast<size_t>(L * (buckets + 1)), 0);
   std::vector<uint16_t> ids(static_cast<size_t>(L * n));
-  for (size_t s = 0; s < segs.size(); ++s) segment_tables(segs[s], rb, L, buckets, codes, offsets, ids, s);
+  for (size_t s = 0; s < segs.size(); ++s) segment_tables(segs[s], rb, n, L, buckets, codes, offsets, ids, s);
   // Bucket statistics over whole tables (all segments), as in every layout.
   int64_t empty = 0, max_bucket = 0;
   std::vector<int64_t> size(static_cast<size_t>(buckets));
   for (int64_t t = 0; t < L; ++t) {
     std::fill(size.begin(), size.end(), 0);
-    for (int64_t i = 0; i < n; ++i) ++size[codes[i * L + t]];
+    for (int64_t i = 0; i < n; ++i) ++size[codes[t * n + i]];
     for (int64_t b = 0; b < buckets; ++b) empty += size[b] == 0, max_bucket = std::max(max_bucket, size[b]);
   }
   auto bytes = [](const void* p, size_t nb) {
