@@ -13,7 +13,7 @@ namespace kvtool::cmd {
 
 namespace {
 
-struct Args {
+struct CompareArgs {
   std::string source;
   std::vector<std::string> arts;
   cli::SweepFlags sweep;
@@ -31,7 +31,7 @@ std::unique_ptr<ArtifactReader> open_admitted(const std::string& path) {
   }
 }
 
-int run(const Args& a, const Flags& flags) {
+int run_compare(const CompareArgs& a, const Flags& flags) {
   std::vector<std::unique_ptr<ArtifactReader>> readers;
   std::vector<const ArtifactReader*> arts;
   for (size_t i = 0; i < a.arts.size(); ++i) {
@@ -62,7 +62,7 @@ int run(const Args& a, const Flags& flags) {
 }  // namespace
 
 cli::Command register_compare(CLI::App& app, Flags& flags) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<CompareArgs>();
   auto* sub = app.add_subcommand(
       "compare",
       "Several artifacts of one dump side by side: retained mass, dense oracle and output error against the "
@@ -84,7 +84,7 @@ cli::Command register_compare(CLI::App& app, Flags& flags) {
                   "write an SVG of retained mass (with the oracle) and relative output error vs selected fraction");
   sub->add_flag("--json", flags.json, "machine-readable output");
   sub->add_flag("-q,--quiet", flags.quiet, "no progress");
-  return {sub, [a, &flags] { return run(*a, flags); }};
+  return {sub, [a, &flags] { return run_compare(*a, flags); }};
 }
 
 }  // namespace kvtool::cmd

@@ -19,12 +19,12 @@ namespace kvtool::cmd {
 
 namespace {
 
-struct Args {
+struct DemoArgs {
   std::string dir = "kvtool-demo", model, tokenizer;
 };
 
 // The dump: a real model's when one is given or found in ../shared/models, else a synthetic one.
-void make_dump(Args& a, const std::string& path) {
+void make_dump(DemoArgs& a, const std::string& path) {
   if (a.model.empty()) {
     struct stat st {};
     if (stat("../shared/models/stories260K.bin", &st) == 0) {
@@ -69,7 +69,7 @@ void verify_and_eval(const std::string& art, const std::string& dump, const Eval
 
 // The shared-prompt flow: index the prefix once, store it by content address, fetch it back.
 // Returns the path the store gives back.
-std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOptions bo) {
+std::string squeeze_store_flow(const DemoArgs& a, const std::string& dump, BuildOptions bo) {
   std::string sq = a.dir + "/demo.sq.kvi", store_dir = a.dir + "/store";
   std::cout << "\n== kvtool build squeeze " << dump
             << " --prefix 192 --observation-window 32 --percent-clusters 10 --force -o " << sq << "\n";
@@ -96,7 +96,7 @@ std::string squeeze_store_flow(const Args& a, const std::string& dump, BuildOpti
   return got;
 }
 
-int run(Args& a) {
+int run_demo(DemoArgs& a) {
   mkdir(a.dir.c_str(), 0755);
   const std::string path = a.dir + "/demo.h5";
   make_dump(a, path);
@@ -128,7 +128,7 @@ int run(Args& a) {
 }  // namespace
 
 cli::Command register_demo(CLI::App& app, Flags&) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<DemoArgs>();
   auto* sub =
       app.add_subcommand("demo",
                          "A tour in --dir: dump a real model (or a synthetic one), inspect, verify, build pq, eval, "
@@ -136,7 +136,7 @@ cli::Command register_demo(CLI::App& app, Flags&) {
   sub->add_option("--dir", a->dir, "working directory for the demo files")->capture_default_str();
   sub->add_option("--model", a->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin when present)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: tok512.bin next to it)");
-  return {sub, [a] { return run(*a); }};
+  return {sub, [a] { return run_demo(*a); }};
 }
 
 }  // namespace kvtool::cmd

@@ -11,7 +11,7 @@ namespace kvtool::cmd {
 
 namespace {
 
-struct Args {
+struct EvalArgs {
   std::string art, source;
   cli::SweepFlags sweep;
 };
@@ -30,7 +30,7 @@ std::map<std::string, std::vector<std::string>> sweep(const cli::SweepFlags& f, 
   return out;
 }
 
-int run(const Args& a, const Flags& flags) {
+int run_eval(const EvalArgs& a, const Flags& flags) {
   ArtifactReader r(a.art);
   admit_artifact(r, {});  // what verify checks: a file verify rejects is never queried
   DumpReader d(a.source);
@@ -48,7 +48,7 @@ int run(const Args& a, const Flags& flags) {
 }  // namespace
 
 cli::Command register_eval(CLI::App& app, Flags& flags) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<EvalArgs>();
   auto* sub =
       app.add_subcommand("eval", "Retained attention mass, recall, output error and bytes against dense attention");
   sub->add_option("ART", a->art, "artifact (.kvi)")->required();
@@ -58,7 +58,7 @@ cli::Command register_eval(CLI::App& app, Flags& flags) {
   sub->add_option("--plot", a->sweep.plot, "write an SVG of retained mass vs selected fraction");
   sub->add_flag("--json", flags.json, "machine-readable output");
   sub->add_flag("-q,--quiet", flags.quiet, "no progress");
-  return {sub, [a, &flags] { return run(*a, flags); }};
+  return {sub, [a, &flags] { return run_eval(*a, flags); }};
 }
 
 }  // namespace kvtool::cmd

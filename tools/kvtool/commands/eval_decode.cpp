@@ -17,7 +17,7 @@ namespace kvtool::cmd {
 
 namespace {
 
-struct Args {
+struct EvalDecodeArgs {
   std::vector<std::string> arts;
   std::string source, tokenizer;
   EvalDecodeOptions opt;
@@ -54,7 +54,7 @@ void print_decode(const EvalDecodeReport& rep) {
                 static_cast<long long>(rep.results.front().steps));
 }
 
-int run(Args& a, const Flags& flags) {
+int run_eval_decode(EvalDecodeArgs& a, const Flags& flags) {
   std::vector<std::string> inputs = a.arts;
   inputs.push_back(a.source);
   inputs.push_back(a.opt.model_path);
@@ -83,7 +83,7 @@ int run(Args& a, const Flags& flags) {
 }  // namespace
 
 cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<EvalDecodeArgs>();
   auto* sub = app.add_subcommand(
       "eval-decode",
       "What sparse attention through the runtime pool does to a llama2.c model's decoding: KL, top-1 agreement, "
@@ -121,7 +121,7 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
   sub->add_option("--plot", a->sweep.plot, "write an SVG of KL and top-1 agreement vs selected fraction");
   sub->add_flag("--json", flags.json, "machine-readable output");
   sub->add_flag("-q,--quiet", flags.quiet, "no progress");
-  return {sub, [a, &flags] { return run(*a, flags); }};
+  return {sub, [a, &flags] { return run_eval_decode(*a, flags); }};
 }
 
 }  // namespace kvtool::cmd

@@ -8,7 +8,7 @@ namespace kvtool::cmd {
 
 namespace {
 
-struct Args {
+struct LoadArgs {
   LoadOptions lo;
   std::string device = "auto", host_budget = "8G", device_budget = "4G", budget = "0.1";
   int64_t min_collisions = 2;
@@ -26,7 +26,7 @@ void add_store_key_options(CLI::App* c, StoreKey& k) {
   c->add_option("--position-contract", k.position_contract, "store key: position contract (optional)");
 }
 
-int run(Args& a, const Flags& flags) {
+int run_load(LoadArgs& a, const Flags& flags) {
   LoadOptions& lo = a.lo;
   lo.pool.host_budget = cli::parse_bytes(a.host_budget);
   lo.pool.device_budget = cli::parse_bytes(a.device_budget);
@@ -55,7 +55,7 @@ int run(Args& a, const Flags& flags) {
 }  // namespace
 
 cli::Command register_load(CLI::App& app, Flags& flags) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<LoadArgs>();
   auto* sub =
       app.add_subcommand("load",
                          "Publish artifacts into a runtime pool (host/GPU), run every dumped query through it and "
@@ -82,7 +82,7 @@ cli::Command register_load(CLI::App& app, Flags& flags) {
                   "query options for the replay as NAME=VALUE; each artifact takes its kind's");
   add_trust_options(sub, a->trust, "refuse unsigned artifacts (needs --pubkey or --trusted-keys)");
   sub->add_flag("--json", flags.json, "machine-readable output");
-  return {sub, [a, &flags] { return run(*a, flags); }};
+  return {sub, [a, &flags] { return run_load(*a, flags); }};
 }
 
 }  // namespace kvtool::cmd

@@ -15,7 +15,7 @@ namespace kvtool::cmd {
 
 namespace {
 
-struct Args {
+struct QueryArgs {
   std::string art, source, vector, budget = "0.1";
   int64_t layer = 0, q_head = 0, position = -1, min_collisions = 2;
   double quantile = -1, rerank = 1;
@@ -26,7 +26,7 @@ struct Args {
 };
 
 // The query vector: --vector's file, or the dumped query at --position. Sets `position`.
-std::vector<float> query_vector(const Args& a, const ArtifactReader& r, DumpReader& d, int64_t& position) {
+std::vector<float> query_vector(const QueryArgs& a, const ArtifactReader& r, DumpReader& d, int64_t& position) {
   const int64_t dim = r.source().geo.head_dim;
   position = a.position;
   if (!a.vector.empty()) {
@@ -47,7 +47,7 @@ std::vector<float> query_vector(const Args& a, const ArtifactReader& r, DumpRead
 
 // The selector options given on the command line, as the artifact's kind takes them (the others
 // apply to other kinds and are ignored).
-QuerySettings query_settings(const Args& a, const KindSpec& kind) {
+QuerySettings query_settings(const QueryArgs& a, const KindSpec& kind) {
   Budget::parse(a.budget);  // USAGE for a bad --budget whatever the kind, as before
   QuerySettings s;
   if (a.budget_opt->count() > 0) s["budget"] = a.budget;
@@ -80,7 +80,7 @@ void print_receipt(const CandidateReceipt& rc) {
   std::cout << "\n";
 }
 
-int run(const Args& a, const Flags& flags) {
+int run_query(const QueryArgs& a, const Flags& flags) {
   ArtifactReader r(a.art);
   admit_artifact(r, {});  // what verify checks: a file verify rejects is never queried
   DumpReader d(a.source);
@@ -111,7 +111,7 @@ int run(const Args& a, const Flags& flags) {
 }  // namespace
 
 cli::Command register_query(CLI::App& app, Flags& flags) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<QueryArgs>();
   auto* sub = app.add_subcommand(
       "query", "Candidate rows of one (layer, query head) for a dumped query position or a given vector");
   sub->add_option("ART", a->art, "artifact (.kvi)")->required();
@@ -141,7 +141,7 @@ cli::Command register_query(CLI::App& app, Flags& flags) {
   sub->add_flag("--flat", a->flat,
                 "squeeze: score every fine centroid (the reference's lookup) instead of the two-level pass");
   sub->add_flag("--json", flags.json, "machine-readable receipt");
-  return {sub, [a, &flags] { return run(*a, flags); }};
+  return {sub, [a, &flags] { return run_query(*a, flags); }};
 }
 
 }  // namespace kvtool::cmd

@@ -10,7 +10,7 @@ namespace kvtool::cmd {
 
 namespace {
 
-struct Args {
+struct StoreArgs {
   std::string dir, art, grace = "1h", ls_tenant;
   TrustArgs put_trust, get_trust;  // one each: a TrustArgs knows its own --trusted-keys option
   bool all_tenants = false, group_shared = false;
@@ -68,7 +68,7 @@ int finish(const Flags& flags, const Result& res, Text text) {
   return emit(flags, res.to_json(), [&] { text(res); });
 }
 
-int run(const Args& a, const Flags& flags) {
+int run_store(const StoreArgs& a, const Flags& flags) {
   StoreTrust trust;
   if (*a.put || *a.get) trust = load_trust(*a.put ? a.put_trust : a.get_trust);
   if (*a.put) {
@@ -100,7 +100,7 @@ int run(const Args& a, const Flags& flags) {
 }  // namespace
 
 cli::Command register_store(CLI::App& app, Flags& flags) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<StoreArgs>();
   auto* sub = app.add_subcommand("store", "Content-addressed prefix store: put, get, ls, rm, gc (formats/store-v1.md)");
   sub->require_subcommand(1);
   a->put = sub->add_subcommand("put", "Verify an artifact and store it under the key its manifest binds");
@@ -128,7 +128,7 @@ cli::Command register_store(CLI::App& app, Flags& flags) {
     c->add_option("--store", a->dir, "store directory")->required()->envname("KVTOOL_STORE");
     c->add_flag("--json", flags.json, "machine-readable output");
   }
-  return {sub, [a, &flags] { return run(*a, flags); }};
+  return {sub, [a, &flags] { return run_store(*a, flags); }};
 }
 
 }  // namespace kvtool::cmd

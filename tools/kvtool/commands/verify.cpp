@@ -11,7 +11,7 @@ namespace kvtool::cmd {
 
 namespace {
 
-struct Args {
+struct VerifyArgs {
   std::string path;
   VerifyOptions opt;
   TrustArgs trust;
@@ -24,7 +24,7 @@ void require_file(const std::string& p, const char* what) {
   KVT_CHECK(stat(p.c_str(), &st) == 0, IO_ERROR, what << " '" << p << "' does not exist");
 }
 
-int run(Args& a, const Flags& flags) {
+int run_verify(VerifyArgs& a, const Flags& flags) {
   const cli::InputFile in(a.path, a.stdin_limit);
   if (looks_like_llama_state(in.path())) {
     KVT_CHECK(a.trust.pubkeys.empty() && !a.trust.require_signature && !a.opt.strict_snapshot, USAGE,
@@ -61,7 +61,7 @@ int run(Args& a, const Flags& flags) {
 }  // namespace
 
 cli::Command register_verify(CLI::App& app, Flags& flags) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<VerifyArgs>();
   auto* sub = app.add_subcommand(
       "verify", "Check structure, every digest, the signature and (with --source) the binding to a dump");
   sub->add_option("FILE", a->path, "dump, artifact or llama.cpp state file; - reads standard input")->required();
@@ -74,7 +74,7 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   add_trust_options(sub, a->trust, "fail unsigned artifacts (needs --pubkey or --trusted-keys)");
   cli::add_stdin_limit_option(sub, a->stdin_limit);
   sub->add_flag("--json", flags.json, "machine-readable output");
-  return {sub, [a, &flags] { return run(*a, flags); }};
+  return {sub, [a, &flags] { return run_verify(*a, flags); }};
 }
 
 }  // namespace kvtool::cmd
