@@ -15,6 +15,7 @@
 #include <cmath>
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <thread>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include <faiss/Clustering.h>
 
 #include "kvtool/builder.h"
+#include "env.h"  // tools/common: cli::default_threads
 #include "kvtool/producers.h"
 
 namespace kvtool::bench {
@@ -143,6 +145,38 @@ struct Samples {
 inline int rounds(int dflt) {
   const char* e = std::getenv("KVTOOL_BENCH_ROUNDS");
   return std::max(3, e ? std::atoi(e) : dflt);
+}
+
+// The options of the build benches: --dump PATH, --threads N, --layers A-B, --rounds N, and a
+// bench's own integer options (`extra`: name -> where it goes). Prints `usage` and returns false on
+// anything else.
+struct BuildBenchArgs {
+  std::string dump, layers;
+  int threads = 0, rounds = 3;
+};
+inline bool parse_build_bench_args(int argc, char** argv, const char* usage, BuildBenchArgs& a,
+                                   const std::map<std::string, int64_t*>& extra = {}) {
+  a.threads = cli::default_threads();
+  a.rounds = rounds(3);
+  for (int i = 1; i < argc; ++i) {
+    const std::string opt = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (opt == "--dump" && has_value)
+      a.dump = argv[++i];
+    else if (opt == "--threads" && has_value)
+      a.threads = std::atoi(argv[++i]);
+    else if (opt == "--layers" && has_value)
+      a.layers = argv[++i];
+    else if (opt == "--rounds" && has_value)
+      a.rounds = std::max(3, std::atoi(argv[++i]));
+    else if (extra.count(opt) && has_value)
+      *extra.at(opt) = std::atoll(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s\n", usage);
+      return false;
+    }
+  }
+  return true;
 }
 
 inline int64_t file_size(const std::string& path) {

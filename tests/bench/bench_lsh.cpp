@@ -89,27 +89,16 @@ void query_throughput(const ArtifactReader& art, DumpReader& d, int64_t nq) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dump, bin_dir = KVTOOL_BENCH_BIN_DIR, layers = "0-3";
-  int threads = cli::default_threads(), n_rounds = bench::rounds(3);
+  bench::BuildBenchArgs args;
+  args.layers = "0-3";
   int64_t nq = 2000;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--dump" && i + 1 < argc)
-      dump = argv[++i];
-    else if (a == "--threads" && i + 1 < argc)
-      threads = std::atoi(argv[++i]);
-    else if (a == "--layers" && i + 1 < argc)
-      layers = argv[++i];
-    else if (a == "--queries" && i + 1 < argc)
-      nq = std::atoll(argv[++i]);
-    else if (a == "--rounds" && i + 1 < argc)
-      n_rounds = std::max(3, std::atoi(argv[++i]));
-    else {
-      std::fprintf(stderr,
-                   "usage: kvtool_bench_lsh [--dump PATH] [--threads N] [--layers A-B] [--queries N] [--rounds N]\n");
-      return 2;
-    }
-  }
+  if (!bench::parse_build_bench_args(
+          argc, argv, "kvtool_bench_lsh [--dump PATH] [--threads N] [--layers A-B] [--queries N] [--rounds N]", args,
+          {{"--queries", &nq}}))
+    return 2;
+  const std::string bin_dir = KVTOOL_BENCH_BIN_DIR, layers = args.layers;
+  std::string dump = args.dump;
+  const int threads = args.threads, n_rounds = args.rounds;
   if (dump.empty()) dump = bench::ensure_dump();
   const std::string out = bench::bench_dir() + "/bench.lsh.kvi";
   double rss_mib = 0;

@@ -23,23 +23,14 @@
 using namespace kvtool;
 
 int main(int argc, char** argv) {
-  std::string dump, bin_dir = KVTOOL_BENCH_BIN_DIR, layers = "0-3";
-  int threads = cli::default_threads(), n_rounds = bench::rounds(3);
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--dump" && i + 1 < argc)
-      dump = argv[++i];
-    else if (a == "--threads" && i + 1 < argc)
-      threads = std::atoi(argv[++i]);
-    else if (a == "--layers" && i + 1 < argc)
-      layers = argv[++i];
-    else if (a == "--rounds" && i + 1 < argc)
-      n_rounds = std::max(3, std::atoi(argv[++i]));
-    else {
-      std::fprintf(stderr, "usage: kvtool_bench_squeeze [--dump PATH] [--threads N] [--layers A-B] [--rounds N]\n");
-      return 2;
-    }
-  }
+  bench::BuildBenchArgs args;
+  args.layers = "0-3";
+  if (!bench::parse_build_bench_args(
+          argc, argv, "kvtool_bench_squeeze [--dump PATH] [--threads N] [--layers A-B] [--rounds N]", args))
+    return 2;
+  const std::string bin_dir = KVTOOL_BENCH_BIN_DIR, layers = args.layers;
+  std::string dump = args.dump;
+  const int threads = args.threads, n_rounds = args.rounds;
   if (dump.empty()) dump = bench::ensure_dump(8192);
   DumpReader reader(dump);
   const auto& g = reader.info().geo;

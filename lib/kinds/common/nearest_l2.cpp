@@ -10,10 +10,7 @@
 #include <immintrin.h>
 #endif
 
-// Fortran BLAS (OpenBLAS through FAISS's link), the call FAISS itself makes.
-extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                      const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                      const float* beta, float* c, const int* ldc);
+#include "common/blas.h"
 
 namespace kvtool {
 

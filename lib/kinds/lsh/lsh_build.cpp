@@ -10,12 +10,9 @@
 #include <immintrin.h>
 #endif
 
+#include "common/blas.h"
 #include "kvtool/error.h"
 #include "lsh/lsh_internal.h"
-
-extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                      const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                      const float* beta, float* c, const int* ldc);
 
 namespace kvtool {
 
