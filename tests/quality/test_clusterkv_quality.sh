@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quality gate for clusterkv (retained mass against the oracle and baselines): --tokens-per-cluster 8, --budget 0.1, default
-# centroid rule (raw-mean), real f32 dumps of the three shared models (as test_pq_quality.sh).
+# centroid rule (raw-mean), the reference's 16 sink rows, real f32 dumps of the three shared models (as test_pq_quality.sh).
 # Per model (tests/quality/baselines.py prints every number):
 # - ratio retained / oracle >= 0.80 / 0.60 / 0.60 (cheaders: measured 0.647, 0.02 off, rounded
 #   down to 0.05);
@@ -18,16 +18,16 @@
 # raw section bytes (baselines.py --gain-over; stored bytes printed).
 . "$(dirname "$0")/quality_lib.sh"
 gate() {  # model prefix min [extra]
-  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 --centroid-dtype f32 -o "$1.ckv.kvi" -q \
+  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 --centroid-dtype f32 --sink 16 -o "$1.ckv.kvi" -q \
     --force || { fail "build $1"; return; }
-  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 --centroid-dtype f32 --kmeans tree --kmeans-leaf-clusters 8 \
+  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 8 --centroid-dtype f32 --sink 16 --kmeans tree --kmeans-leaf-clusters 8 \
     -o "$1.ckv-tree.kvi" -q --force || { fail "build $1 (tree)"; return; }
   baselines --kind clusterkv --model "$1" --dump "$1.h5" --artifact "$1.ckv.kvi" --eval-args "--budget 0.1" --settings 0.1 \
     --min-ratio "$3" --always 16 --indexed-fraction 0.1 0.095 0.105 --max-key-fraction 0.5 --param sink=16 --param local=0 --param tokens_per_cluster=8 \
     --param kmeans=auto --versus "$1.ckv-tree.kvi" 0.01 "${@:4}"
 }
 equal_bytes() {  # model prefix min gain
-  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 5 --centroid-dtype f16 -o "$1.ckv16.kvi" -q --force ||
+  "$BIN/kvtool-clusterkv" build "$1.h5" --prefix "$2" --tokens-per-cluster 5 --centroid-dtype f16 --sink 16 -o "$1.ckv16.kvi" -q --force ||
     { fail "build $1 f16"; return; }
   baselines --kind clusterkv --model "$1" --dump "$1.h5" --artifact "$1.ckv16.kvi" --eval-args "--budget 0.1" --settings 0.1 \
     --min-ratio "$3" --always 16 --indexed-fraction 0.1 0.095 0.105 --param tokens_per_cluster=5 --param centroid_dtype=f16 \
