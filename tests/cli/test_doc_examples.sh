@@ -12,6 +12,14 @@
 . "$(dirname "$0")/lib.sh"
 # /usr/bin before the rest: man examples call python3 with numpy (Debian's interpreter).
 export PATH="$BIN:/usr/bin:$PATH"
+# The README's llama.cpp tour runs node, which must be >= 20: where Debian's /usr/bin/node is older,
+# .ci/install-deps links Node 20 as /usr/local/bin/node, which /usr/bin now shadows; name it first.
+for n in /usr/local/bin/node "$(command -v node)"; do
+  if [ -x "$n" ] && [ "$("$n" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 20 ]; then
+    mkdir -p "$WORK/node-bin" && ln -sf "$n" "$WORK/node-bin/node" && export PATH="$WORK/node-bin:$PATH"
+    break
+  fi
+done
 SRC=${KVTOOL_SOURCE:?}
 ln -s "$SHARED" shared
 mkdir root
