@@ -76,10 +76,10 @@ expect_exit 0 "$KVTOOL" query a.kvi --source d.h5 --layer 2 --q-head 3 --positio
 contains "$WORK/out" '"kv_head": 1'
 contains "$WORK/out" '"semantics": "candidate_ids_only"'
 n=$(json_get "$WORK/out" '["candidates"].__len__()')
-[ "$n" = 36 ] || fail "expected 36 candidates (10% of 356 indexed rows: 4 sink rows), got $n"
+[ "$n" = 36 ] || fail "expected 36 candidates (10% of 359 indexed rows: 1 sink row), got $n"
 python3 -c 'print(" ".join(str(0.1 * i) for i in range(32)))' > q.txt
 expect_exit 0 "$KVTOOL" query a.kvi --source d.h5 --layer 0 --q-head 0 --vector q.txt --budget 5
-contains "$WORK/out" "5 candidates of 356 indexed rows"
+contains "$WORK/out" "5 candidates of 359 indexed rows"
 echo "1 2 3" > short.txt
 expect_reason 1 SHAPE_MISMATCH "$KVTOOL" query a.kvi --source d.h5 --layer 0 --q-head 0 --vector short.txt
 expect_reason 2 USAGE "$KVTOOL" query a.kvi --source d.h5 --layer 0 --q-head 9 --position 390

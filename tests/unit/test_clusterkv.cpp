@@ -20,7 +20,7 @@ namespace {
 
 void ckv_dump(const std::string& path, int64_t tokens = 700) { kind_dump(path, tokens, 12, 20); }
 
-// The reference's 16 sink rows (the row counts below assume them; the default is 4).
+// The reference's 16 sink rows (the row counts below assume them; the default is 1).
 BuildOptions opts(const std::string& out, int threads = 1) {
   BuildOptions o = quiet_build(out, threads);
   o.sink = 16;

@@ -26,8 +26,8 @@ namespace {
 // L=2, H_kv=2, H_q=4, d=16, T=300 f32, queries of the last 40 positions.
 void pq_dump(const std::string& path, uint64_t seed = 5, int64_t tokens = 300) { kind_dump(path, tokens, seed, 40); }
 
-// The reference's 32 sink rows (the row counts below assume them; the default is 4, checked in
-// "pq and clusterkv default to 4 sink rows").
+// The reference's 32 sink rows (the row counts below assume them; the default is 1, checked in
+// "pq and clusterkv default to 1 sink row").
 BuildOptions opts(const std::string& out, int threads = 1) {
   BuildOptions o = quiet_build(out, threads, 3);
   o.sink = 32;
@@ -45,7 +45,7 @@ PqParams small_pq() {
 
 }  // namespace
 
-TEST_CASE("pq and clusterkv default to 4 sink rows") {
+TEST_CASE("pq and clusterkv default to 1 sink row") {
   // Fewer fixed first rows than the references' 32 / 16 and more index-chosen ones retained more at
   // equal attended rows on every shared model and prefix (docs/defaults-sweep.md, "Sinks").
   TempDir tmp;
@@ -56,11 +56,11 @@ TEST_CASE("pq and clusterkv default to 4 sink rows") {
   build_artifact(tmp.file("d.h5"), quiet_build(tmp.file("ckv.kvi"), 1), ClusterKvBuilder(cp));
   for (const char* f : {"pq.kvi", "ckv.kvi"}) {
     ArtifactReader r(tmp.file(f));
-    CHECK(r.manifest()["params"]["sink"] == 4);
+    CHECK(r.manifest()["params"]["sink"] == 1);
     SelectorSet sel(r);
     std::vector<float> q(16, 0.1f);
     const CandidateReceipt rc = sel.query(0, 0, q.data(), 299, *sel.params({{"budget", "8"}}));
-    CHECK(rc.always_included == std::vector<int64_t>({0, 1, 2, 3}));
+    CHECK(rc.always_included == std::vector<int64_t>({0}));
   }
 }
 

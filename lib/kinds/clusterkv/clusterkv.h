@@ -22,8 +22,8 @@ class ClusterKvBuilder : public KindBuilder {
  public:
   explicit ClusterKvBuilder(ClusterKvParams p) : p_(std::move(p)) {}
   std::string kind() const override { return "clusterkv"; }
-  // 4, not the reference's 16 (as pq: docs/defaults-sweep.md, "Sinks").
-  int64_t default_sink() const override { return 4; }
+  // 1, not the reference's 16 (as pq: docs/defaults-sweep.md, "Sinks").
+  int64_t default_sink() const override { return 1; }
   int64_t default_local() const override { return 0; }
   json params() const override;
   void check(int64_t head_dim) const override;

@@ -24,9 +24,10 @@ class PqBuilder : public KindBuilder {
  public:
   explicit PqBuilder(PqParams p) : p_(p) {}
   std::string kind() const override { return "pq"; }
-  // 4, not the reference's 32: at equal attended rows, fewer fixed first rows and more index-chosen
-  // ones retained more on every shared model and prefix (docs/defaults-sweep.md, "Sinks").
-  int64_t default_sink() const override { return 4; }
+  // 1, not the reference's 32: at equal attended rows, fewer fixed first rows and more index-chosen
+  // ones retained more on every shared model and prefix; the one kept guards a model whose sink is
+  // one extreme first token (docs/defaults-sweep.md, "Sinks").
+  int64_t default_sink() const override { return 1; }
   int64_t default_local() const override { return 0; }
   json params() const override;
   void check(int64_t head_dim) const override;

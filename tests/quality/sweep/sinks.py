@@ -18,7 +18,7 @@ MODELS = [  # name, model, tokenizer, dump options, prefixes, decode steps
     ("cheaders", "cheaders.bin", "tok128c.bin", ["--tokens", "512"], [128, 384], 64),
 ]
 KINDS = {"pq": 32, "clusterkv": 16}  # kind -> its default sink count
-SINKS = [32, 16, 8, 4, 0]
+SINKS = [32, 16, 8, 4, 2, 1, 0]
 FRACTIONS = [0.05, 0.1, 0.2]
 
 
