@@ -6,11 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #include "common/blas.h"
+#include "common/x86_avx512.h"
 
 namespace kvtool {
 
@@ -40,12 +37,8 @@ void nearest_in_block_portable(float* dis, idx_t cols, float xn, const float* yn
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#if !defined(__clang__)
-#pragma GCC diagnostic push  // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own temporaries
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#if KVTOOL_KINDS_X86
+KVTOOL_AVX512_WARNINGS_OFF
 // The same arithmetic 16 columns at a time, in one pass: (xn + yn) - 2 ip by separate add, multiply
 // and subtract (no fused multiply-add, though 2 ip is exact anyway), clamped by max(0, v), which
 // like `v < 0 ? 0 : v` keeps a NaN and a -0; min(dis, lane) is `dis < lane ? dis : lane`, so NaNs
@@ -80,20 +73,10 @@ __attribute__((target("avx512f"))) void nearest_in_block_avx512(float* dis, idx_
   }
   label = j0 + (std::find(dis + (cols / 16) * 16, dis + cols, low) - dis);
 }
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-bool has_avx512f() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return yes;
-}
+KVTOOL_AVX512_WARNINGS_ON
 
 void nearest_in_block(float* dis, idx_t cols, float xn, const float* yn, idx_t j0, float& best, idx_t& label) {
-  if (has_avx512f()) return nearest_in_block_avx512(dis, cols, xn, yn, j0, best, label);
+  if (cpu_has_avx512f()) return nearest_in_block_avx512(dis, cols, xn, yn, j0, best, label);
   nearest_in_block_portable(dis, cols, xn, yn, j0, best, label);
 }
 #else

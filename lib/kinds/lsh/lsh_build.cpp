@@ -6,11 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #include "common/blas.h"
+#include "common/x86_avx512.h"
 #include "kvtool/error.h"
 #include "lsh/lsh_internal.h"
 
@@ -28,12 +25,8 @@ void sign_bits_portable(const float* p, int64_t cols, uint8_t* out) {
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#if !defined(__clang__)
-#pragma GCC diagnostic push  // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own temporaries
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#if KVTOOL_KINDS_X86
+KVTOOL_AVX512_WARNINGS_OFF
 // 16 columns a compare: _CMP_GT_OQ is `p > 0` (false for a NaN), the portable loop's test.
 __attribute__((target("avx512f"))) void sign_bits_avx512(const float* p, int64_t cols, uint8_t* out) {
   const __m512 zero = _mm512_setzero_ps();
@@ -43,16 +36,10 @@ __attribute__((target("avx512f"))) void sign_bits_avx512(const float* p, int64_t
     std::memcpy(out + c / 8, &m, sizeof m);
   }
 }
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+KVTOOL_AVX512_WARNINGS_ON
 
 void sign_bits(const float* p, int64_t cols, uint8_t* out) {
-  static const bool avx512 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  if (avx512) return sign_bits_avx512(p, cols, out);
+  if (cpu_has_avx512f()) return sign_bits_avx512(p, cols, out);
   sign_bits_portable(p, cols, out);
 }
 #else

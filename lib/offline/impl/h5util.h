@@ -72,17 +72,31 @@ inline hid_t f16_type() {
 
 inline bool has_attr(hid_t loc, const char* name) { return H5Aexists(loc, name) > 0; }
 
-inline std::string read_str_attr(hid_t loc, const char* name, bool required, const std::string& where) {
+// An attribute of `loc` opened, its type of class `cls` (`what`: "a string", "an integer"), with its
+// type and dataspace; none open (a.ok() false) when it is absent and not required.
+struct OpenAttr {
+  Hid a, type, space;
+};
+inline OpenAttr open_attr(hid_t loc, const char* name, bool required, const std::string& where, H5T_class_t cls,
+                          const char* what) {
+  OpenAttr at;
   if (!has_attr(loc, name)) {
     KVT_CHECK(!required, MISSING_ATTRIBUTE, where << " has no attribute '" << name << "'");
-    return {};
+    return at;
   }
-  Hid a(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
-  KVT_CHECK(a.ok(), HDF5_ERROR, "cannot open attribute '" << name << "'");
-  Hid ft(H5Aget_type(a), H5Tclose);
-  KVT_CHECK(H5Tget_class(ft) == H5T_STRING, MISSING_ATTRIBUTE,
-            "attribute '" << name << "' of " << where << " must be a string");
-  Hid sp(H5Aget_space(a), H5Sclose);
+  at.a = Hid(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
+  KVT_CHECK(at.a.ok(), HDF5_ERROR, "cannot open attribute '" << name << "'");
+  at.type = Hid(H5Aget_type(at.a), H5Tclose);
+  KVT_CHECK(H5Tget_class(at.type) == cls, MISSING_ATTRIBUTE,
+            "attribute '" << name << "' of " << where << " must be " << what);
+  at.space = Hid(H5Aget_space(at.a), H5Sclose);
+  return at;
+}
+
+inline std::string read_str_attr(hid_t loc, const char* name, bool required, const std::string& where) {
+  OpenAttr at = open_attr(loc, name, required, where, H5T_STRING, "a string");
+  if (!at.a.ok()) return {};
+  const Hid &a = at.a, &ft = at.type, &sp = at.space;
   KVT_CHECK(H5Sget_simple_extent_npoints(sp) == 1, BAD_ATTRIBUTE, "attribute '" << name << "' must be a single string");
   // Variable-length (h5py's str): never through H5Aread into a char*, which lets libhdf5 follow the
   // file's global heap unchecked (h5_heap_check.h).
@@ -103,21 +117,13 @@ inline std::string read_str_attr(hid_t loc, const char* name, bool required, con
 }
 
 inline std::vector<int64_t> read_int_attr(hid_t loc, const char* name, bool required, const std::string& where) {
-  if (!has_attr(loc, name)) {
-    KVT_CHECK(!required, MISSING_ATTRIBUTE, where << " has no attribute '" << name << "'");
-    return {};
-  }
-  Hid a(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
-  KVT_CHECK(a.ok(), HDF5_ERROR, "cannot open attribute '" << name << "'");
-  Hid ft(H5Aget_type(a), H5Tclose);
-  KVT_CHECK(H5Tget_class(ft) == H5T_INTEGER, MISSING_ATTRIBUTE,
-            "attribute '" << name << "' of " << where << " must be an integer");
-  Hid sp(H5Aget_space(a), H5Sclose);
-  hssize_t n = H5Sget_simple_extent_npoints(sp);
+  const OpenAttr at = open_attr(loc, name, required, where, H5T_INTEGER, "an integer");
+  if (!at.a.ok()) return {};
+  hssize_t n = H5Sget_simple_extent_npoints(at.space);
   KVT_CHECK(n >= 0 && n < (1 << 20), BAD_ATTRIBUTE, "attribute '" << name << "' has a bad size");
   std::vector<int64_t> v(static_cast<size_t>(n));
   if (n > 0)
-    KVT_CHECK(H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0, HDF5_ERROR, "cannot read attribute '" << name << "'");
+    KVT_CHECK(H5Aread(at.a, H5T_NATIVE_INT64, v.data()) >= 0, HDF5_ERROR, "cannot read attribute '" << name << "'");
   return v;
 }
 

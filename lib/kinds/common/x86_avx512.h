@@ -1,0 +1,35 @@
+// What the kinds' AVX-512 paths share: the intrinsics header, and a bracket that silences GCC 12's
+// false -Wmaybe-uninitialized / -Wuninitialized inside avx512fintrin.h (its own temporaries, not a
+// use of uninitialized data) around the functions that call those intrinsics. Clang, which the
+// sanitizer and fuzz builds use with warnings as errors, keeps every warning.
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KVTOOL_KINDS_X86 1
+#include <immintrin.h>
+#else
+#define KVTOOL_KINDS_X86 0
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define KVTOOL_AVX512_WARNINGS_OFF                                                           \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define KVTOOL_AVX512_WARNINGS_ON _Pragma("GCC diagnostic pop")
+#else
+#define KVTOOL_AVX512_WARNINGS_OFF
+#define KVTOOL_AVX512_WARNINGS_ON
+#endif
+
+#if KVTOOL_KINDS_X86
+namespace kvtool {
+// Whether this CPU runs AVX-512F (asked once).
+inline bool cpu_has_avx512f() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return yes;
+}
+}  // namespace kvtool
+#endif
