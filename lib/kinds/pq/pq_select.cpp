@@ -113,6 +113,12 @@ class PqSelector : public PartSelector {
       for (int64_t j = 0; j < g; ++j) q[j] = qs.q(j0 + j);
       score_group(q, g, sc);
       for (int64_t j = 0; j < g; ++j) {
+        int64_t* ids;
+        float* scores;
+        if (answers.room(j0 + j, std::min(budget, n_), ids, scores)) {
+          answers.finish(j0 + j, sc.best_into(budget, n_, rows_.begin(), j, ids, scores));
+          continue;
+        }
         sel.clear();
         sel.budget_rows = budget;
         sc.best(budget, n_, rows_.begin(), j, sel);
@@ -132,15 +138,24 @@ class PqSelector : public PartSelector {
   struct Scratch {
     std::vector<float> lut, score;
     std::vector<int64_t> top;
+    // The same into caller buffers of min(budget, n) entries (scores: nullptr for none); returns
+    // the count written.
+    int64_t best_into(int64_t budget, int64_t n, int64_t base, int64_t j, int64_t* ids, float* scores) {
+      const float* s = score.data() + j * n;
+      const int64_t kept = scoring::top_k_into(s, n, budget, ids);  // row indices, then made absolute
+      if (scores)
+        for (int64_t r = 0; r < kept; ++r) scores[r] = s[ids[r]];
+      for (int64_t r = 0; r < kept; ++r) ids[r] += base;
+      return kept;
+    }
     // Query j's best `budget` rows into out (absolute ids, best first; ties by lower id).
     void best(int64_t budget, int64_t n, int64_t base, int64_t j, Selection& out) {
-      grow(top, std::min(budget, n));
-      const float* s = score.data() + j * n;
-      const int64_t kept = scoring::top_k_into(s, n, budget, top.data());
-      for (int64_t r = 0; r < kept; ++r) {
-        out.ids.push_back(base + top[r]);
-        out.scores.push_back(s[top[r]]);
-      }
+      const size_t at = out.ids.size(), most = static_cast<size_t>(std::min(budget, n));
+      out.ids.resize(at + most);
+      out.scores.resize(at + most);
+      const int64_t kept = best_into(budget, n, base, j, out.ids.data() + at, out.scores.data() + at);
+      out.ids.resize(at + static_cast<size_t>(kept));
+      out.scores.resize(at + static_cast<size_t>(kept));
     }
   };
   // b = 4: the best `budget` rows by the fast scan (the float path's ids and scores, bit for bit).

@@ -264,6 +264,18 @@ class GroupWriter final : public GroupAnswers {
     write_answer(out_, members_[j], sel);
     answered_[static_cast<size_t>(members_[j])] = 1;
   }
+  // In place when the caller's buffers hold every candidate: what write_answer would copy of a
+  // selection without inclusion probabilities is then exactly what the selector writes.
+  bool room(int64_t j, int64_t count, int64_t*& ids, float*& scores) override {
+    if (count > out_.capacity) return false;
+    ids = out_.ids + members_[j] * out_.capacity;
+    scores = out_.scores ? out_.scores + members_[j] * out_.capacity : nullptr;
+    return true;
+  }
+  void finish(int64_t j, int64_t count) override {
+    out_.counts[members_[j]] = count;
+    answered_[static_cast<size_t>(members_[j])] = 1;
+  }
 
  private:
   const BatchAnswers& out_;

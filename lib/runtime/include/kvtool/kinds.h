@@ -154,6 +154,11 @@ class GroupAnswers {
  public:
   virtual ~GroupAnswers() = default;
   virtual void put(int64_t j, const Selection& sel) = 0;
+  // Room to write query j's answer of up to `count` candidates in place (ids; scores unless
+  // nullptr: the caller wants none), for a selection without inclusion probabilities, or false
+  // (then put() it). finish(j, written) once they are.
+  virtual bool room(int64_t /*j*/, int64_t /*count*/, int64_t*& /*ids*/, float*& /*scores*/) { return false; }
+  virtual void finish(int64_t /*j*/, int64_t /*count*/) {}
 };
 
 template <typename T>
