@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <faiss/Clustering.h>
 #include <random>
 #include <set>
@@ -208,6 +209,47 @@ TEST_CASE("TrainingIndexL2 answers exactly like faiss::IndexFlatL2, and trains t
   faiss::Clustering a(d, k, cp), b(d, k, cp);
   faiss::IndexFlatL2 ia(d);
   TrainingIndexL2 ib(d);
+  a.train(n, x.data(), ia);
+  b.train(n, x.data(), ib);
+  REQUIRE(std::memcmp(a.centroids.data(), b.centroids.data(), a.centroids.size() * sizeof(float)) == 0);
+}
+
+// TrainingIndexIP against faiss::IndexFlatIP: the same products and labels bit for bit across
+// FAISS' blocks, ties (a duplicated centroid: the first copy wins) and a NaN row (label -1 from
+// both), and the same centroids from a whole spherical Clustering::train.
+TEST_CASE("TrainingIndexIP answers exactly like faiss::IndexFlatIP, and trains the same spherical centroids") {
+  const int64_t d = 16;
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{5, 7}, {300, 64}, {4097, 64}, {5000, 1500}}) {
+    std::vector<float> x = blob_rows(n, d, 9, 3), c = blob_rows(k, d, 9, 4);
+    for (int64_t t = 0; t < d; ++t) c[(k - 1) * d + t] = c[t];  // the last centroid duplicates the first
+    x[2 * d] = std::numeric_limits<float>::quiet_NaN();         // row 2: every product NaN
+    faiss::IndexFlatIP ref(d);
+    TrainingIndexIP mine(d);
+    ref.add(k, c.data());
+    mine.add(k, c.data());
+    std::vector<float> dr(n), dm(n);
+    std::vector<faiss::Index::idx_t> lr(n), lm(n);
+    for (int round = 0; round < 2; ++round) {  // the second search reuses the block buffer
+      ref.search(n, x.data(), 1, dr.data(), lr.data());
+      mine.search(n, x.data(), 1, dm.data(), lm.data());
+      INFO("n " << n << " k " << k << " round " << round);
+      REQUIRE(lm == lr);
+      REQUIRE(std::memcmp(dm.data(), dr.data(), dm.size() * sizeof(float)) == 0);
+      REQUIRE(lm[2] == -1);
+      for (int64_t i = 0; i < n; ++i) REQUIRE(lm[i] != k - 1);  // a duplicate never beats the first copy
+    }
+  }
+  const int64_t n = 6000, k = 64;
+  const std::vector<float> x = blob_rows(n, d, 20, 5);
+  faiss::ClusteringParameters cp;
+  cp.niter = 8;
+  cp.seed = 17;
+  cp.spherical = true;
+  cp.max_points_per_centroid = 64;
+  cp.verbose = false;
+  faiss::Clustering a(d, k, cp), b(d, k, cp);
+  faiss::IndexFlatIP ia(d);
+  TrainingIndexIP ib(d);
   a.train(n, x.data(), ia);
   b.train(n, x.data(), ib);
   REQUIRE(std::memcmp(a.centroids.data(), b.centroids.data(), a.centroids.size() * sizeof(float)) == 0);

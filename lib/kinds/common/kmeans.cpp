@@ -65,7 +65,7 @@ void faiss_kmeans(const float* x, int64_t n, int64_t d, int64_t k, int64_t niter
   cp.min_points_per_centroid = 1;
   cp.verbose = false;
   auto flat_index = [&]() -> std::unique_ptr<faiss::IndexFlat> {
-    if (spherical) return std::make_unique<faiss::IndexFlatIP>(static_cast<faiss::Index::idx_t>(d));
+    if (spherical) return std::make_unique<TrainingIndexIP>(static_cast<faiss::Index::idx_t>(d));
     return std::make_unique<TrainingIndexL2>(static_cast<faiss::Index::idx_t>(d));  // one per use
   };
   faiss::Clustering clus(static_cast<int>(d), static_cast<int>(k), cp);

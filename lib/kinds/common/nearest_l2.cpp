@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/blas.h"
 #include "common/x86_avx512.h"
@@ -85,17 +86,40 @@ void nearest_in_block(float* dis, idx_t cols, float xn, const float* yn, idx_t j
 }
 #endif
 
+// FAISS 1.7.3's blocked products for k = 1 (exhaustive_L2sqr_blas, exhaustive_inner_product_blas):
+// query blocks of distance_compute_blas_query_bs rows, database blocks of
+// distance_compute_blas_database_bs, ip = the same sgemm; `row(ip_row, cols, i, j0)` then takes one
+// query row of a block. The block buffer is sized to the largest block used, not FAISS' fixed
+// bs_x * bs_y floats (16 MiB per search, which under ASan costs its shadow's page faults each time).
+template <class Row>
+void blocked_products(const float* x, idx_t n, const float* y, idx_t ny, idx_t d, std::vector<float>& ip, Row row) {
+  const auto bs_x = static_cast<idx_t>(faiss::distance_compute_blas_query_bs);
+  const auto bs_y = static_cast<idx_t>(faiss::distance_compute_blas_database_bs);
+  ip.resize(static_cast<size_t>(std::min(bs_x, n) * std::min(bs_y, ny)));
+  for (idx_t i0 = 0; i0 < n; i0 += bs_x) {
+    const idx_t i1 = std::min(n, i0 + bs_x);
+    for (idx_t j0 = 0; j0 < ny; j0 += bs_y) {
+      const idx_t j1 = std::min(ny, j0 + bs_y);
+      const float one = 1, zero = 0;
+      const int nyi = static_cast<int>(j1 - j0), nxi = static_cast<int>(i1 - i0), di = static_cast<int>(d);
+      sgemm_("Transpose", "Not transpose", &nyi, &nxi, &di, &one, y + j0 * d, &di, x + i0 * d, &di, &zero, ip.data(),
+             &nyi);
+      for (idx_t i = i0; i < i1; ++i) row(ip.data() + (i - i0) * (j1 - j0), j1 - j0, i, j0);
+    }
+  }
+}
+
+// Another FAISS release may round or break ties otherwise: it answers for itself.
+constexpr bool kSameFaiss = FAISS_VERSION_MAJOR == 1 && FAISS_VERSION_MINOR == 7 && FAISS_VERSION_PATCH == 3;
+
 }  // namespace
 
-// The arithmetic is FAISS 1.7.3's exhaustive_L2sqr_blas (Debian's build, without its AVX2 variant) with a
-// SingleBestResultHandler, step for step: query blocks of distance_compute_blas_query_bs rows, database blocks of
-// distance_compute_blas_database_bs, ip = the same sgemm, dis = (|x|^2 + |y|^2) - 2 ip in float
-// clamped at 0, and the first j with the smallest dis (strict <, from HUGE_VALF). The pq fixtures
-// and the byte-equality test against a plain IndexFlatL2 (tests/unit) hold it to that.
+// The arithmetic is FAISS 1.7.3's exhaustive_L2sqr_blas (Debian's build, without its AVX2 variant)
+// with a SingleBestResultHandler, step for step: dis = (|x|^2 + |y|^2) - 2 ip in float clamped at
+// 0, and the first j with the smallest dis (strict <, from HUGE_VALF). The pq fixtures and the
+// byte-equality test against a plain IndexFlatL2 (tests/unit) hold it to that.
 void TrainingIndexL2::search(idx_t n, const float* x, idx_t k, float* distances, idx_t* labels,
                              const faiss::SearchParameters* params) const {
-  // Another FAISS release may round or break ties otherwise: it answers for itself.
-  constexpr bool kSameFaiss = FAISS_VERSION_MAJOR == 1 && FAISS_VERSION_MINOR == 7 && FAISS_VERSION_PATCH == 3;
   if (!kSameFaiss || k != 1 || params || n < faiss::distance_compute_blas_threshold || ntotal == 0)
     return faiss::IndexFlatL2::search(n, x, k, distances, labels, params);
   if (norms_of_ != x || norms_count_ != n) {
@@ -107,23 +131,32 @@ void TrainingIndexL2::search(idx_t n, const float* x, idx_t k, float* distances,
   const float* y = get_xb();
   y_norms_.resize(static_cast<size_t>(ntotal));
   faiss::fvec_norms_L2sqr(y_norms_.data(), y, static_cast<size_t>(d), static_cast<size_t>(ntotal));
-  const auto bs_x = static_cast<idx_t>(faiss::distance_compute_blas_query_bs);
-  const auto bs_y = static_cast<idx_t>(faiss::distance_compute_blas_database_bs);
-  ip_.resize(static_cast<size_t>(std::min(bs_x, n) * std::min(bs_y, ntotal)));  // the largest block used
-  for (idx_t i0 = 0; i0 < n; i0 += bs_x) {
-    const idx_t i1 = std::min(n, i0 + bs_x);
-    std::fill(distances + i0, distances + i1, HUGE_VALF);
-    for (idx_t j0 = 0; j0 < ntotal; j0 += bs_y) {
-      const idx_t j1 = std::min(ntotal, j0 + bs_y);
-      const float one = 1, zero = 0;
-      const int nyi = static_cast<int>(j1 - j0), nxi = static_cast<int>(i1 - i0), di = static_cast<int>(d);
-      sgemm_("Transpose", "Not transpose", &nyi, &nxi, &di, &one, y + j0 * d, &di, x + i0 * d, &di, &zero, ip_.data(),
-             &nyi);
-      for (idx_t i = i0; i < i1; ++i)
-        nearest_in_block(ip_.data() + (i - i0) * (j1 - j0), j1 - j0, x_norms_[static_cast<size_t>(i)],
-                         y_norms_.data() + j0, j0, distances[i], labels[i]);
-    }
-  }
+  std::fill(distances, distances + n, HUGE_VALF);
+  blocked_products(x, n, y, ntotal, d, ip_, [&](float* ip, idx_t cols, idx_t i, idx_t j0) {
+    nearest_in_block(ip, cols, x_norms_[static_cast<size_t>(i)], y_norms_.data() + j0, j0, distances[i], labels[i]);
+  });
+}
+
+// FAISS 1.7.3's knn_inner_product for k = 1: a HeapResultHandler<CMin> of one entry, i.e. from
+// (lowest float, label -1) the first j with the largest product (strict <: a tie keeps the earlier
+// j, a NaN never replaces). The byte-equality test against a plain IndexFlatIP holds it to that.
+void TrainingIndexIP::search(idx_t n, const float* x, idx_t k, float* distances, idx_t* labels,
+                             const faiss::SearchParameters* params) const {
+  if (!kSameFaiss || k != 1 || params || n < faiss::distance_compute_blas_threshold || ntotal == 0)
+    return faiss::IndexFlatIP::search(n, x, k, distances, labels, params);
+  std::fill(distances, distances + n, std::numeric_limits<float>::lowest());
+  std::fill(labels, labels + n, idx_t{-1});
+  blocked_products(x, n, get_xb(), ntotal, d, ip_, [&](const float* ip, idx_t cols, idx_t i, idx_t j0) {
+    float best = distances[i];
+    idx_t label = labels[i];
+    for (idx_t j = 0; j < cols; ++j)
+      if (best < ip[j]) {
+        best = ip[j];
+        label = j0 + j;
+      }
+    distances[i] = best;
+    labels[i] = label;
+  });
 }
 
 }  // namespace kvtool
