@@ -31,7 +31,6 @@ class ClusterKvBuilder : public KindBuilder {
   PartOutput build_part(const PartInput& in) const override;
 
  private:
-  std::vector<float> assignment_metric(const PartInput& in, const float* keys, int64_t n, json& meta) const;
   ClusterKvParams p_;
 };
 

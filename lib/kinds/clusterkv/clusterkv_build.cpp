@@ -10,13 +10,11 @@
 #include <sstream>
 
 #include "common/cluster_build.h"
-#include "common/part_queries.h"
 #include "kvtool/append.h"
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
 #include "kvtool/prng.h"
-#include "kvtool/sha256.h"
 
 namespace kvtool {
 
@@ -55,7 +53,7 @@ json ClusterKvBuilder::params() const {
             {"iters", p_.iters},
             {"centroid", rule_name(p_.centroid)},
             {"dense_layers", p_.dense_layers},
-            {"assignment", p_.assignment}};
+            {"assignment", "cosine"}};
   if (p_.centroid_dtype != "f32") j["centroid_dtype"] = p_.centroid_dtype;  // absent: f32, as before it existed
   add_kmeans_params(j, p_.kmeans);
   return j;
@@ -67,34 +65,7 @@ void ClusterKvBuilder::check(int64_t) const {
   KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "iters must be in 1..10000");
   KVT_CHECK(p_.centroid_dtype == "f32" || p_.centroid_dtype == "f16", USAGE,
             "centroid_dtype must be f32 or f16, got '" << p_.centroid_dtype << "'");
-  KVT_CHECK(p_.assignment == "auto" || p_.assignment == "cosine" || p_.assignment == "query", USAGE,
-            "assignment must be auto, cosine or query, got '" << p_.assignment << "'");
   check_kmeans_options(p_.kmeans);
-}
-
-// The rows the part's k-means compares by L2 for assignment query (auto with at least d queries
-// before the coverage end), else empty (cosine of the keys). Records the assignment used and, for
-// query, the queries' count and SHA-256 (float32, in order) in the part's metadata.
-std::vector<float> ClusterKvBuilder::assignment_metric(const PartInput& in, const float* keys, int64_t n,
-                                                       json& meta) const {
-  const int64_t d = in.head_dim;
-  std::vector<float> queries;
-  if (p_.assignment != "cosine") queries = dump_part_queries(in, 0, in.coverage_end);
-  const auto count = static_cast<int64_t>(queries.size()) / d;
-  KVT_CHECK(p_.assignment != "query" || count >= d, NO_QUERIES,
-            "clusterkv assignment query needs at least d = " << d << " /kv/q queries before row " << in.coverage_end
-                                                             << " of the query heads of kv head " << in.kv_head
-                                                             << " (the dump holds " << count << ")");
-  if (count < d) {
-    meta["assignment"] = "cosine";
-    return {};
-  }
-  Sha256 digest;
-  digest.update(queries.data(), queries.size() * sizeof(float));
-  meta["assignment"] = "query";
-  meta["assignment_queries"] = count;
-  meta["assignment_sha256"] = to_hex(digest.finish());
-  return query_metric_rows(keys, n, d, queries);
 }
 
 PartOutput ClusterKvBuilder::build_part(const PartInput& in) const {
@@ -108,10 +79,8 @@ PartOutput ClusterKvBuilder::build_part(const PartInput& in) const {
   }
   ClusterSet s;
   s.d = in.head_dim;
-  const float* keys = in.keys + rb * in.head_dim;
-  const std::vector<float> metric = assignment_metric(in, keys, n, out.meta);
-  const KmeansMethod used = add_clusters(s, keys, rb, n, cluster_count(p_, n), p_.iters, in.seed, p_.centroid,
-                                         p_.kmeans, metric.empty() ? nullptr : metric.data());
+  const KmeansMethod used = add_clusters(s, in.keys + rb * in.head_dim, rb, n, cluster_count(p_, n), p_.iters, in.seed,
+                                         p_.centroid, p_.kmeans);
   out.meta["kmeans"] = kmeans_method_name(used);
   out.meta["generations"] =
       json::array({{{"index_generation", 1}, {"rows", {rb, rb + n}}, {"clusters", {0, s.clusters()}}}});

@@ -19,7 +19,6 @@ std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params) {
   in.get("centroid", centroid);
   in.get("kmeans", kmeans);
   in.get("centroid_dtype", p.centroid_dtype);
-  in.get("assignment", p.assignment);
   in.get("kmeans_branching", p.kmeans.branching);
   in.get("kmeans_leaf_clusters", p.kmeans.leaf_clusters);
   in.get_list_text("dense_layers", dense);

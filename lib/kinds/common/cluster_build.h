@@ -15,12 +15,9 @@
 namespace kvtool {
 
 // Clusters rows [row0, row0 + n) (raw keys [n, d]) into k clusters by the k-means `km` and appends
-// them: cosine k-means of the raw keys, or with `metric_rows` ([n, d], the same rows in other
-// coordinates: query_metric_rows) L2 k-means of those; the stored centroids come from the raw keys
-// either way. Returns the method used (automatic resolved by the cost model; flat when n = 0).
+// them. Returns the method used (automatic resolved by the cost model; flat when n = 0).
 inline KmeansMethod add_clusters(ClusterSet& s, const float* raw, int64_t row0, int64_t n, int64_t k, int64_t iters,
-                                 uint64_t seed, CentroidRule rule, const KmeansOptions& km,
-                                 const float* metric_rows = nullptr) {
+                                 uint64_t seed, CentroidRule rule, const KmeansOptions& km) {
   const int64_t d = s.d;
   auto& members = s.members;
   auto& sizes = s.sizes;
@@ -29,12 +26,9 @@ inline KmeansMethod add_clusters(ClusterSet& s, const float* raw, int64_t row0, 
   if (n <= 0) return KmeansMethod::flat;
   k = std::max<int64_t>(1, std::min(k, n));
   std::vector<int64_t> labels;
-  std::vector<float> fitted;  // the k-means centroids (unit vectors when cosine)
+  std::vector<float> unit;
   const KmeansMethod method = resolve_kmeans(km, n, k, iters);
-  if (metric_rows)
-    kmeans(KmeansMetric::l2, method, km, metric_rows, n, d, k, iters, seed, labels, fitted);
-  else
-    kmeans(KmeansMetric::cosine, method, km, raw, n, d, k, iters, seed, labels, fitted);
+  kmeans(KmeansMetric::cosine, method, km, raw, n, d, k, iters, seed, labels, unit);
   std::vector<uint32_t> count(static_cast<size_t>(k), 0);
   for (int64_t l : labels) ++count[static_cast<size_t>(l)];
   // Update step of the last iteration: mean of the raw keys (raw-mean) or normalized mean of the
@@ -68,8 +62,8 @@ inline KmeansMethod add_clusters(ClusterSet& s, const float* raw, int64_t row0, 
     base += count[c];
     prefix.push_back(base);
     for (int64_t t = 0; t < d; ++t) {
-      // Empty clusters keep their k-means centroid (valid, finite; they never yield rows).
-      float v = count[c] == 0 ? fitted[c * d + t] : static_cast<float>(sum[c * d + t] / count[c]);
+      // Empty clusters keep their unit centroid (valid, finite; they never yield rows).
+      float v = count[c] == 0 ? unit[c * d + t] : static_cast<float>(sum[c * d + t] / count[c]);
       centroids.push_back(v);
     }
   }

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "common/cluster_build.h"
-#include "common/part_queries.h"
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
@@ -129,10 +128,19 @@ std::vector<float> calibration_queries(const PartInput& in, const std::vector<fl
   }
   KVT_CHECK(info.has_q, NO_QUERIES,
             "squeeze calibration needs /kv/q queries (a dump written with queries) or calibration_queries");
+  std::vector<int64_t> qpos = dump.q_positions();
   const int64_t w0 = std::max<int64_t>(0, in.coverage_end - window);
-  out = dump_part_queries(in, w0, in.coverage_end);
-  KVT_CHECK(!out.empty(), NO_QUERIES,
+  std::vector<size_t> qsel;
+  for (size_t j = 0; j < qpos.size(); ++j)
+    if (qpos[j] >= w0 && qpos[j] < in.coverage_end) qsel.push_back(j);
+  KVT_CHECK(!qsel.empty(), NO_QUERIES,
             "the dump has no queries in the observation window [" << w0 << ", " << in.coverage_end << ")");
+  std::vector<float> Q(static_cast<size_t>(info.geo.q_tokens * d));
+  for (int64_t h = 0; h < info.geo.q_heads; ++h) {
+    if (!mapped(h)) continue;
+    dump.read_q(in.layer, h, Q.data());
+    for (size_t j : qsel) out.insert(out.end(), Q.data() + static_cast<int64_t>(j) * d, Q.data() + (j + 1) * d);
+  }
   return out;
 }
 

@@ -32,12 +32,6 @@ Command add_build(CLI::App& app, bool& as_json) {
     c->add_option("--centroid-dtype", a->p.centroid_dtype,
                   "stored centroids: f32, or f16 (half the centroid bytes; ranking on the f16-rounded centroids)")
         ->capture_default_str();
-    c->add_option("--assignment", a->p.assignment,
-                  "what the k-means compares: cosine (key directions, as the reference), query (squared "
-                  "differences of q.k over the dump's queries before the coverage end, at least d of them "
-                  "per kv head) or auto (query where a kv head has at least d such queries, else cosine)")
-        ->check(CLI::IsMember({"auto", "cosine", "query"}))
-        ->capture_default_str();
     c->add_option("--dense-layers", a->dense_layers,
                   "layers to leave unindexed, e.g. 0,1 or 0-1 (queries return all their rows)");
     add_kmeans_options(c, a->kmeans, a->p.kmeans);

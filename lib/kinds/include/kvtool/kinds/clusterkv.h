@@ -24,11 +24,7 @@ struct ClusterKvParams {
   CentroidRule centroid = CentroidRule::raw_mean;
   std::string centroid_dtype = "f16";  // stored centroids: "f32" or "f16" (half the bytes, f16-rounded)
   std::vector<int64_t> dense_layers;   // layers left unindexed (queries return all their rows)
-  // What the k-means compares: "cosine" (the reference: key directions), "query" (L2 in the metric
-  // of the dump's queries before the coverage end, common/part_queries.h; NO_QUERIES without at
-  // least d of them) or "auto" (query where a part has at least d such queries, else cosine).
-  std::string assignment = "auto";
-  KmeansOptions kmeans;  // flat, tree or automatic (kvtool/kinds/kmeans_options.h)
+  KmeansOptions kmeans;                // flat, tree or automatic (kvtool/kinds/kmeans_options.h)
 };
 
 CentroidRule parse_centroid_rule(const std::string& s);  // "raw-mean" | "spherical"; USAGE otherwise
