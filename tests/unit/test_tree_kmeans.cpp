@@ -175,82 +175,66 @@ TEST_CASE("tree k-means in clusterkv and squeeze: deterministic across threads, 
   }
 }
 
-// TrainingIndexL2 (common/nearest_l2.h) against FAISS' own IndexFlatL2: the same distances and
-// labels bit for bit, across FAISS' query blocks (4096 rows) and database blocks (1024 centroids),
-// below its BLAS threshold, with duplicate centroids (the first one wins), and the same centroids
-// from a whole Clustering::train.
-TEST_CASE("TrainingIndexL2 answers exactly like faiss::IndexFlatL2, and trains the same centroids") {
+namespace {
+
+// Searches of `Mine` against FAISS' `Ref` on the same rows: labels and distances bit for bit, across
+// FAISS' query blocks (4096 rows) and database blocks (1024 centroids), below its BLAS threshold, a
+// duplicated centroid (the first copy wins); with `nan_row`, row 2 is NaN (label -1 from both). Each
+// search runs twice (the second reuses the index's cached norms or block buffer).
+template <class Ref, class Mine>
+void check_searches_like_faiss(bool nan_row) {
   const int64_t d = 16;
   for (auto [n, k] : {std::pair<int64_t, int64_t>{5, 7}, {300, 64}, {4097, 64}, {5000, 1500}}) {
     std::vector<float> x = blob_rows(n, d, 9, 3), c = blob_rows(k, d, 9, 4);
-    for (int64_t t = 0; t < d; ++t) c[(k - 1) * d + t] = c[t];  // the last centroid duplicates the first
-    faiss::IndexFlatL2 ref(d);
-    TrainingIndexL2 mine(d);
+    for (int64_t t = 0; t < d; ++t) c[(k - 1) * d + t] = c[t];        // the last centroid duplicates the first
+    if (nan_row) x[2 * d] = std::numeric_limits<float>::quiet_NaN();  // row 2: every product NaN
+    Ref ref(d);
+    Mine mine(d);
     ref.add(k, c.data());
     mine.add(k, c.data());
     std::vector<float> dr(n), dm(n);
     std::vector<faiss::Index::idx_t> lr(n), lm(n);
-    for (int round = 0; round < 2; ++round) {  // the second search reuses the cached norms
+    for (int round = 0; round < 2; ++round) {
       ref.search(n, x.data(), 1, dr.data(), lr.data());
       mine.search(n, x.data(), 1, dm.data(), lm.data());
       INFO("n " << n << " k " << k << " round " << round);
       REQUIRE(lm == lr);
       REQUIRE(std::memcmp(dm.data(), dr.data(), dm.size() * sizeof(float)) == 0);
+      if (nan_row) REQUIRE(lm[2] == -1);
       for (int64_t i = 0; i < n; ++i) REQUIRE(lm[i] != k - 1);  // a duplicate never beats the first copy
     }
   }
-  const int64_t n = 6000, k = 64;
+}
+
+// A whole Clustering::train through `Mine` gives `Ref`'s centroids bit for bit.
+template <class Ref, class Mine>
+void check_trains_like_faiss(bool spherical) {
+  const int64_t d = 16, n = 6000, k = 64;
   const std::vector<float> x = blob_rows(n, d, 20, 5);
   faiss::ClusteringParameters cp;
   cp.niter = 8;
   cp.seed = 17;
+  cp.spherical = spherical;
   cp.max_points_per_centroid = 64;  // FAISS samples 4096 rows, as in a real build
   cp.verbose = false;
   faiss::Clustering a(d, k, cp), b(d, k, cp);
-  faiss::IndexFlatL2 ia(d);
-  TrainingIndexL2 ib(d);
+  Ref ia(d);
+  Mine ib(d);
   a.train(n, x.data(), ia);
   b.train(n, x.data(), ib);
   REQUIRE(std::memcmp(a.centroids.data(), b.centroids.data(), a.centroids.size() * sizeof(float)) == 0);
 }
 
-// TrainingIndexIP against faiss::IndexFlatIP: the same products and labels bit for bit across
-// FAISS' blocks, ties (a duplicated centroid: the first copy wins) and a NaN row (label -1 from
-// both), and the same centroids from a whole spherical Clustering::train.
+}  // namespace
+
+// TrainingIndexL2 and TrainingIndexIP (common/nearest_l2.h) against FAISS' own IndexFlatL2 and
+// IndexFlatIP.
+TEST_CASE("TrainingIndexL2 answers exactly like faiss::IndexFlatL2, and trains the same centroids") {
+  check_searches_like_faiss<faiss::IndexFlatL2, TrainingIndexL2>(false);
+  check_trains_like_faiss<faiss::IndexFlatL2, TrainingIndexL2>(false);
+}
+
 TEST_CASE("TrainingIndexIP answers exactly like faiss::IndexFlatIP, and trains the same spherical centroids") {
-  const int64_t d = 16;
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{5, 7}, {300, 64}, {4097, 64}, {5000, 1500}}) {
-    std::vector<float> x = blob_rows(n, d, 9, 3), c = blob_rows(k, d, 9, 4);
-    for (int64_t t = 0; t < d; ++t) c[(k - 1) * d + t] = c[t];  // the last centroid duplicates the first
-    x[2 * d] = std::numeric_limits<float>::quiet_NaN();         // row 2: every product NaN
-    faiss::IndexFlatIP ref(d);
-    TrainingIndexIP mine(d);
-    ref.add(k, c.data());
-    mine.add(k, c.data());
-    std::vector<float> dr(n), dm(n);
-    std::vector<faiss::Index::idx_t> lr(n), lm(n);
-    for (int round = 0; round < 2; ++round) {  // the second search reuses the block buffer
-      ref.search(n, x.data(), 1, dr.data(), lr.data());
-      mine.search(n, x.data(), 1, dm.data(), lm.data());
-      INFO("n " << n << " k " << k << " round " << round);
-      REQUIRE(lm == lr);
-      REQUIRE(std::memcmp(dm.data(), dr.data(), dm.size() * sizeof(float)) == 0);
-      REQUIRE(lm[2] == -1);
-      for (int64_t i = 0; i < n; ++i) REQUIRE(lm[i] != k - 1);  // a duplicate never beats the first copy
-    }
-  }
-  const int64_t n = 6000, k = 64;
-  const std::vector<float> x = blob_rows(n, d, 20, 5);
-  faiss::ClusteringParameters cp;
-  cp.niter = 8;
-  cp.seed = 17;
-  cp.spherical = true;
-  cp.max_points_per_centroid = 64;
-  cp.verbose = false;
-  faiss::Clustering a(d, k, cp), b(d, k, cp);
-  faiss::IndexFlatIP ia(d);
-  TrainingIndexIP ib(d);
-  a.train(n, x.data(), ia);
-  b.train(n, x.data(), ib);
-  REQUIRE(std::memcmp(a.centroids.data(), b.centroids.data(), a.centroids.size() * sizeof(float)) == 0);
+  check_searches_like_faiss<faiss::IndexFlatIP, TrainingIndexIP>(true);
+  check_trains_like_faiss<faiss::IndexFlatIP, TrainingIndexIP>(true);
 }
