@@ -199,7 +199,7 @@ def build(kind, dump, out, *, prefix=None, sink=None, local=None, layers=None, s
     default 3). ``params`` are the kind's options with ``_`` for ``-``: pq ``subspaces``, ``bits``,
     ``iters``, ``max_points_per_centroid``, ``loss`` ("l2" | "anisotropic"), ``anisotropic_eta``,
     ``codebook_dtype`` ("f32" | "f16"); clusterkv ``tokens_per_cluster`` | ``clusters``,
-    ``iters``, ``centroid`` ("raw-mean" | "spherical"), ``centroid_dtype`` ("f32" | "f16"),
+    ``iters``, ``centroid`` ("raw-mean" | "spherical"), ``centroid_dtype`` ("i8" | "f16" | "f32"),
     ``dense_layers`` (list); lsh ``bits``,
     ``tables``; squeeze ``percent_clusters``, ``coarse_percent``, ``observation_window``,
     ``quantiles`` (list), ``iters``, ``calibration_queries`` (path), ``coarse_factor``. A name the

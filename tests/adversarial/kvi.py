@@ -15,7 +15,7 @@ import struct
 
 MAGIC = b"KVI1"
 ALIGN = 64
-DTYPE_SIZE = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "i32": 4, "i64": 8, "f16": 2, "f32": 4}
+DTYPE_SIZE = {"u8": 1, "i8": 1, "u16": 2, "u32": 4, "u64": 8, "i32": 4, "i64": 8, "f16": 2, "f32": 4}
 
 
 class RawNumber(str):

@@ -50,8 +50,16 @@ struct Art {
       const SectionEntry* e = r->find(name, layer, head);
       if (!e) throw std::runtime_error(path + ": no section " + name);
       std::vector<uint8_t> raw = r->read_section(*e);
-      if (e->dtype == "f16") {  // f16 centroids or codebooks: held as f32, exactly (as the pool stages them)
-        const std::vector<float> f = widen_f16_bytes(raw);
+      if (e->dtype == "f16" || e->dtype == "i8") {  // f16 or i8 centroids: held as f32, exactly (as the pool)
+        std::vector<float> f;
+        if (e->dtype == "f16") {
+          f = widen_f16_bytes(raw);
+        } else {
+          const SectionEntry* x = r->find(i8_rows_exponent_section(name), layer, head);
+          if (!x) throw std::runtime_error(path + ": no exponents for " + name);
+          const std::vector<uint8_t> exps = r->read_section(*x);
+          f = widen_i8_rows(raw.data(), exps.data(), exps.size(), exps.empty() ? 0 : raw.size() / exps.size());
+        }
         raw.assign(reinterpret_cast<const uint8_t*>(f.data()), reinterpret_cast<const uint8_t*>(f.data() + f.size()));
       }
       it = cache.emplace(std::make_tuple(name, layer, head), std::move(raw)).first;

@@ -12,11 +12,12 @@ import numpy as np
 from common import BIN, KVTOOL, MODELS, check, run, run_json, workdir
 
 E, T = 256, 320
-BUILDS = {  # name: (kind, build options); f16 centroids and codebooks are read by h5py as float16
+BUILDS = {  # name: (kind, build options); f16 centroids and codebooks are read by h5py as float16, i8 as int8
     "pq": ("pq", ["--subspaces", 2, "--bits", 6]),
     "pq-f16": ("pq", ["--subspaces", 2, "--bits", 7, "--codebook-dtype", "f16"]),
     "clusterkv": ("clusterkv", ["--tokens-per-cluster", 16]),
     "clusterkv-f16": ("clusterkv", ["--tokens-per-cluster", 5, "--centroid-dtype", "f16"]),
+    "clusterkv-default": ("clusterkv", []),  # i8 centroids, the default count
     "lsh": ("lsh", ["-K", 4, "-L", 40]),
     "squeeze": ("squeeze", []),
 }
@@ -49,6 +50,8 @@ def ref_pq(q, p, begin, end, meta, sec, budget):
 def ref_clusterkv(q, p, begin, end, meta, sec, budget):
     n = end - begin
     cent, sizes = sec("ckv_centroids").astype(np.float64), sec("ckv_sizes").astype(np.int64)
+    if p.get("centroid_dtype") == "i8":  # i8 rows: code x 2^(the row's exponent)
+        cent = np.ldexp(cent, sec("ckv_centroids_exp").astype(np.int64)[:, None])
     members = sec("ckv_members").astype(np.int64)
     s = cent @ q
     tol = 1e-5 * np.abs(cent * q).sum(axis=1).max()

@@ -209,8 +209,9 @@ def raw_index_bytes(kind, p, n, d):
         return m * k * (d // m) * cw + n * m * (1 if int(p["bits"]) <= 8 else 2)
     if kind == "clusterkv":
         C = min(int(p["clusters"]), max(n, 1)) if p.get("clusters") else max(1, llround(n / p["tokens_per_cluster"]))
-        cw = 2 if p.get("centroid_dtype") == "f16" else 4
-        return C * d * cw + 2 * C * 4 + n * 4
+        dtype = p.get("centroid_dtype", "f32")
+        cw = {"f16": 2 * d, "i8": d + 1}.get(dtype, 4 * d)  # i8: codes and one exponent per centroid
+        return C * cw + 2 * C * 4 + n * 4
     if kind == "squeeze":
         C = max(1, min(n, math.floor(p["percent_clusters"] / 100 * n)))
         G = max(1, min(C, llround(p["coarse_percent"] / 100 * C)))

@@ -18,8 +18,19 @@ namespace {
 // Section elements widened to double / int64 (the decoded arrays of formats/kinds-v1.md).
 std::vector<double> f32_section(const ArtifactReader& r, const char* name, int64_t layer, int64_t kvh) {
   const SectionEntry* s = r.find(name, layer, kvh);
-  KVT_CHECK(s && (s->dtype == "f32" || s->dtype == "f16"), INTERNAL, "reference scorer: no f32/f16 section " << name);
+  KVT_CHECK(s && (s->dtype == "f32" || s->dtype == "f16" || s->dtype == "i8"), INTERNAL,
+            "reference scorer: no f32/f16/i8 section " << name);
   std::vector<uint8_t> b = r.read_section(*s);
+  if (s->dtype == "i8") {  // i8 rows: code x 2^(the row's exponent), from the exponent section
+    const SectionEntry* x = r.find(std::string(name) + "_exp", layer, kvh);
+    KVT_CHECK(x && x->dtype == "i8", INTERNAL, "reference scorer: no exponents for " << name);
+    const std::vector<uint8_t> e = r.read_section(*x);
+    const size_t cols = e.empty() ? 0 : b.size() / e.size();
+    std::vector<double> out(b.size());
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = std::ldexp(static_cast<double>(static_cast<int8_t>(b[i])), static_cast<int8_t>(e[i / cols]));
+    return out;
+  }
   if (s->dtype == "f16") {  // f16 centroids or codebooks: their exact f32 values
     const std::vector<float> f = widen_f16_bytes(b);
     return std::vector<double>(f.begin(), f.end());

@@ -1,10 +1,12 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
 
 #include "kvtool/artifact.h"
 #include "clusterkv/clusterkv.h"
+#include "common/stored_floats.h"
 #include "kvtool/error.h"
 #include "kvtool/half.h"
 #include "kvtool/query.h"
@@ -253,4 +255,107 @@ TEST_CASE("clusterkv --centroid-dtype f16: the f32 build's clusters with rounded
   CHECK(reason_of([&] { build_artifact(tmp.file("big.h5"), opts(tmp.file("y.kvi")), ClusterKvBuilder(p)); }) ==
         "USAGE");
   CHECK_FALSE(fs::exists(tmp.file("y.kvi")));
+}
+
+TEST_CASE("i8 rows: each value within half a step of its f32 value, the largest code 64..127, and stable") {
+  // Rows of different magnitudes: ordinary keys, a zero row, tiny (the exponent's floor) and huge.
+  const std::vector<float> scales = {1.f, 0.f, 3e-38f, 1e-41f, 2.5e37f, 0.0123f};
+  std::vector<float> v;
+  for (size_t r = 0; r < scales.size(); ++r)
+    for (int t = 0; t < 16; ++t) v.push_back(scales[r] * std::sin(1.7f * static_cast<float>(t + 16 * r) + 0.3f));
+  const I8Rows q = i8_rows_of(v, 16, "a test value");
+  REQUIRE(q.codes.size() == v.size());
+  REQUIRE(q.exponents.size() == scales.size());
+  const std::vector<float> w = widen_i8_rows(q.codes.data(), q.exponents.data(), scales.size(), 16);
+  for (size_t r = 0; r < scales.size(); ++r) {
+    const int e = static_cast<int8_t>(q.exponents[r]);
+    int largest = 0;
+    for (size_t t = 0; t < 16; ++t) {
+      const size_t i = r * 16 + t;
+      largest = std::max(largest, std::abs(static_cast<int>(static_cast<int8_t>(q.codes[i]))));
+      REQUIRE(std::fabs(static_cast<double>(w[i]) - v[i]) <= std::ldexp(0.5, e));  // half a step
+      REQUIRE(std::isfinite(w[i]));
+    }
+    INFO("row " << r << " exponent " << e);
+    if (largest == 0)
+      CHECK(e == 0);  // the zero row, and a row below the floor's smallest step
+    else if (e > -128)
+      CHECK((largest >= 64 && largest <= 127));
+    else
+      CHECK(largest <= 127);  // the floor: rows too small for 64 codes
+  }
+  // Quantizing the widened rows again gives the same bytes (append rewrites old centroids this way).
+  const I8Rows again = i8_rows_of(w, 16, "a test value");
+  CHECK(again.codes == q.codes);
+  CHECK(again.exponents == q.exponents);
+  std::vector<float> bad = v;
+  bad[5] = NAN;
+  CHECK(reason_of([&] { i8_rows_of(bad, 16, "a test value"); }) == "USAGE");
+}
+
+TEST_CASE("clusterkv --centroid-dtype i8: the f32 build's clusters, verified, queried like the reference, appended") {
+  TempDir tmp;
+  ckv_dump(tmp.file("d.h5"));
+  ClusterKvParams p;
+  p.centroid_dtype = "f32";
+  p.tokens_per_cluster = 8;
+  BuildOptions a = opts(tmp.file("f32.kvi")), b = opts(tmp.file("i8.kvi")), c = opts(tmp.file("i8c.kvi"), 3);
+  a.prefix = b.prefix = c.prefix = 300;
+  build_artifact(tmp.file("d.h5"), a, ClusterKvBuilder(p));
+  p.centroid_dtype = "i8";
+  build_artifact(tmp.file("d.h5"), b, ClusterKvBuilder(p));
+  build_artifact(tmp.file("d.h5"), c, ClusterKvBuilder(p));
+  CHECK(read_bytes(tmp.file("i8.kvi")) == read_bytes(tmp.file("i8c.kvi")));  // any thread count
+  ArtifactReader r32(tmp.file("f32.kvi")), r8(tmp.file("i8.kvi"));
+  CHECK(r8.manifest()["params"]["centroid_dtype"] == "i8");
+  REQUIRE(r8.find("ckv_centroids", 1, 1)->dtype == "i8");
+  REQUIRE(r8.find("ckv_centroids_exp", 1, 1)->dtype == "i8");
+  auto c32 = section_as<float>(r32, "ckv_centroids", 1, 1);
+  auto codes = section_as<int8_t>(r8, "ckv_centroids", 1, 1);
+  auto exps = section_as<int8_t>(r8, "ckv_centroids_exp", 1, 1);
+  REQUIRE(c32.size() == codes.size());
+  REQUIRE(exps.size() * 16 == codes.size());
+  for (size_t i = 0; i < c32.size(); ++i)  // each stored value within half a step of the f32 centroid
+    REQUIRE(std::fabs(std::ldexp(static_cast<double>(codes[i]), exps[i / 16]) - c32[i]) <=
+            std::ldexp(0.5, exps[i / 16]));
+  CHECK(section_as<uint32_t>(r32, "ckv_members", 1, 1) == section_as<uint32_t>(r8, "ckv_members", 1, 1));
+  // Queries rank the stored i8 centroids: the independent reference scorer agrees.
+  std::vector<float> q(16);
+  for (size_t t = 0; t < q.size(); ++t) q[t] = 0.3f - 0.05f * static_cast<float>(t);
+  SelectorSet sel(r8);
+  RefQuery rq;
+  rq.budget_fraction = 0.2;
+  CandidateReceipt rc = sel.query(1, 2, q.data(), 299, *sel.params({{"budget", "0.2"}}));
+  CHECK(compare_with_reference(rc, reference_query(r8, 1, 2, q.data(), 299, rq)) == "");
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file("i8.kvi"), vo));
+  // Append keeps the old codes and exponents byte for byte.
+  clusterkv_append(tmp.file("i8.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
+  ArtifactReader g2(tmp.file("g2.kvi"));
+  auto n8 = section_as<int8_t>(g2, "ckv_centroids", 1, 1);
+  auto nx = section_as<int8_t>(g2, "ckv_centroids_exp", 1, 1);
+  REQUIRE(nx.size() > exps.size());
+  CHECK(std::equal(codes.begin(), codes.end(), n8.begin()));
+  CHECK(std::equal(exps.begin(), exps.end(), nx.begin()));
+  CHECK_NOTHROW(verify_artifact(tmp.file("g2.kvi"), vo));
+  // Forged: no exponents, an exponent that overflows f32, f16 claimed.
+  repack_artifact(tmp.file("i8.kvi"), tmp.file("noexp.kvi"), {{"ckv_centroids_exp@1,1"}, {}, {}});
+  CHECK(reason_of([&] { verify_artifact(tmp.file("noexp.kvi"), {}); }) == "PART_INVALID");
+  forge_artifact(r8, tmp.file("big.kvi"), 0, 0, [](const SectionEntry& s, auto& bytes) {
+    if (s.name == "ckv_centroids_exp") bytes[0] = 127;  // 64..127 x 2^127: beyond f32
+  });
+  CHECK(reason_of([&] { verify_artifact(tmp.file("big.kvi"), {}); }) == "NON_FINITE");
+  repack_artifact(tmp.file("i8.kvi"), tmp.file("says16.kvi"), {{}, {}, {{"/params/centroid_dtype", "f16"}}});
+  CHECK(reason_of([&] { verify_artifact(tmp.file("says16.kvi"), {}); }) == "PART_INVALID");
+}
+
+TEST_CASE("clusterkv default count: the f16 count's raw part bytes spent on i8 centroids") {
+  // round(410 (n/32768)^(1/3)) f16 clusters cost (2d + 8) bytes each; i8 ones d + 9.
+  CHECK(clusterkv_default_clusters(32768, 128, "f16") == 410);
+  CHECK(clusterkv_default_clusters(32768, 128, "f32") == 410);
+  CHECK(clusterkv_default_clusters(32768, 128, "i8") == std::llround(410.0 * 264 / 137));
+  CHECK(clusterkv_default_clusters(383, 64, "i8") == std::llround(410.0 * std::cbrt(383 / 32768.0) * 136 / 73));
+  CHECK(clusterkv_default_clusters(3, 8, "i8") == 3);  // at most one cluster per row
+  CHECK(clusterkv_default_clusters(0, 8, "i8") == 1);
 }

@@ -146,7 +146,7 @@ int64_t req_i64(const json& j, const char* k, const std::string& where) {
 }  // namespace
 
 size_t section_dtype_size(const std::string& t) {
-  if (t == "u8") return 1;
+  if (t == "u8" || t == "i8") return 1;
   if (t == "u16" || t == "f16") return 2;
   if (t == "u32" || t == "i32" || t == "f32") return 4;
   if (t == "u64" || t == "i64") return 8;

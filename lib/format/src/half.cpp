@@ -1,5 +1,6 @@
 #include "kvtool/half.h"
 
+#include <cmath>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -101,6 +102,16 @@ std::vector<float> widen_f16_bytes(const uint8_t* bytes, size_t n) {
   if (h.empty()) return out;
   std::memcpy(h.data(), bytes, h.size() * 2);
   f16_to_f32_array(h.data(), out.data(), out.size());
+  return out;
+}
+
+std::vector<float> widen_i8_rows(const uint8_t* codes, const uint8_t* exponents, size_t rows, size_t cols) {
+  std::vector<float> out(rows * cols);
+  for (size_t r = 0; r < rows; ++r) {
+    const float scale = std::ldexp(1.0f, static_cast<int8_t>(exponents[r]));
+    for (size_t t = 0; t < cols; ++t)
+      out[r * cols + t] = static_cast<float>(static_cast<int8_t>(codes[r * cols + t])) * scale;
+  }
   return out;
 }
 

@@ -15,8 +15,11 @@ namespace kvtool {
 // at 32K rows (410 clusters), growing as the cube root of the rows below and above it, so that a
 // short prefix is cut into enough clusters for a budget of a few percent to choose among
 // (docs/quality.md, "Defaults": at 80 tokens per cluster a 384-row prefix has 5 clusters and
-// loses to a recent-window selection). round(410 (n / 32768)^(1/3)), within [1, n].
-int64_t clusterkv_default_clusters(int64_t n);
+// loses to a recent-window selection). round(410 (n / 32768)^(1/3)), within [1, n], for f32 and
+// f16 centroids. i8 centroids (d + 1 bytes, against f16's 2d) take the count that the f16 count's
+// raw part bytes buy (each cluster also costs 8 bytes of sizes and prefix sums): that count times
+// (2d + 8) / (d + 9) (docs/defaults-sweep.md 3.3: the same bytes, within 2x of the exact top-k).
+int64_t clusterkv_default_clusters(int64_t n, int64_t d, const std::string& centroid_dtype);
 
 class ClusterKvBuilder : public KindBuilder {
  public:

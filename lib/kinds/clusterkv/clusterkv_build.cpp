@@ -35,15 +35,16 @@ CentroidRule parse_centroid_rule(const std::string& s) {
   KVT_THROW(USAGE, "centroid must be raw-mean or spherical, got '" << s << "'");
 }
 
-int64_t clusterkv_default_clusters(int64_t n) {
-  const auto c = std::llround(410.0 * std::cbrt(static_cast<double>(n) / 32768.0));
+int64_t clusterkv_default_clusters(int64_t n, int64_t d, const std::string& centroid_dtype) {
+  const double i8_share = centroid_dtype == "i8" ? (2.0 * d + 8.0) / (d + 9.0) : 1.0;
+  const auto c = std::llround(410.0 * std::cbrt(static_cast<double>(n) / 32768.0) * i8_share);
   return std::clamp<int64_t>(c, 1, std::max<int64_t>(n, 1));
 }
 
-std::unique_ptr<KindBuilder> ClusterKvBuilder::resolved(int64_t, int64_t n) const {
+std::unique_ptr<KindBuilder> ClusterKvBuilder::resolved(int64_t d, int64_t n) const {
   if (p_.clusters > 0 || p_.tokens_per_cluster > 0) return nullptr;
   ClusterKvParams p = p_;
-  p.clusters = clusterkv_default_clusters(n);
+  p.clusters = clusterkv_default_clusters(n, d, p_.centroid_dtype);
   return std::make_unique<ClusterKvBuilder>(p);
 }
 
@@ -63,8 +64,8 @@ void ClusterKvBuilder::check(int64_t) const {
   KVT_CHECK(p_.tokens_per_cluster >= 0, USAGE, "tokens_per_cluster must be >= 1");
   KVT_CHECK(p_.clusters >= 0 && p_.clusters < (int64_t{1} << 31), USAGE, "clusters must be positive");
   KVT_CHECK(p_.iters >= 1 && p_.iters <= 10000, USAGE, "iters must be in 1..10000");
-  KVT_CHECK(p_.centroid_dtype == "f32" || p_.centroid_dtype == "f16", USAGE,
-            "centroid_dtype must be f32 or f16, got '" << p_.centroid_dtype << "'");
+  KVT_CHECK(p_.centroid_dtype == "f32" || p_.centroid_dtype == "f16" || p_.centroid_dtype == "i8", USAGE,
+            "centroid_dtype must be f32, f16 or i8, got '" << p_.centroid_dtype << "'");
   check_kmeans_options(p_.kmeans);
 }
 
@@ -109,7 +110,7 @@ class ClusterKvAppender : public KindAppender {
     E_ = new_end_ + before_.local;  // the local window stays outside the index
     const json& params = old.manifest()["params"];
     rule_ = parse_centroid_rule(params["centroid"]);
-    dtype_ = stored_float_dtype(params, "centroid_dtype");
+    dtype_ = stored_float_dtype(params, "centroid_dtype", true);
     iters_ = params["iters"];
     seed_ = params["seed"];
     return {E_, before_.end(), new_end_, new_end_ - before_.begin()};
@@ -130,7 +131,7 @@ class ClusterKvAppender : public KindAppender {
     out.meta["generations"].push_back({{"index_generation", in.index_generation},
                                        {"rows", {before_.end(), new_end_}},
                                        {"clusters", {c0, s.clusters()}}});
-    cluster_sections(s, out.sections, "ckv", dtype_);  // old f16 centroids round-trip exactly
+    cluster_sections(s, out.sections, "ckv", dtype_);  // old f16 and i8 centroids round-trip exactly
   }
 
   json first_generation() const override {

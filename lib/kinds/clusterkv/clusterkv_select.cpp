@@ -26,7 +26,7 @@ class ClusterKvSelector : public PartSelector {
     n_ = int_member(pm, "indexed_rows", "clusterkv part");
     if (!dense_)
       set_ = ClusterSet::load(r, layer, head, r.source().geo.head_dim, "ckv",
-                              stored_float_dtype(r.manifest()["params"], "centroid_dtype"));
+                              stored_float_dtype(r.manifest()["params"], "centroid_dtype", true));
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
@@ -138,7 +138,7 @@ void validate_clusterkv(const ArtifactReader& r) {
   validate_part_list(r);
   IndexedRows rows = IndexedRows::of(r);
   const int64_t d = r.source().geo.head_dim;
-  const std::string dtype = stored_float_dtype(r.manifest()["params"], "centroid_dtype");
+  const std::string dtype = stored_float_dtype(r.manifest()["params"], "centroid_dtype", true);
   size_t sections = 0;
   for (const auto& pm : member(r.manifest()["kind_data"], "parts", "kind_data")) {
     const int64_t layer = int_member(pm, "layer", "part"), head = int_member(pm, "kv_head", "part");
@@ -148,12 +148,12 @@ void validate_clusterkv(const ArtifactReader& r) {
               "clusterkv part (" << layer << ", " << head << ") indexes " << pm["indexed_rows"]
                                  << " rows, the coverage has " << rows.count());
     if (dense.get<bool>()) {
-      for (const char* n : {"ckv_centroids", "ckv_sizes", "ckv_prefix_sums", "ckv_members"})
+      for (const char* n : {"ckv_centroids", "ckv_centroids_exp", "ckv_sizes", "ckv_prefix_sums", "ckv_members"})
         KVT_CHECK(!r.find(n, layer, head), PART_INVALID,
                   "dense clusterkv part (" << layer << ", " << head << ") has clusters");
       continue;
     }
-    sections += 4;
+    sections += dtype == "i8" ? 5 : 4;
     ClusterSet s = ClusterSet::load(r, layer, head, d, "ckv", dtype);
     uint64_t run = 0;
     for (int64_t c = 0; c < s.clusters(); ++c) {

@@ -83,8 +83,14 @@ inline void cluster_sections(const ClusterSet& s, std::vector<PartSection>& out,
     return b;
   };
   int64_t C = s.clusters(), n = static_cast<int64_t>(members.size());
-  out.push_back(
-      {pre + "_centroids", centroid_dtype, {C, d}, stored_float_bytes(centroids, centroid_dtype, "a centroid")});
+  if (centroid_dtype == "i8") {
+    I8Rows q = i8_rows_of(centroids, static_cast<size_t>(d), "a centroid");
+    out.push_back({pre + "_centroids", "i8", {C, d}, std::move(q.codes)});
+    out.push_back({i8_rows_exponent_section(pre + "_centroids"), "i8", {C}, std::move(q.exponents)});
+  } else {
+    out.push_back(
+        {pre + "_centroids", centroid_dtype, {C, d}, stored_float_bytes(centroids, centroid_dtype, "a centroid")});
+  }
   out.push_back({pre + "_sizes", "u32", {C}, bytes(sizes.data(), sizes.size() * 4)});
   out.push_back({pre + "_prefix_sums", "u32", {C}, bytes(prefix.data(), prefix.size() * 4)});
   out.push_back({pre + "_members", "u32", {n}, bytes(members.data(), members.size() * 4)});

@@ -53,7 +53,8 @@ struct ClusterSet {
     }
   }
 
-  // Centroids stored as `centroid_dtype` ("f32" or "f16") are held widened to f32.
+  // Centroids stored as `centroid_dtype` ("f32", "f16", or "i8" rows with their exponent section)
+  // are held widened to f32.
   static ClusterSet load(const ArtifactReader& r, int64_t layer, int64_t head, int64_t d,
                          const std::string& pre = "ckv", const std::string& centroid_dtype = "f32") {
     ClusterSet s;
@@ -80,7 +81,14 @@ struct ClusterSet {
     s.sizes.resize(static_cast<size_t>(C));
     s.prefix.resize(static_cast<size_t>(C));
     s.members.resize(static_cast<size_t>(me->shape[0]));
-    s.centroids = widen_float_section(cb, centroid_dtype);
+    if (centroid_dtype == "i8") {
+      auto [xe, xb] = get(i8_rows_exponent_section("_centroids").c_str(), "i8");
+      KVT_CHECK(xe->shape == std::vector<int64_t>({C}), SHAPE_MISMATCH,
+                "centroid exponents of part (" << layer << ", " << head << ") are not one per cluster");
+      s.centroids = widen_i8_rows(cb.data(), xb.data(), static_cast<size_t>(C), static_cast<size_t>(d));
+    } else {
+      s.centroids = widen_float_section(cb, centroid_dtype);
+    }
     copy_bytes(s.sizes, sb);
     copy_bytes(s.prefix, pb);
     copy_bytes(s.members, mb);

@@ -1,7 +1,8 @@
-// Centroid and codebook sections stored as f32 or f16 (formats/kinds-v1.md §4; shared by pq,
-// clusterkv and their tests): the manifest parameter naming the dtype, reading a section as f32,
-// and writing f32 values at a dtype (the f16 rounding the readers will hold).
+// Centroid and codebook sections stored as f32, f16 or i8 rows (formats/kinds-v1.md §4; shared by
+// pq, clusterkv and their tests): the manifest parameter naming the dtype, reading a section as f32,
+// and writing f32 values at a dtype (the rounding the readers will hold).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -14,13 +15,56 @@
 
 namespace kvtool {
 
-// Storage dtype of a centroid or codebook section (formats/kinds-v1.md §4: "f32", or "f16" at half
-// the bytes); the manifest parameter `key` names it, absent meaning f32 (artifacts from before it).
-inline std::string stored_float_dtype(const json& params, const char* key) {
+// Storage dtype of a centroid or codebook section (formats/kinds-v1.md §4: "f32", "f16" at half the
+// bytes, and where `i8_rows` "i8": i8 codes with a power-of-two scale per row); the manifest
+// parameter `key` names it, absent meaning f32 (artifacts from before it).
+inline std::string stored_float_dtype(const json& params, const char* key, bool i8_rows = false) {
   const json& v = params.contains(key) ? params[key] : json("f32");
-  KVT_CHECK(v.is_string() && (v == "f32" || v == "f16"), BAD_MANIFEST,
-            "params." << key << " must be \"f32\" or \"f16\"");
+  KVT_CHECK(v.is_string() && (v == "f32" || v == "f16" || (i8_rows && v == "i8")), BAD_MANIFEST,
+            "params." << key << " must be " << (i8_rows ? "\"f32\", \"f16\" or \"i8\"" : "\"f32\" or \"f16\""));
   return v.get<std::string>();
+}
+
+// The exponent e of an i8 row whose largest magnitude is `m` (formats/kinds-v1.md §4.3): the
+// smallest e >= -128 with m · 2^-e <= 127, 0 for a zero row. The row's largest code is then 64..127
+// unless e is -128, so quantizing the widened row again finds the same e and the same codes.
+inline int i8_row_exponent(float m) {
+  if (!(m > 0)) return 0;
+  int e = 0;
+  std::frexp(m, &e);  // m = f · 2^e, f in [0.5, 1)
+  e -= 7;             // m · 2^-e in [64, 128)
+  while (std::ldexp(m, -e) > 127.0f) ++e;
+  while (e > -128 && std::ldexp(m, -(e - 1)) <= 127.0f) --e;
+  return std::max(e, -128);
+}
+
+// Finite f32 rows of `cols` values as i8 rows: codes (rounded to nearest even) and one exponent
+// per row, the bytes of a section and of its exponent section (kvtool/half.h widen_i8_rows).
+struct I8Rows {
+  std::vector<uint8_t> codes, exponents;
+};
+inline I8Rows i8_rows_of(const std::vector<float>& v, size_t cols, const char* what) {
+  I8Rows out;
+  const size_t rows = cols ? v.size() / cols : 0;
+  out.codes.resize(rows * cols);
+  out.exponents.resize(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    float m = 0;
+    for (size_t t = 0; t < cols; ++t) {
+      KVT_CHECK(std::isfinite(v[r * cols + t]), USAGE, what << " value " << v[r * cols + t] << " is not finite");
+      m = std::max(m, std::fabs(v[r * cols + t]));
+    }
+    const int e = i8_row_exponent(m);
+    bool zero = true;
+    for (size_t t = 0; t < cols; ++t) {
+      const float q = std::clamp(std::nearbyint(std::ldexp(v[r * cols + t], -e)), -127.0f, 127.0f);
+      out.codes[r * cols + t] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      zero = zero && q == 0;
+    }
+    // A row whose codes all round to 0 (below the exponent's floor) is stored as the zero row is.
+    out.exponents[r] = static_cast<uint8_t>(static_cast<int8_t>(zero ? 0 : e));
+  }
+  return out;
 }
 
 // A stored f32 or f16 section's bytes as f32 values (f16 widened exactly).

@@ -360,6 +360,7 @@ json export_artifact(const std::string& artifact_path, const std::string& out_pa
           s.shape.empty() ? std::vector<hsize_t>{1} : std::vector<hsize_t>(s.shape.begin(), s.shape.end());
       Hid sp(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
       hid_t t = s.dtype == "u8"    ? H5T_STD_U8LE
+                : s.dtype == "i8"  ? H5T_STD_I8LE
                 : s.dtype == "u16" ? H5T_STD_U16LE
                 : s.dtype == "u32" ? H5T_STD_U32LE
                 : s.dtype == "u64" ? H5T_STD_U64LE

@@ -188,6 +188,15 @@ int64_t sum_raw(const ArtifactReader& r) {
   return n;
 }
 
+// Bound on the host bytes a selector set holds: twice the raw sections (widened f16, scratch), i8
+// rows four times (held widened to f32), and a page per part.
+int64_t selector_bound(const ArtifactReader& r, int64_t parts) {
+  int64_t n = 2 * sum_raw(r) + 4096 * parts;
+  for (const auto& s : r.sections())
+    if (s.dtype == "i8") n += 2 * static_cast<int64_t>(s.raw_size);
+  return n;
+}
+
 // Charges host/device bytes, evicting unleased published generations least recently used first.
 std::unique_ptr<Charge> reserve(const std::shared_ptr<Pool::State>& st, int64_t host, int64_t device,
                                 std::vector<std::string>& evicted) {
@@ -341,7 +350,7 @@ void load_selectors(const std::shared_ptr<Pool::State>& st, const std::string& p
                     std::vector<std::string>& evicted) {
   const ArtifactReader& r = *g.reader;
   const int64_t parts = static_cast<int64_t>(r.manifest()["kind_data"].value("parts", json::array()).size());
-  g.charges.push_back(reserve(st, 2 * sum_raw(r) + 4096 * parts, 0, evicted));
+  g.charges.push_back(reserve(st, selector_bound(r, parts), 0, evicted));
   g.sel = std::make_unique<SelectorSet>(r);
   g.sel->preload();
   const int64_t used = g.sel->resident_bytes();
@@ -350,23 +359,36 @@ void load_selectors(const std::shared_ptr<Pool::State>& st, const std::string& p
   g.charges.back()->shrink_host(used);
 }
 
-// The device image: every section raw, 256-byte aligned, staged in pinned memory; the f16
+// The device image: every section raw, 256-byte aligned, staged in pinned memory; the f16 and i8-row
 // sections the kind's device path reads as f32 (KindSpec::device_f32_sections) widened. Reserves
 // the device bytes and the staging buffer, maps each part's sections to their device addresses
 // and sizes the device's batch buffers. Returns the image's size (the copy is the caller's).
+// An i8-rows section `s` (bytes `b`, rows = its first dimension) widened with the exponents of its
+// part's exponent section (kvtool/half.h), which the kind's validation has checked.
+std::vector<float> widen_i8_section(const ArtifactReader& r, const SectionEntry& s, std::span<const uint8_t> b) {
+  const SectionEntry* x = r.find(i8_rows_exponent_section(s.name), s.layer, s.kv_head);
+  KVT_CHECK(x && x->dtype == "i8" && !s.shape.empty() && x->shape == std::vector<int64_t>({s.shape[0]}), PART_INVALID,
+            "section " << s.name << " of part (" << s.layer << ", " << s.kv_head << ") lacks its exponents");
+  std::vector<uint8_t> scratch;
+  const std::span<const uint8_t> e = r.section_view(*x, scratch);
+  const auto rows = static_cast<size_t>(s.shape[0]);
+  return widen_i8_rows(b.data(), e.data(), rows, rows ? b.size() / rows : 0);
+}
+
 uint64_t stage_device_image(const std::shared_ptr<Pool::State>& st, const KindSpec& kind, Generation& g,
                             PublishTicket::Work& w) {
   const ArtifactReader& r = *g.reader;
   auto widened = [&](const SectionEntry& s) {
-    return s.dtype == "f16" && std::find(kind.device_f32_sections.begin(), kind.device_f32_sections.end(), s.name) !=
-                                   kind.device_f32_sections.end();
+    return (s.dtype == "f16" || s.dtype == "i8") &&
+           std::find(kind.device_f32_sections.begin(), kind.device_f32_sections.end(), s.name) !=
+               kind.device_f32_sections.end();
   };
   std::vector<uint64_t> off;
   uint64_t cur = 0;
   for (const auto& s : r.sections()) {
     cur = (cur + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
     off.push_back(cur);
-    cur += widened(s) ? 2 * s.raw_size : s.raw_size;
+    cur += widened(s) ? (s.dtype == "f16" ? 2 : 4) * s.raw_size : s.raw_size;
   }
   g.charges.push_back(reserve(st, 0, static_cast<int64_t>(cur), w.rc.evicted));
   w.staging_charge = reserve(st, static_cast<int64_t>(cur), 0, w.rc.evicted);
@@ -378,7 +400,7 @@ uint64_t stage_device_image(const std::shared_ptr<Pool::State>& st, const KindSp
     const SectionEntry& s = r.sections()[i];
     const std::span<const uint8_t> b = r.section_view(s, scratch);  // the checked bytes, copied once
     if (widened(s)) {
-      const std::vector<float> v = widen_f16_bytes(b.data(), b.size());
+      const std::vector<float> v = s.dtype == "f16" ? widen_f16_bytes(b.data(), b.size()) : widen_i8_section(r, s, b);
       if (!v.empty()) std::memcpy(w.staging.p + off[i], v.data(), v.size() * 4);
     } else if (!b.empty()) {
       std::memcpy(w.staging.p + off[i], b.data(), b.size());

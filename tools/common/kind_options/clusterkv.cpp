@@ -18,8 +18,9 @@ Command add_build(CLI::App& app, bool& as_json) {
   auto options = [a](CLI::App* c) {
     auto* tpc = c->add_option("--tokens-per-cluster", a->p.tokens_per_cluster,
                               "clusters = indexed rows / N (rounded, at least 1); default: neither this nor "
-                              "--clusters, the count chosen from the indexed rows n: round(410 (n/32768)^(1/3)), "
-                              "the reference's 80 tokens per cluster at 32K rows")
+                              "--clusters, the count chosen from the indexed rows n and head_dim d: "
+                              "round(410 (n/32768)^(1/3)) (the reference's 80 tokens per cluster at 32K rows) for "
+                              "f16 and f32 centroids, times (2d + 8) / (d + 9) for i8 (the same bytes)")
                     ->check(CLI::PositiveNumber);
     auto* cl = c->add_option("--clusters", a->p.clusters, "a fixed number of clusters per part instead")
                    ->check(CLI::PositiveNumber);
@@ -30,7 +31,8 @@ Command add_build(CLI::App& app, bool& as_json) {
          "stored centroid: raw-mean (mean of the raw keys, as the reference) or spherical (unit mean direction)")
         ->capture_default_str();
     c->add_option("--centroid-dtype", a->p.centroid_dtype,
-                  "stored centroids: f32, or f16 (half the centroid bytes; ranking on the f16-rounded centroids)")
+                  "stored centroids: i8 (d + 1 bytes each: i8 codes and a power-of-two scale, so the default "
+                  "count is larger at the same bytes), f16 (2d bytes) or f32; queries rank the stored values")
         ->capture_default_str();
     c->add_option("--dense-layers", a->dense_layers,
                   "layers to leave unindexed, e.g. 0,1 or 0-1 (queries return all their rows)");

@@ -29,7 +29,7 @@ inline constexpr uint64_t kKviMaxManifest = 64ull << 20;
 inline constexpr int kKviMaxWindowLog = 24;
 inline constexpr const char* kBuilderVersion = "0.1.0";
 
-// Element size of a section dtype name ("u8", "u16", "u32", "u64", "i32", "i64", "f16", "f32");
+// Element size of a section dtype name ("u8", "i8", "u16", "u32", "u64", "i32", "i64", "f16", "f32");
 // 0 for an unknown name.
 size_t section_dtype_size(const std::string& dtype);
 

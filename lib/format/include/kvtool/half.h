@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__CUDACC__)
@@ -57,5 +58,11 @@ std::vector<float> widen_f16_bytes(const uint8_t* bytes, size_t n);
 inline std::vector<float> widen_f16_bytes(const std::vector<uint8_t>& bytes) {
   return widen_f16_bytes(bytes.data(), bytes.size());
 }
+// Rows of i8 codes with a power-of-two scale each (formats/kvi-v1.md, "i8 rows"): element t of
+// row r is codes[r * cols + t] · 2^exponents[r] (both signed bytes), exact in f32. `codes` holds
+// rows · cols bytes, `exponents` rows bytes.
+std::vector<float> widen_i8_rows(const uint8_t* codes, const uint8_t* exponents, size_t rows, size_t cols);
+// The section that holds the exponents of an i8-rows section named `name`.
+inline std::string i8_rows_exponent_section(const std::string& name) { return name + "_exp"; }
 
 }  // namespace kvtool

@@ -22,9 +22,11 @@ struct ClusterKvParams {
   int64_t clusters = 0;
   int64_t iters = 20;  // Lloyd iterations (fixed count, as the reference)
   CentroidRule centroid = CentroidRule::raw_mean;
-  std::string centroid_dtype = "f16";  // stored centroids: "f32" or "f16" (half the bytes, f16-rounded)
-  std::vector<int64_t> dense_layers;   // layers left unindexed (queries return all their rows)
-  KmeansOptions kmeans;                // flat, tree or automatic (kvtool/kinds/kmeans_options.h)
+  // Stored centroids: "f32", "f16" (half the bytes) or "i8" (d + 1 bytes: i8 codes and a power-of-two
+  // scale per centroid; formats/kinds-v1.md §4.3).
+  std::string centroid_dtype = "i8";
+  std::vector<int64_t> dense_layers;  // layers left unindexed (queries return all their rows)
+  KmeansOptions kmeans;               // flat, tree or automatic (kvtool/kinds/kmeans_options.h)
 };
 
 CentroidRule parse_centroid_rule(const std::string& s);  // "raw-mean" | "spherical"; USAGE otherwise
