@@ -6,6 +6,7 @@ eval-decode` decodes every build at budgets 0.05 / 0.1 / 0.2 with the exact top-
 Prints, per model, kind and budget, the KL of each seed over the exact top-k's and their spread.
 
   /usr/bin/python3 tests/quality/sweep/seed_spread.py --kvtool build/bin/kvtool --shared ../shared --work /tmp/seeds
+  (--clusterkv-args "--centroid-dtype f16": the previous clusterkv default)
 """
 import argparse
 import json
@@ -32,6 +33,7 @@ def main():
     ap.add_argument("--shared", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--clusterkv-args", default="", help='more clusterkv build options, e.g. "--centroid-dtype f16"')
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     models = os.path.join(a.shared, "models")
@@ -47,8 +49,9 @@ def main():
         for kind in KINDS:
             for seed in range(a.seeds):
                 art = os.path.join(a.work, "%s.%s.s%d.kvi" % (name, kind, seed))
+                more = a.clusterkv_args.split() if kind == "clusterkv" else []
                 run([a.kvtool, "build", kind, dump, "--prefix", str(prefix), "--seed", str(seed), "-o", art, "-q",
-                     "--force"])
+                     "--force"] + more)
                 arts.append((kind, seed, art))
         cmd = [a.kvtool, "eval-decode"] + [x[2] for x in arts] + ["--llama2c", os.path.join(models, model), "--source",
                                                                    dump, "--steps", str(steps), "--json", "-q",
