@@ -110,6 +110,12 @@ def main():
                 run(kvtool, "build", kind, dump, "-o", packed, "-q", "--zstd-level", 3, "--threads", 1, "--sink", 4,
                     "--local", 8, *BUILD[kind])
                 put(os.path.join(corpus, "container", "lsh-zstd.kvi"), open(packed, "rb").read())
+            if kind == "clusterkv":  # i8 centroids (the default dtype) and their exponent sections
+                i8 = os.path.join(tmp, "clusterkv-i8.kvi")
+                run(kvtool, "build", kind, dump, "-o", i8, "-q", "--zstd-level", 0, "--threads", 1, "--sink", 4,
+                    "--local", 8, *BUILD[kind][:-1], "i8")
+                manifest, sections = kvi.read(i8)
+                put(os.path.join(corpus, "kind", "clusterkv-i8.bin"), kind_seed(i, manifest, sections))
             if kind == "pq":
                 store = os.path.join(tmp, "store")
                 run(kvtool, "store", "put", "--store", store, art)

@@ -56,6 +56,10 @@ def build_good(kvtool, good):
         arts[kind] = os.path.join(good, kind + ".kvi")
         run(kvtool, "build", kind, dump, "-o", arts[kind], "-q", "--zstd-level", 0, "--threads", 1, "--sink", 4,
             "--local", 8, "--prefix", PREFIX, *BUILD[kind])
+    # clusterkv with i8 centroids (the default dtype): the cases below re-pack its exponent sections.
+    arts["clusterkv-i8"] = os.path.join(good, "clusterkv-i8.kvi")
+    run(kvtool, "build", "clusterkv", dump, "-o", arts["clusterkv-i8"], "-q", "--zstd-level", 0, "--threads", 1,
+        "--sink", 4, "--local", 8, "--prefix", PREFIX, *BUILD["clusterkv"][:-1], "i8")
     return dump, arts
 
 
@@ -211,6 +215,25 @@ def structure_cases(corpus, arts):
            ckv_members(dup=True), ("MEMBERS_NOT_PARTITION", "members of cluster 0 are not in row order"))
     repack(corpus, arts, "clusterkv", "clusterkv-no-members", 1, "clusterkv part without members",
            drop("ckv_members"), ("PART_INVALID", "part (0, 0) lacks section ckv_members (u32)"))
+
+    def ckv_exponents(value=None, short=False):
+        def edit(m, s):
+            x = sec(s, "ckv_centroids_exp")
+            if short:
+                x[0]["shape"] = [x[0]["shape"][0] - 1]
+                x[1] = x[1][:-1]
+            else:
+                x[1] = bytes([value]) * len(x[1])
+        return edit
+
+    repack(corpus, arts, "clusterkv-i8", "clusterkv-i8-repacked-unchanged", "-",
+           "control: i8 centroids re-packed, nothing changed", lambda m, s: None, exits=(0,))
+    repack(corpus, arts, "clusterkv-i8", "clusterkv-i8-no-exponents", 1, "i8 centroids without their exponents",
+           drop("ckv_centroids_exp"), ("PART_INVALID", "part (0, 0) lacks section ckv_centroids_exp (i8)"))
+    repack(corpus, arts, "clusterkv-i8", "clusterkv-i8-exponent-overflow", 1, "i8 centroid exponents 127 (beyond f32)",
+           ckv_exponents(127), ("NON_FINITE", "a centroid of part (0, 0) is not finite"))
+    repack(corpus, arts, "clusterkv-i8", "clusterkv-i8-exponents-short", 1, "one i8 centroid exponent too few",
+           ckv_exponents(short=True), ("SHAPE_MISMATCH", "centroid exponents of part (0, 0) are not one per cluster"))
 
     def sq_members(m, s):
         x = sec(s, "sq_fine_members")
