@@ -8,7 +8,8 @@
 # - KL(dense || sparse) at most the better floor's: an index must beat every selection that needs
 #   no index;
 # - top-1 agreement at least the better floor's less one step (one step is the resolution of the
-#   measure).
+#   measure);
+# - pq and clusterkv: KL within 2x of the exact top-k's (docs/quality.md's aim).
 # Two measured gaps are gated against the heavy-hitter floor only, each named with its cause
 # (docs/quality.md, "Decode gates"): lsh on cheaders (MagicPIG's sampling at c = 2 does not beat a
 # recent window of its size there at any threshold) and squeeze on babyllama361 (its 100-row
