@@ -13,6 +13,9 @@ v = jsonschema.Draft202012Validator(schema)
 v.validate(json.load(open(os.path.join(src, "manifests/example-container-test.json"))))
 for name in ("container-test.kvi", "container-test-signed.kvi"):
     v.validate(run_json(KVTOOL, "inspect", os.path.join(src, "fixtures", name), "--json")["manifest"])
+pinned = os.path.join(src, "fixtures", "pinned")  # one artifact of every kind, clusterkv also with i8 centroids
+for name in sorted(n for n in os.listdir(pinned) if n.endswith(".kvi")):
+    v.validate(run_json(KVTOOL, "inspect", os.path.join(pinned, name), "--json")["manifest"])
 with workdir() as w:
     d, a = os.path.join(w, "d.h5"), os.path.join(w, "a.kvi")
     run(KVTOOL, "synth", "--layers", 1, "--kv-heads", 1, "--q-heads", 2, "--head-dim", 8, "--tokens", 20, "--seed", 1, "-o", d, "-q")

@@ -25,6 +25,8 @@ std::vector<double> f32_section(const ArtifactReader& r, const char* name, int64
     const SectionEntry* x = r.find(std::string(name) + "_exp", layer, kvh);
     KVT_CHECK(x && x->dtype == "i8", INTERNAL, "reference scorer: no exponents for " << name);
     const std::vector<uint8_t> e = r.read_section(*x);
+    KVT_CHECK(e.empty() ? b.empty() : b.size() % e.size() == 0, INTERNAL,
+              "reference scorer: exponents do not fit " << name);
     const size_t cols = e.empty() ? 0 : b.size() / e.size();
     std::vector<double> out(b.size());
     for (size_t i = 0; i < out.size(); ++i)

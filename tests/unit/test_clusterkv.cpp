@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -291,6 +292,16 @@ TEST_CASE("i8 rows: each value within half a step of its f32 value, the largest 
   std::vector<float> bad = v;
   bad[5] = NAN;
   CHECK(reason_of([&] { i8_rows_of(bad, 16, "a test value"); }) == "USAGE");
+  // The largest row that widens finite, and the first beyond it (e 122 would round it to 2^128).
+  std::vector<float> top(16, 1.f);
+  top[3] = -kI8RowsMax;
+  const I8Rows t = i8_rows_of(top, 16, "a test value");
+  CHECK(std::isfinite(widen_i8_rows(t.codes.data(), t.exponents.data(), 1, 16)[3]));
+  top[3] = std::nextafter(kI8RowsMax, INFINITY);
+  CHECK(reason_of([&] { i8_rows_of(top, 16, "a test value"); }) == "USAGE");
+  top[3] = FLT_MAX;
+  CHECK(reason_of([&] { i8_rows_of(top, 16, "a test value"); }) == "USAGE");
+  CHECK(i8_row_exponent(INFINITY) == 0);
 }
 
 TEST_CASE("clusterkv --centroid-dtype i8: the f32 build's clusters, verified, queried like the reference, appended") {
@@ -339,6 +350,31 @@ TEST_CASE("clusterkv --centroid-dtype i8: the f32 build's clusters, verified, qu
   CHECK(std::equal(codes.begin(), codes.end(), n8.begin()));
   CHECK(std::equal(exps.begin(), exps.end(), nx.begin()));
   CHECK_NOTHROW(verify_artifact(tmp.file("g2.kvi"), vo));
+  // A valid row the builder would not write (code -128) is kept as it is, not re-quantized.
+  forge_artifact(r8, tmp.file("m128.kvi"), 1, 1, [](const SectionEntry& s, auto& bytes) {
+    if (s.name == "ckv_centroids") bytes[0] = 0x80;
+  });
+  CHECK_NOTHROW(verify_artifact(tmp.file("m128.kvi"), vo));
+  clusterkv_append(tmp.file("m128.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 690, 120, 4, "", true);
+  ArtifactReader m128(tmp.file("m128.kvi")), g3(tmp.file("g3.kvi"));
+  const auto before = section_as<int8_t>(m128, "ckv_centroids", 1, 1),
+             after = section_as<int8_t>(g3, "ckv_centroids", 1, 1);
+  REQUIRE(before[0] == -128);
+  CHECK(std::equal(before.begin(), before.end(), after.begin()));
+  CHECK(std::equal(exps.begin(), exps.end(), section_as<int8_t>(g3, "ckv_centroids_exp", 1, 1).begin()));
+  // Keys whose centroid is beyond the i8 rows' range: refused, no output.
+  copy_dump(tmp.file("d.h5"), tmp.file("huge.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {
+    if (l == 0 && h == 0)
+      for (auto& x : k) x = std::copysign(3.39e38f, x);
+  });
+  try {
+    build_artifact(tmp.file("huge.h5"), opts(tmp.file("h.kvi")), ClusterKvBuilder(p));
+    FAIL("built centroids beyond the i8 rows' range");
+  } catch (const Error& e) {
+    CHECK(std::string(e.reason_name()) == "USAGE");
+    CHECK_THAT(e.what(), Catch::Contains("beyond the i8 rows' range"));
+  }
+  CHECK_FALSE(fs::exists(tmp.file("h.kvi")));
   // Forged: no exponents, an exponent that overflows f32, f16 claimed.
   repack_artifact(tmp.file("i8.kvi"), tmp.file("noexp.kvi"), {{"ckv_centroids_exp@1,1"}, {}, {}});
   CHECK(reason_of([&] { verify_artifact(tmp.file("noexp.kvi"), {}); }) == "PART_INVALID");

@@ -17,8 +17,8 @@ namespace kvtool {
 // (docs/quality.md, "Defaults": at 80 tokens per cluster a 384-row prefix has 5 clusters and
 // loses to a recent-window selection). round(410 (n / 32768)^(1/3)), within [1, n], for f32 and
 // f16 centroids. i8 centroids (d + 1 bytes, against f16's 2d) take the count that the f16 count's
-// raw part bytes buy (each cluster also costs 8 bytes of sizes and prefix sums): that count times
-// (2d + 8) / (d + 9) (docs/defaults-sweep.md 3.2, "i8 centroids").
+// raw part bytes buy (each cluster also costs 8 bytes of sizes and prefix sums):
+// round(410 (n / 32768)^(1/3) (2d + 8) / (d + 9)) (docs/defaults-sweep.md 3.2, "i8 centroids").
 int64_t clusterkv_default_clusters(int64_t n, int64_t d, const std::string& centroid_dtype);
 
 class ClusterKvBuilder : public KindBuilder {

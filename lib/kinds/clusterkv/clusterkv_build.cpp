@@ -131,7 +131,8 @@ class ClusterKvAppender : public KindAppender {
     out.meta["generations"].push_back({{"index_generation", in.index_generation},
                                        {"rows", {before_.end(), new_end_}},
                                        {"clusters", {c0, s.clusters()}}});
-    cluster_sections(s, out.sections, "ckv", dtype_);  // old f16 and i8 centroids round-trip exactly
+    cluster_sections(s, out.sections, "ckv", dtype_);
+    keep_old_centroid_bytes(in.old, in.layer, in.kv_head, "ckv", out.sections);
   }
 
   json first_generation() const override {

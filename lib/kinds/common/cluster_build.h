@@ -2,6 +2,7 @@
 // k-means (flat or tree, common/kmeans.h), stored centroid by rule, counting sort of members, and
 // the part's sections.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -94,6 +95,22 @@ inline void cluster_sections(const ClusterSet& s, std::vector<PartSection>& out,
   out.push_back({pre + "_sizes", "u32", {C}, bytes(sizes.data(), sizes.size() * 4)});
   out.push_back({pre + "_prefix_sums", "u32", {C}, bytes(prefix.data(), prefix.size() * 4)});
   out.push_back({pre + "_members", "u32", {n}, bytes(members.data(), members.size() * 4)});
+}
+
+// Append: the old clusters' stored centroid bytes (and i8 exponents) kept as the old artifact has
+// them, the new clusters' after them. The builder's rows re-store to the same bytes, but a valid
+// i8 row it would not write (a code of -128, another exponent for the same values) might not.
+inline void keep_old_centroid_bytes(const ArtifactReader& old, int64_t layer, int64_t head, const std::string& pre,
+                                    std::vector<PartSection>& out) {
+  const std::string names[] = {pre + "_centroids", i8_rows_exponent_section(pre + "_centroids")};
+  for (PartSection& sec : out) {
+    if (sec.name != names[0] && sec.name != names[1]) continue;
+    const SectionEntry* e = old.find(sec.name, layer, head);
+    KVT_CHECK(e && e->dtype == sec.dtype, INTERNAL, "the old part lacks its " << sec.name);
+    const std::vector<uint8_t> b = old.read_section(*e);
+    KVT_CHECK(b.size() <= sec.bytes.size(), INTERNAL, "the old " << sec.name << " is larger than the new one");
+    std::copy(b.begin(), b.end(), sec.bytes.begin());
+  }
 }
 
 }  // namespace kvtool

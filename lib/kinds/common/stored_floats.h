@@ -29,7 +29,7 @@ inline std::string stored_float_dtype(const json& params, const char* key, bool 
 // smallest e >= -128 with m · 2^-e <= 127, 0 for a zero row. The row's largest code is then 64..127
 // unless e is -128, so quantizing the widened row again finds the same e and the same codes.
 inline int i8_row_exponent(float m) {
-  if (!(m > 0)) return 0;
+  if (!(m > 0) || !std::isfinite(m)) return 0;  // callers refuse non-finite rows first
   int e = 0;
   std::frexp(m, &e);  // m = f · 2^e, f in [0.5, 1)
   e -= 7;             // m · 2^-e in [64, 128)
@@ -39,7 +39,10 @@ inline int i8_row_exponent(float m) {
 }
 
 // Finite f32 rows of `cols` values as i8 rows: codes (rounded to nearest even) and one exponent
-// per row, the bytes of a section and of its exponent section (kvtool/half.h widen_i8_rows).
+// per row, the bytes of a section and of its exponent section (kvtool/half.h widen_i8_rows). A row
+// whose largest magnitude is beyond kI8RowsMax would widen to Inf: refused (USAGE: it needs f16 or
+// f32 storage), as f16 refuses values past 65504.
+inline constexpr float kI8RowsMax = 0x1.fcp+127f;  // 127 · 2^121: e = 121 holds it, 122 rounds to 2^128
 struct I8Rows {
   std::vector<uint8_t> codes, exponents;
 };
@@ -54,6 +57,8 @@ inline I8Rows i8_rows_of(const std::vector<float>& v, size_t cols, const char* w
       KVT_CHECK(std::isfinite(v[r * cols + t]), USAGE, what << " value " << v[r * cols + t] << " is not finite");
       m = std::max(m, std::fabs(v[r * cols + t]));
     }
+    KVT_CHECK(m <= kI8RowsMax, USAGE,
+              what << " magnitude " << m << " is beyond the i8 rows' range (127 * 2^121): store it as f32");
     const int e = i8_row_exponent(m);
     bool zero = true;
     for (size_t t = 0; t < cols; ++t) {

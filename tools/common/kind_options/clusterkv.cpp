@@ -20,7 +20,8 @@ Command add_build(CLI::App& app, bool& as_json) {
                               "clusters = indexed rows / N (rounded, at least 1); default: neither this nor "
                               "--clusters, the count chosen from the indexed rows n and head_dim d: "
                               "round(410 (n/32768)^(1/3)) (the reference's 80 tokens per cluster at 32K rows) for "
-                              "f16 and f32 centroids, times (2d + 8) / (d + 9) for i8 (the same bytes)")
+                              "f16 and f32 centroids, round(410 (n/32768)^(1/3) (2d + 8) / (d + 9)) for i8 (the "
+                              "same bytes)")
                     ->check(CLI::PositiveNumber);
     auto* cl = c->add_option("--clusters", a->p.clusters, "a fixed number of clusters per part instead")
                    ->check(CLI::PositiveNumber);

@@ -58,7 +58,7 @@ std::vector<float> widen_f16_bytes(const uint8_t* bytes, size_t n);
 inline std::vector<float> widen_f16_bytes(const std::vector<uint8_t>& bytes) {
   return widen_f16_bytes(bytes.data(), bytes.size());
 }
-// Rows of i8 codes with a power-of-two scale each (formats/kvi-v1.md, "i8 rows"): element t of
+// Rows of i8 codes with a power-of-two scale each (formats/kinds-v1.md §4.3.1): element t of
 // row r is codes[r * cols + t] · 2^exponents[r] (both signed bytes), exact in f32. `codes` holds
 // rows · cols bytes, `exponents` rows bytes.
 std::vector<float> widen_i8_rows(const uint8_t* codes, const uint8_t* exponents, size_t rows, size_t cols);
