@@ -30,6 +30,40 @@ BuildOptions opts(const std::string& out, int threads = 1) {
   return o;
 }
 
+// Rows [0, 300) of d.h5 at 8 tokens per cluster: f32.kvi with f32 centroids (the checks read them
+// as f32) and DTYPE.kvi with `dtype`, built again at 3 threads to the same bytes. Returns the
+// params of the `dtype` build.
+ClusterKvParams build_f32_and(const TempDir& tmp, const std::string& dtype) {
+  ClusterKvParams p;
+  p.centroid_dtype = "f32";
+  p.tokens_per_cluster = 8;
+  const std::string art = tmp.file(dtype + ".kvi"), again = tmp.file(dtype + "c.kvi");
+  BuildOptions a = opts(tmp.file("f32.kvi")), b = opts(art), c = opts(again, 3);
+  a.prefix = b.prefix = c.prefix = 300;
+  build_artifact(tmp.file("d.h5"), a, ClusterKvBuilder(p));
+  p.centroid_dtype = dtype;
+  build_artifact(tmp.file("d.h5"), b, ClusterKvBuilder(p));
+  build_artifact(tmp.file("d.h5"), c, ClusterKvBuilder(p));
+  CHECK(read_bytes(art) == read_bytes(again));  // any thread count
+  return p;
+}
+
+// Queries rank the stored centroids: one query of layer 1, query head 2 agrees with the independent
+// reference scorer; and the artifact verifies against d.h5.
+void check_query_and_verify(const TempDir& tmp, const std::string& name) {
+  ArtifactReader r(tmp.file(name));
+  std::vector<float> q(16);
+  for (size_t t = 0; t < q.size(); ++t) q[t] = 0.3f - 0.05f * static_cast<float>(t);
+  SelectorSet sel(r);
+  RefQuery rq;
+  rq.budget_fraction = 0.2;
+  CandidateReceipt rc = sel.query(1, 2, q.data(), 299, *sel.params({{"budget", "0.2"}}));
+  CHECK(compare_with_reference(rc, reference_query(r, 1, 2, q.data(), 299, rq)) == "");
+  VerifyOptions vo;
+  vo.source = tmp.file("d.h5");
+  CHECK_NOTHROW(verify_artifact(tmp.file(name), vo));
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -204,16 +238,7 @@ TEST_CASE("clusterkv verify: forged partitions, prefix sums and generations are 
 TEST_CASE("clusterkv --centroid-dtype f16: the f32 build's clusters with rounded centroids, append keeps them") {
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
-  ClusterKvParams p;
-  p.centroid_dtype = "f32";  // the checks read the centroids as f32
-  p.tokens_per_cluster = 8;
-  BuildOptions a = opts(tmp.file("f32.kvi")), b = opts(tmp.file("f16.kvi")), c = opts(tmp.file("f16c.kvi"), 3);
-  a.prefix = b.prefix = c.prefix = 300;
-  build_artifact(tmp.file("d.h5"), a, ClusterKvBuilder(p));
-  p.centroid_dtype = "f16";
-  build_artifact(tmp.file("d.h5"), b, ClusterKvBuilder(p));
-  build_artifact(tmp.file("d.h5"), c, ClusterKvBuilder(p));
-  CHECK(read_bytes(tmp.file("f16.kvi")) == read_bytes(tmp.file("f16c.kvi")));
+  ClusterKvParams p = build_f32_and(tmp, "f16");
   ArtifactReader r32(tmp.file("f32.kvi")), r16(tmp.file("f16.kvi"));
   CHECK(r16.manifest()["params"]["centroid_dtype"] == "f16");
   CHECK_FALSE(r32.manifest()["params"].contains("centroid_dtype"));
@@ -223,17 +248,9 @@ TEST_CASE("clusterkv --centroid-dtype f16: the f32 build's clusters with rounded
   REQUIRE(c32.size() == c16.size());
   for (size_t i = 0; i < c32.size(); ++i) REQUIRE(c16[i] == f32_to_f16(c32[i]));
   CHECK(section_as<uint32_t>(r32, "ckv_members", 1, 1) == section_as<uint32_t>(r16, "ckv_members", 1, 1));
-  // Queries rank the f16-rounded centroids: the independent reference scorer agrees.
-  std::vector<float> q(16);
-  for (size_t t = 0; t < q.size(); ++t) q[t] = 0.3f - 0.05f * static_cast<float>(t);
-  SelectorSet sel(r16);
-  RefQuery rq;
-  rq.budget_fraction = 0.2;
-  CandidateReceipt rc = sel.query(1, 2, q.data(), 299, *sel.params({{"budget", "0.2"}}));
-  CHECK(compare_with_reference(rc, reference_query(r16, 1, 2, q.data(), 299, rq)) == "");
+  check_query_and_verify(tmp, "f16.kvi");  // ranked on the f16-rounded centroids
   VerifyOptions vo;
   vo.source = tmp.file("d.h5");
-  CHECK_NOTHROW(verify_artifact(tmp.file("f16.kvi"), vo));
   clusterkv_append(tmp.file("f16.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
   ArtifactReader g2(tmp.file("g2.kvi"));
   auto n16 = section_as<uint16_t>(g2, "ckv_centroids", 1, 1);
@@ -307,16 +324,7 @@ TEST_CASE("i8 rows: each value within half a step of its f32 value, the largest 
 TEST_CASE("clusterkv --centroid-dtype i8: the f32 build's clusters, verified, queried like the reference, appended") {
   TempDir tmp;
   ckv_dump(tmp.file("d.h5"));
-  ClusterKvParams p;
-  p.centroid_dtype = "f32";
-  p.tokens_per_cluster = 8;
-  BuildOptions a = opts(tmp.file("f32.kvi")), b = opts(tmp.file("i8.kvi")), c = opts(tmp.file("i8c.kvi"), 3);
-  a.prefix = b.prefix = c.prefix = 300;
-  build_artifact(tmp.file("d.h5"), a, ClusterKvBuilder(p));
-  p.centroid_dtype = "i8";
-  build_artifact(tmp.file("d.h5"), b, ClusterKvBuilder(p));
-  build_artifact(tmp.file("d.h5"), c, ClusterKvBuilder(p));
-  CHECK(read_bytes(tmp.file("i8.kvi")) == read_bytes(tmp.file("i8c.kvi")));  // any thread count
+  ClusterKvParams p = build_f32_and(tmp, "i8");
   ArtifactReader r32(tmp.file("f32.kvi")), r8(tmp.file("i8.kvi"));
   CHECK(r8.manifest()["params"]["centroid_dtype"] == "i8");
   REQUIRE(r8.find("ckv_centroids", 1, 1)->dtype == "i8");
@@ -330,17 +338,9 @@ TEST_CASE("clusterkv --centroid-dtype i8: the f32 build's clusters, verified, qu
     REQUIRE(std::fabs(std::ldexp(static_cast<double>(codes[i]), exps[i / 16]) - c32[i]) <=
             std::ldexp(0.5, exps[i / 16]));
   CHECK(section_as<uint32_t>(r32, "ckv_members", 1, 1) == section_as<uint32_t>(r8, "ckv_members", 1, 1));
-  // Queries rank the stored i8 centroids: the independent reference scorer agrees.
-  std::vector<float> q(16);
-  for (size_t t = 0; t < q.size(); ++t) q[t] = 0.3f - 0.05f * static_cast<float>(t);
-  SelectorSet sel(r8);
-  RefQuery rq;
-  rq.budget_fraction = 0.2;
-  CandidateReceipt rc = sel.query(1, 2, q.data(), 299, *sel.params({{"budget", "0.2"}}));
-  CHECK(compare_with_reference(rc, reference_query(r8, 1, 2, q.data(), 299, rq)) == "");
+  check_query_and_verify(tmp, "i8.kvi");  // ranked on the stored i8 centroids
   VerifyOptions vo;
   vo.source = tmp.file("d.h5");
-  CHECK_NOTHROW(verify_artifact(tmp.file("i8.kvi"), vo));
   // Append keeps the old codes and exponents byte for byte.
   clusterkv_append(tmp.file("i8.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
   ArtifactReader g2(tmp.file("g2.kvi"));
