@@ -30,6 +30,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/pool.h"
 #include "kvtool/query.h"
+#include "kvtool/scoring.h"
 #include "kvtool/sha256.h"
 #include "common/stored_floats.h"
 #include "pq/pq.h"
@@ -83,9 +84,7 @@ double baseline_publish(const ArtifactReader& index, const std::string& path, st
     if (s.name == "pq_codes") {  // u8 [n, m] -> column-major [m, n], as PqSelector places them
       const size_t n = static_cast<size_t>(s.shape[0]), m = static_cast<size_t>(s.shape[1]);
       p.codes.resize(n * m);
-      for (size_t i0 = 0; i0 < n; i0 += 256)
-        for (size_t j = 0; j < m; ++j)
-          for (size_t i = i0; i < std::min(n, i0 + 256); ++i) p.codes[j * n + i] = scratch[i * m + j];
+      scoring::codes_to_column_major(scratch.data(), static_cast<int64_t>(n), static_cast<int64_t>(m), p.codes.data());
     }
   }
   std::free(image);

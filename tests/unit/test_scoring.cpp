@@ -104,6 +104,22 @@ TEST_CASE("scoring: pq_scores_cm at every SIMD level equals the row-major scores
   CHECK(sc::simd_level() == best);
 }
 
+// The SSE2 blocks (m 2, 4, 8 and multiples of 16; 16 and 256 rows at a time) and the rows and
+// columns they leave to the byte loop, against the definition; bytes outside the output stay.
+TEST_CASE("scoring: codes_to_column_major writes out[j * n + i] = codes[i * m + j] for any n and m") {
+  std::mt19937 rng(11);
+  for (int64_t m : {1, 2, 3, 4, 5, 8, 12, 16, 17, 32, 48, 64})
+    for (int64_t n : {0, 1, 15, 16, 17, 255, 256, 257, 1000, 4103}) {
+      std::vector<uint8_t> codes(static_cast<size_t>(n * m)), want(codes.size() + 1, 0xA5), got(want);
+      for (uint8_t& c : codes) c = static_cast<uint8_t>(rng());
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < m; ++j) want[j * n + i] = codes[i * m + j];
+      kvtool::scoring::codes_to_column_major(codes.data(), n, m, got.data());
+      INFO("m " << m << " n " << n);
+      REQUIRE(got == want);
+    }
+}
+
 // The sampled selection (n >= 8192, k <= n / 4) against the full sort, on inputs that make its
 // sample miss (sorted, periodic with the sample's stride, ties everywhere) as well as ordinary ones,
 // at every SIMD level: a miss may cost time, never change the answer.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <span>
 
 #include "kvtool/artifact.h"
@@ -42,16 +43,17 @@ class PqSelector : public PartSelector {
     const int64_t m = lay_.m;
     if (scoring::fastscan_applies(lay_.bits, m, n_))
       scoring::fastscan_pack(codes.data(), n_, m, fast_);  // b = 4: the fast-scan layouts (kvtool/fastscan.h)
-    else if (lay_.bits <= 8)
-      transpose(
-          n_, m, [&](int64_t i, int64_t j) { return codes[i * m + j]; }, codes8_);
-    else
+    else if (lay_.bits <= 8) {
+      codes8_ = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(n_ * m));  // every byte written
+      scoring::codes_to_column_major(codes.data(), n_, m, codes8_.get());
+    } else {
       transpose(
           n_, m,
           [&](int64_t i, int64_t j) {
             return static_cast<uint16_t>(codes[2 * (i * m + j)] | (codes[2 * (i * m + j) + 1] << 8));
           },
           codes16_);
+    }
   }
   // Row-major codes get(i, j), i < n, j < m, into column-major out[j * n + i], a block of rows at a
   // time: the block's rows stay in L1 while each subspace's part of it is written as one run.
@@ -178,7 +180,7 @@ class PqSelector : public PartSelector {
     for (int64_t j = 0; j < g; ++j)
       scoring::pq_lut_t(q[j], centroids_t_.data(), lay_.m, lay_.k, lay_.dsub, sc.lut.data() + j * t);
     if (lay_.bits <= 8)
-      scoring::pq_scores_cm_group_u8(sc.lut.data(), g, codes8_.data(), n_, lay_.m, lay_.k, sc.score.data());
+      scoring::pq_scores_cm_group_u8(sc.lut.data(), g, codes8_.get(), n_, lay_.m, lay_.k, sc.score.data());
     else
       scoring::pq_scores_cm_group_u16(sc.lut.data(), g, codes16_.data(), n_, lay_.m, lay_.k, sc.score.data());
   }
@@ -232,7 +234,7 @@ class PqSelector : public PartSelector {
   }
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {
-    return vector_bytes(centroids_t_) + vector_bytes(codes8_) + vector_bytes(codes16_) + fast_.bytes();
+    return vector_bytes(centroids_t_) + (codes8_ ? n_ * lay_.m : 0) + vector_bytes(codes16_) + fast_.bytes();
   }
 
  private:
@@ -249,7 +251,7 @@ class PqSelector : public PartSelector {
   bool dense_ = false;
   int64_t n_ = 0;
   std::vector<float> centroids_t_;  // [m, dsub, k] (the artifact's [m, k, dsub] transposed)
-  std::vector<uint8_t> codes8_;     // [m, n] column-major, bits <= 8
+  std::unique_ptr<uint8_t[]> codes8_;  // [m, n] column-major, bits <= 8 (not zero-filled first)
   std::vector<uint16_t> codes16_;   // [m, n] column-major, bits > 8
   scoring::FastScanCodes fast_;     // bits == 4 (then codes8_ stays empty)
 };

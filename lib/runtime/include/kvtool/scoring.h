@@ -30,6 +30,9 @@ void pq_scores_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m
 // Simd level.
 void pq_scores_cm_u8(const float* lut, const uint8_t* codes, int64_t n, int64_t m, int64_t k, float* score);
 void pq_scores_cm_u16(const float* lut, const uint16_t* codes, int64_t n, int64_t m, int64_t k, float* score);
+// Row-major one-byte codes [n, m] into that layout: out[j * n + i] = codes[i * m + j] (SSE2 blocks
+// where it has them; the same bytes).
+void codes_to_column_major(const uint8_t* codes, int64_t n, int64_t m, uint8_t* out);
 
 // The scores of g queries over the same column-major codes in one pass over the codes (the query
 // heads of one kv head share its codes): query q's table at luts + q * m * k, its scores at
