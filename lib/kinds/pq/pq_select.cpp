@@ -250,10 +250,10 @@ class PqSelector : public PartSelector {
   IndexedRows rows_;
   bool dense_ = false;
   int64_t n_ = 0;
-  std::vector<float> centroids_t_;  // [m, dsub, k] (the artifact's [m, k, dsub] transposed)
+  std::vector<float> centroids_t_;     // [m, dsub, k] (the artifact's [m, k, dsub] transposed)
   std::unique_ptr<uint8_t[]> codes8_;  // [m, n] column-major, bits <= 8 (not zero-filled first)
-  std::vector<uint16_t> codes16_;   // [m, n] column-major, bits > 8
-  scoring::FastScanCodes fast_;     // bits == 4 (then codes8_ stays empty)
+  std::vector<uint16_t> codes16_;      // [m, n] column-major, bits > 8
+  scoring::FastScanCodes fast_;        // bits == 4 (then codes8_ stays empty)
 };
 
 // The index of the first of `count` codes (u8, or u16 little-endian above 8 bits) that is not

@@ -774,10 +774,14 @@ int64_t tile_columns(const uint8_t* codes, int64_t n, int64_t m, uint8_t* out) {
 void codes_to_column_major(const uint8_t* codes, int64_t n, int64_t m, uint8_t* out) {
   int64_t done = 0;
 #if KVTOOL_SSE2
-  if (m == 2) done = split_columns<2>(codes, n, out);
-  else if (m == 4) done = split_columns<4>(codes, n, out);
-  else if (m == 8) done = split_columns<8>(codes, n, out);
-  else if (m % 16 == 0) done = tile_columns(codes, n, m, out);
+  if (m == 2)
+    done = split_columns<2>(codes, n, out);
+  else if (m == 4)
+    done = split_columns<4>(codes, n, out);
+  else if (m == 8)
+    done = split_columns<8>(codes, n, out);
+  else if (m % 16 == 0)
+    done = tile_columns(codes, n, m, out);
 #endif
   codes_to_column_major_rows(codes, n, m, done, out);
 }
