@@ -103,10 +103,10 @@ TEST_CASE("eval: the oracle filled during the softmax equals the oracle built af
   eval::OracleIndex fused, after;
   rb.b.compute(Qd.data(), rb.n, rb.s, &fused);
   after.build(rb.b);
-  std::vector<char> kept(static_cast<size_t>(rb.E), 0);
+  std::vector<uint64_t> kept(static_cast<size_t>((rb.E + 63) / 64), 0);
   std::vector<int64_t> ids;
   for (int64_t r = 0; r < rb.E; r += 3) {
-    kept[static_cast<size_t>(r)] = 1;
+    kept[static_cast<size_t>(r / 64)] |= uint64_t{1} << (r % 64);
     ids.push_back(r);
   }
   for (int64_t i = 0; i < rb.n; ++i)

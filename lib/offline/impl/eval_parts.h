@@ -12,6 +12,11 @@
 
 namespace kvtool::eval {
 
+// Row r's bit in a bitmap of rows (word r / 64, bit r % 64).
+inline bool row_bit(const std::vector<uint64_t>& bits, int64_t r) {
+  return (bits[static_cast<size_t>(r >> 6)] >> (r & 63)) & 1;
+}
+
 // One evaluated selector setting: the kind's parameters, its label (CSV) and summary keys.
 struct Setting {
   std::unique_ptr<QueryParams> params;
@@ -87,8 +92,8 @@ class OracleIndex {
   void add_row(int64_t i);          // row i of b, once its probabilities are final
   // Query i: the mass of the `rows` largest p (ties by lower row) and how many of those rows are
   // kept (`ids`: the kept rows, `kept`: their flags).
-  void measure(int64_t i, int64_t rows, const std::vector<int64_t>& ids, const std::vector<char>& kept, double& mass,
-               int64_t& hits);
+  void measure(int64_t i, int64_t rows, const std::vector<int64_t>& ids, const std::vector<uint64_t>& kept,
+               double& mass, int64_t& hits);
   static constexpr int64_t kBuckets = 2048;
 
  private:
@@ -106,9 +111,9 @@ class OracleIndex {
 struct ReceiptMetrics {
   int64_t rows = 0;
   double retained = 0, oracle = 0, recall = 0, error = 0, relative_error = 0, fraction = 0, output_norm = 0;
-  std::vector<char> kept;    // per support row
-  std::vector<int64_t> ids;  // the kept rows, ascending
-  std::vector<double> w;     // p of each kept row (read once here, where P is scattered in memory)
+  std::vector<uint64_t> kept;  // a bit per support row (row_bit)
+  std::vector<int64_t> ids;    // the kept rows, ascending
+  std::vector<double> w;       // p of each kept row (read once here, where P is scattered in memory)
   // Everything but the output error; query i of the block `oracle` was built on.
   void measure(const DenseReference& ref, const CandidateReceipt& rc, OracleIndex& oracle, int64_t i, int64_t E);
   // The output error from kept_out = sum over the kept rows of p v.
@@ -143,7 +148,7 @@ struct SoftmaxState {
 
 // Output error of the self-normalized importance-sampling estimate: sampled rows with logits
 // z - ln u (u = inclusion probability), merged with the exact always-included part.
-double sampled_output_error(const DenseReference& ref, const std::vector<char>& kept, const CandidateReceipt& rc,
+double sampled_output_error(const DenseReference& ref, const std::vector<uint64_t>& kept, const CandidateReceipt& rc,
                             const float* V, int64_t E, int64_t d);
 
 }  // namespace kvtool::eval

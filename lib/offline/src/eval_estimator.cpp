@@ -37,7 +37,7 @@ std::vector<double> SoftmaxState::output() const {
   return o;
 }
 
-double sampled_output_error(const DenseReference& ref, const std::vector<char>& kept, const CandidateReceipt& rc,
+double sampled_output_error(const DenseReference& ref, const std::vector<uint64_t>& kept, const CandidateReceipt& rc,
                             const float* V, int64_t E, int64_t d) {
   SoftmaxState exact(static_cast<size_t>(d)), sampled(static_cast<size_t>(d));
   std::vector<char> is_sampled(static_cast<size_t>(E), 0);
@@ -49,7 +49,7 @@ double sampled_output_error(const DenseReference& ref, const std::vector<char>& 
     sampled.add(z, V + id * d);
   }
   for (int64_t i = 0; i < E; ++i)
-    if (kept[i] && !is_sampled[i]) exact.add(std::log(ref.p[i]) + ref.log_normalizer, V + i * d);
+    if (row_bit(kept, i) && !is_sampled[i]) exact.add(std::log(ref.p[i]) + ref.log_normalizer, V + i * d);
   exact.merge(sampled);
   auto oe = exact.output();
   double en = 0;

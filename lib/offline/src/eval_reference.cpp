@@ -1,5 +1,6 @@
 // The dense reference and the metrics of `kvtool eval` (lib/offline/impl/eval_parts.h).
 #include <algorithm>
+#include <bit>
 #include <functional>
 #include <cmath>
 #include <cstring>
@@ -131,7 +132,7 @@ void OracleIndex::add_row(int64_t i) {
 
 // Whole buckets from the top while they fit in `rows`; the rest are the largest p of the next
 // bucket, ties by lower row (a selection among that bucket's rows only).
-void OracleIndex::measure(int64_t i, int64_t rows, const std::vector<int64_t>& ids, const std::vector<char>& kept,
+void OracleIndex::measure(int64_t i, int64_t rows, const std::vector<int64_t>& ids, const std::vector<uint64_t>& kept,
                           double& mass, int64_t& hits) {
   mass = 0;
   hits = 0;
@@ -154,25 +155,22 @@ void OracleIndex::measure(int64_t i, int64_t rows, const std::vector<int64_t>& i
                    [p](int64_t a, int64_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
   for (size_t k = 0; k < need; ++k) {
     mass += p[tied_[k]];
-    hits += kept[static_cast<size_t>(tied_[k])];
+    hits += row_bit(kept, tied_[k]);
   }
 }
 
 void ReceiptMetrics::measure(const DenseReference& ref, const CandidateReceipt& rc, OracleIndex& oi, int64_t i,
                              int64_t E) {
-  kept.assign(static_cast<size_t>(E), 0);
+  kept.assign(static_cast<size_t>((E + 63) / 64), 0);
   for (const auto* list : {&rc.candidates, &rc.always_included})
     for (int64_t id : *list)
-      if (id < E) kept[static_cast<size_t>(id)] = 1;
-  // The kept rows ascending by a branch-free pass over the flags (cheaper than sorting them).
-  rows = std::accumulate(kept.begin(), kept.end(), int64_t{0});
-  ids.resize(static_cast<size_t>(rows + 1));
-  int64_t k = 0;
-  for (int64_t r = 0; r < E; ++r) {
-    ids[static_cast<size_t>(k)] = r;
-    k += kept[static_cast<size_t>(r)];
-  }
-  ids.pop_back();
+      if (id < E) kept[static_cast<size_t>(id >> 6)] |= uint64_t{1} << (id & 63);
+  // The kept rows ascending, a bitmap word at a time: linear in the words and the kept rows, where a
+  // flag byte per row cost a pass over all E (and sorting the rows cost more).
+  ids.clear();
+  for (size_t wd = 0; wd < kept.size(); ++wd)
+    for (uint64_t b = kept[wd]; b != 0; b &= b - 1) ids.push_back(static_cast<int64_t>(wd * 64) + std::countr_zero(b));
+  rows = static_cast<int64_t>(ids.size());
   w.resize(ids.size());
   retained = 0;
   for (size_t k = 0; k < ids.size(); ++k) retained += (w[k] = ref.p[ids[k]]);
