@@ -106,7 +106,7 @@ TEST_CASE("scoring: pq_scores_cm at every SIMD level equals the row-major scores
 
 // The SSE2 blocks (m 2, 4, 8 and multiples of 16; 16 and 256 rows at a time) and the rows and
 // columns they leave to the byte loop, against the definition; bytes outside the output stay.
-TEST_CASE("scoring: codes_to_column_major writes out[j * n + i] = codes[i * m + j] for any n and m") {
+TEST_CASE("scoring: codes_to_column_major writes row i, subspace j to out at j * n + i, for any n and m") {
   std::mt19937 rng(11);
   for (int64_t m : {1, 2, 3, 4, 5, 8, 12, 16, 17, 32, 48, 64})
     for (int64_t n : {0, 1, 15, 16, 17, 255, 256, 257, 1000, 4103}) {
