@@ -27,6 +27,16 @@ contains "$WORK/out" '"estimator_output_error_mean"'
 contains "$WORK/out" '"sampled_fraction_mean"'
 [ "$(json_get "$WORK/out" '["budgets"].__len__()')" = 3 ] || fail "three settings expected"
 grep -q "<svg" p.svg || fail "no plot"
+# The tables do not depend on the machine's BLAS kernels (formats/kinds-v1.md §5.3): OpenBLAS's
+# AVX2 and AVX-512 kernels (where the CPU runs both) build the same bytes. With the products taken
+# from an sgemm they differed on this dump (a key within rounding of a hyperplane changes bucket).
+if grep -qw avx512f /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo; then
+  "$KVTOOL" synth --layers 1 --kv-heads 2 --q-heads 2 --head-dim 128 --tokens 32768 --seed 1 --query-count 0 -o big.h5 -q
+  OPENBLAS_CORETYPE=HASWELL "$KVTOOL" build lsh big.h5 -o hsw.kvi -q || fail "build with the AVX2 kernels"
+  OPENBLAS_CORETYPE=SKYLAKEX "$KVTOOL" build lsh big.h5 -o skx.kvi -q || fail "build with the AVX-512 kernels"
+  cmp hsw.kvi skx.kvi || fail "the BLAS kernels changed the lsh tables"
+  rm -f big.h5 hsw.kvi skx.kvi
+fi
 expect_reason 2 USAGE "$KVTOOL" query a.kvi --source d.h5 --layer 1 --q-head 1 --position 590 --min-collisions 41
 expect_reason 2 USAGE "$L" build d.h5 -o x.kvi -K 17
 expect_reason 2 USAGE "$L" build d.h5 -o x.kvi -L 0

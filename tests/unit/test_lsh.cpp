@@ -98,7 +98,8 @@ TEST_CASE("lsh build: deterministic, CSR tables exact for K up to 16, projection
     std::string out = tmp.file("k" + std::to_string(K) + ".kvi");
     build_artifact(tmp.file("d.h5"), opts(out), LshBuilder(pk));
     CHECK_NOTHROW(verify_artifact(out, {}));
-    // Every row sits in the bucket of its own float32 SimHash code, recomputed here.
+    // Every row sits in the bucket of its own float32 SimHash code, recomputed here in the order
+    // formats/kinds-v1.md §5.3 fixes (j increasing from 0, no FMA): exact, on any machine.
     ArtifactReader r(out);
     auto mu = section_as<float>(r, "lsh_mu", 1, 1);
     auto w = section_as<float>(r, "lsh_projections", 1, 1);

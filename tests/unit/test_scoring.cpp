@@ -120,6 +120,46 @@ TEST_CASE("scoring: codes_to_column_major writes row i, subspace j to out at j *
     }
 }
 
+// Every level against the definition, one column at a time in the stated order: row and column
+// counts that leave partial register tiles, and simhash_codes equal to the signs of those sums.
+TEST_CASE("scoring: simhash_products equals the fixed-order sums bit for bit at every SIMD level") {
+  namespace sc = kvtool::scoring;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const sc::Simd best = sc::simd_supported();
+  for (int64_t rows : {0, 1, 5, 6, 7, 13})
+    for (int64_t d : {1, 8, 128})
+      for (int64_t cols : {1, 7, 8, 15, 16, 17, 63, 64, 65, 150, 1500}) {
+        std::vector<float> x(static_cast<size_t>(rows * d)), w(static_cast<size_t>(d * cols));
+        for (float& v : x) v = normal(rng);
+        for (float& v : w) v = normal(rng);
+        std::vector<float> want(static_cast<size_t>(rows * cols)), got(want.size());
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t c = 0; c < cols; ++c) {
+            volatile float sum = 0.f;  // one rounding per product and per addition, no FMA
+            for (int64_t j = 0; j < d; ++j) {
+              volatile float prod = x[i * d + j] * w[j * cols + c];
+              sum = sum + prod;
+            }
+            want[i * cols + c] = sum;
+          }
+        for (int level = 0; level <= static_cast<int>(best); ++level) {
+          sc::set_simd_level(static_cast<sc::Simd>(level));
+          std::fill(got.begin(), got.end(), 1234.f);
+          sc::simhash_products(x.data(), rows, d, w.data(), cols, got.data());
+          INFO("level " << sc::simd_name(static_cast<sc::Simd>(level)) << " rows " << rows << " d " << d << " cols "
+                        << cols);
+          REQUIRE(same_bits(got, want));
+          if (rows == 0 || cols % 5 != 0) continue;  // codes: 5 bits a table
+          std::vector<uint32_t> codes(static_cast<size_t>(cols / 5));
+          sc::simhash_codes(x.data(), d, w.data(), 5, cols / 5, codes.data());
+          for (int64_t t = 0; t < cols / 5; ++t)
+            for (int64_t b = 0; b < 5; ++b) REQUIRE(((codes[t] >> b) & 1) == (want[t * 5 + b] > 0.f));
+        }
+      }
+  sc::set_simd_level(sc::Simd::avx512);
+}
+
 // The sampled selection (n >= 8192, k <= n / 4) against the full sort, on inputs that make its
 // sample miss (sorted, periodic with the sample's stride, ties everywhere) as well as ordinary ones,
 // at every SIMD level: a miss may cost time, never change the answer.

@@ -1,4 +1,4 @@
-// kind "lsh", offline half: mean-centred SimHash codes by BLAS, CSR bucket tables, (the MagicPIG
+// kind "lsh", offline half: mean-centred SimHash codes, CSR bucket tables, (the MagicPIG
 // estimator eval applies to its samples is lib/offline/src/eval_estimator.cpp) (formats/kinds-v1.md, "lsh").
 #include "lsh/lsh.h"
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/blas.h"
+#include "kvtool/scoring.h"
 #include "common/x86_avx512.h"
 #include "kvtool/error.h"
 #include "lsh/lsh_internal.h"
@@ -47,7 +47,9 @@ void sign_bits(const float* p, int64_t cols, uint8_t* out) { sign_bits_portable(
 #endif
 
 // SimHash codes of rows [n, d] for every table, table-major: codes[t * n + i] (the counting sorts
-// below then read each table's codes contiguously). float32 products through BLAS.
+// below then read each table's codes contiguously). The products are scoring::simhash_products:
+// a fixed summation order, so the codes are the same bytes on every machine (a BLAS sgemm sums in
+// the order of whatever kernels the machine's BLAS picks, and flips keys near a hyperplane).
 void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, int64_t bits, int64_t tables,
              std::vector<uint32_t>& codes) {
   const int64_t cols = bits * tables;
@@ -58,11 +60,8 @@ void simhash(const float* x, int64_t n, int64_t d, const std::vector<float>& w, 
   std::vector<uint8_t> signs(static_cast<size_t>((cols + 15) / 16 * 2 + 8), 0);
   const uint64_t mask = (uint64_t{1} << bits) - 1;
   for (int64_t i0 = 0; i0 < n; i0 += block) {
-    int m = static_cast<int>(cols), nn = static_cast<int>(std::min(block, n - i0)), k = static_cast<int>(d);
-    float one = 1.f, zero = 0.f;
-    int lda = m, ldb = k, ldc = m;
-    // Column-major: prod^T [cols, nn] = W^T [cols, d] * X^T [d, nn]  (W, X row-major).
-    sgemm_("N", "N", &m, &nn, &k, &one, w.data(), &lda, x + i0 * d, &ldb, &zero, prod.data(), &ldc);
+    const int64_t nn = std::min(block, n - i0);
+    scoring::simhash_products(x + i0 * d, nn, d, w.data(), cols, prod.data());  // row i at prod + i * cols
     for (int64_t i = 0; i < nn; ++i) {
       sign_bits(prod.data() + i * cols, cols, signs.data());
       for (int64_t t = 0; t < tables; ++t) {

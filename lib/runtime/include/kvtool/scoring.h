@@ -71,8 +71,12 @@ void dot_scores(const float* q, const float* centroids, int64_t count, int64_t d
 void dot_scores_f64(const float* q, const float* centroids, const int64_t* rows, int64_t count, int64_t d, double scale,
                     double* out);
 
+// out[i * cols + c] = sum_j x[i * d + j] * w[j * cols + c]   (float, j increasing, from 0, no FMA;
+// x row-major [rows, d], w row-major [d, cols]): the same bits at every Simd level, so a key's
+// products at build time are the ones a query with the same values gets (lsh's codes).
+void simhash_products(const float* x, int64_t rows, int64_t d, const float* w, int64_t cols, float* out);
 // SimHash codes of one query: bit b of table t is set when sum_j q[j] * w[j * bits*tables + t*bits + b] > 0
-// (float, j increasing; w row-major [d, bits * tables]).
+// (simhash_products of the query, cols = bits * tables).
 void simhash_codes(const float* q, int64_t d, const float* w, int64_t bits, int64_t tables, uint32_t* codes);
 // count[ids[t * n + i] - base] += 1 for every member i of bucket codes[t] of every table t
 // (offsets [tables, 2^bits + 1], CSR into ids [tables, n]).
