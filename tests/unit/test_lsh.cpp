@@ -11,6 +11,7 @@
 #include "kvtool/eval.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
+#include "kvtool/scoring.h"
 #include "reference_scorer.h"
 #include "test_util.h"
 
@@ -117,8 +118,12 @@ TEST_CASE("lsh build: deterministic, CSR tables exact for K up to 16, projection
           int64_t row = ids[t * n + i];
           uint32_t code = 0;
           for (int64_t bit = 0; bit < K; ++bit) {
-            float s = 0;
-            for (int64_t j = 0; j < 16; ++j) s += (k[row * 16 + j] - mu[j]) * w[j * K * 3 + t * K + bit];
+            volatile float s = 0;  // one rounding per product and per sum (no FMA, whatever the flags)
+            for (int64_t j = 0; j < 16; ++j) {
+              volatile float x = k[row * 16 + j] - mu[j];
+              volatile float p = x * w[j * K * 3 + t * K + bit];
+              s = s + p;
+            }
             code |= static_cast<uint32_t>(s > 0) << bit;
           }
           wrong += code != static_cast<uint32_t>(b);
@@ -130,6 +135,32 @@ TEST_CASE("lsh build: deterministic, CSR tables exact for K up to 16, projection
   bad.bits = 17;
   CHECK(reason_of([&] { build_artifact(tmp.file("d.h5"), opts(tmp.file("x.kvi")), LshBuilder(bad)); }) == "USAGE");
   CHECK_FALSE(fs::exists(tmp.file("x.kvi")));
+}
+
+// The tables do not depend on the instruction set the products run on (formats/kinds-v1.md §5.3):
+// 77 columns (AVX-512: a masked tail; AVX2: a scalar tail) and 332 indexed rows (not a multiple of
+// 6 or 4) build the same bytes at every SIMD level this CPU runs.
+TEST_CASE("lsh build: the same bytes at every SIMD level") {
+  namespace sc = kvtool::scoring;
+  struct Restore {
+    ~Restore() { sc::set_simd_level(sc::Simd::avx512); }  // the best the CPU runs
+  } restore;
+  TempDir tmp;
+  lsh_dump(tmp.file("d.h5"));
+  LshParams p;
+  p.bits = 7;
+  p.tables = 11;
+  std::vector<uint8_t> first;
+  for (int level = 0; level <= static_cast<int>(sc::simd_supported()); ++level) {
+    sc::set_simd_level(static_cast<sc::Simd>(level));
+    const std::string out = tmp.file("l" + std::to_string(level) + ".kvi");
+    build_artifact(tmp.file("d.h5"), opts(out), LshBuilder(p));
+    INFO("level " << sc::simd_name(static_cast<sc::Simd>(level)));
+    if (level == 0)
+      first = read_bytes(out);
+    else
+      CHECK(read_bytes(out) == first);
+  }
 }
 
 namespace {
@@ -301,8 +332,12 @@ TEST_CASE("lsh queries emit exactly the rows with >= c collisions, with their in
     auto code = [&](const float* x, int64_t t, bool center) {
       uint32_t cd = 0;
       for (int64_t b = 0; b < 4; ++b) {
-        float s = 0;
-        for (int64_t j = 0; j < 16; ++j) s += (x[j] - (center ? mu[j] : 0.f)) * w[j * 80 + t * 4 + b];
+        volatile float s = 0;  // one rounding per product and per sum, as the builder and query do
+        for (int64_t j = 0; j < 16; ++j) {
+          volatile float xc = x[j] - (center ? mu[j] : 0.f);
+          volatile float p = xc * w[j * 80 + t * 4 + b];
+          s = s + p;
+        }
         cd |= static_cast<uint32_t>(s > 0) << b;
       }
       return cd;

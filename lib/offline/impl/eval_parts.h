@@ -91,7 +91,7 @@ class OracleIndex {
   void start(const DenseBlock& b);  // sized for b's rows (b.n, b.E set)
   void add_row(int64_t i);          // row i of b, once its probabilities are final
   // Query i: the mass of the `rows` largest p (ties by lower row) and how many of those rows are
-  // kept (`ids`: the kept rows, `kept`: their flags).
+  // kept (`ids`: the kept rows, `kept`: their bitmap, row_bit).
   void measure(int64_t i, int64_t rows, const std::vector<int64_t>& ids, const std::vector<uint64_t>& kept,
                double& mass, int64_t& hits);
   static constexpr int64_t kBuckets = 2048;

@@ -43,7 +43,7 @@ double sampled_output_error(const DenseReference& ref, const std::vector<uint64_
   std::vector<char> is_sampled(static_cast<size_t>(E), 0);
   for (size_t ci = 0; ci < rc.candidates.size(); ++ci) {
     int64_t id = rc.candidates[ci];
-    if (id >= E || rc.inclusion[ci] <= 0) continue;
+    if (id < 0 || id >= E || rc.inclusion[ci] <= 0) continue;
     is_sampled[id] = 1;
     double z = std::log(ref.p[id]) + ref.log_normalizer - std::log(rc.inclusion[ci]);
     sampled.add(z, V + id * d);

@@ -164,7 +164,7 @@ void ReceiptMetrics::measure(const DenseReference& ref, const CandidateReceipt& 
   kept.assign(static_cast<size_t>((E + 63) / 64), 0);
   for (const auto* list : {&rc.candidates, &rc.always_included})
     for (int64_t id : *list)
-      if (id < E) kept[static_cast<size_t>(id >> 6)] |= uint64_t{1} << (id & 63);
+      if (id >= 0 && id < E) kept[static_cast<size_t>(id >> 6)] |= uint64_t{1} << (id & 63);
   // The kept rows ascending, a bitmap word at a time: linear in the words and the kept rows, where a
   // flag byte per row cost a pass over all E (and sorting the rows cost more).
   ids.clear();
