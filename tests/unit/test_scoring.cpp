@@ -264,3 +264,42 @@ TEST_CASE("scoring: pq_lut_t and pq_scores_cm_group equal the one-query function
   sc::set_simd_level(sc::Simd::avx512);
   CHECK(sc::simd_level() == best);
 }
+
+TEST_CASE("scoring: top_k_groups_into equals top_k_into over the rows' scores, ties across groups included") {
+  using kvtool::scoring::Simd;
+  std::mt19937 rng(11);
+  for (const int64_t n : {int64_t{1}, int64_t{100}, int64_t{2047}, int64_t{9000}, int64_t{32768}}) {
+    for (const int64_t key_count : {int64_t{4}, int64_t{64}, int64_t{4096}}) {
+      for (const int distinct_scores : {3, 50, 100000}) {  // few distinct scores: many groups tie
+        std::vector<uint32_t> key(static_cast<size_t>(n));
+        for (auto& x : key) x = static_cast<uint32_t>(rng() % key_count);
+        kvtool::scoring::RowGroups g;
+        std::vector<uint32_t> keys;
+        kvtool::scoring::group_rows(key.data(), n, key_count, g, keys);
+        REQUIRE(g.n == n);
+        std::vector<float> gscore(static_cast<size_t>(g.groups()));
+        for (auto& s : gscore) s = static_cast<float>(static_cast<int>(rng() % distinct_scores) - distinct_scores / 2);
+        std::vector<int64_t> group_of(static_cast<size_t>(key_count), -1);
+        for (size_t p = 0; p < keys.size(); ++p) group_of[keys[p]] = static_cast<int64_t>(p);
+        std::vector<float> row_score(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) row_score[i] = gscore[group_of[key[i]]];
+        for (const Simd level : {Simd::portable, Simd::avx512}) {
+          const Simd was = kvtool::scoring::set_simd_level(level);
+          for (const int64_t k : {int64_t{0}, int64_t{1}, n / 10, n / 4, n / 2, n, n + 5}) {
+            const int64_t b = std::max<int64_t>(0, std::min(k, n));
+            std::vector<int64_t> want(static_cast<size_t>(b) + 1, -7), got(static_cast<size_t>(b) + 1, -7);
+            std::vector<float> got_s(static_cast<size_t>(b) + 1, -7.f);
+            REQUIRE(kvtool::scoring::top_k_into(row_score.data(), n, k, want.data()) == b);
+            REQUIRE(kvtool::scoring::top_k_groups_into(gscore.data(), g, k, 1000, got.data(), got_s.data()) == b);
+            for (int64_t r = 0; r < b; ++r) {
+              REQUIRE(got[r] == want[r] + 1000);
+              REQUIRE(got_s[r] == row_score[want[r]]);
+            }
+            REQUIRE(got[b] == -7);  // nothing past the answer
+          }
+          kvtool::scoring::set_simd_level(was);
+        }
+      }
+    }
+  }
+}

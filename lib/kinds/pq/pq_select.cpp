@@ -41,6 +41,8 @@ class PqSelector : public PartSelector {
     // up to 8 bits. Read in place when the reader holds them (a pool's admission retained them).
     const std::span<const uint8_t> codes = r.section_view(require_section(r, "pq_codes", layer, head), scratch);
     const int64_t m = lay_.m;
+    if (m == 2 && lay_.bits <= 8 && n_ <= int64_t{UINT32_MAX}) group_pairs(codes.data());  // sets by_pair_
+    if (by_pair_) return;  // every row of one code pair scores the same: no codes kept
     if (scoring::fastscan_applies(lay_.bits, m, n_))
       scoring::fastscan_pack(codes.data(), n_, m, fast_);  // b = 4: the fast-scan layouts (kvtool/fastscan.h)
     else if (lay_.bits <= 8) {
@@ -69,6 +71,29 @@ class PqSelector : public PartSelector {
       }
     }
   }
+  // m = 2, b <= 8: the rows grouped by their code pair (c0 << b | c1), and the distinct pairs as
+  // column-major codes [2, pairs]; a query scores each pair once and lists the rows of the best.
+  void group_pairs(const uint8_t* codes) {
+    // Listing the best pairs' rows reads them out of order: measured faster than scoring and
+    // sorting rows at about 9 rows a pair (m 2, b 6), slower at about 4.7 (b 7) on 32K rows
+    // (docs/performance.md). Speed only: both paths give the same answer bit for bit.
+    std::vector<uint32_t> pair(static_cast<size_t>(n_)), distinct;
+    std::vector<uint8_t> seen(size_t{1} << (2 * lay_.bits), 0);
+    int64_t count = 0;
+    for (int64_t i = 0; i < n_; ++i) {
+      pair[i] = static_cast<uint32_t>(codes[2 * i] << lay_.bits | codes[2 * i + 1]);
+      count += seen[pair[i]] == 0;
+      seen[pair[i]] = 1;
+    }
+    if (count * kRowsPerPair > n_) return;
+    scoring::group_rows(pair.data(), n_, int64_t{1} << (2 * lay_.bits), pairs_, distinct);
+    by_pair_ = true;
+    pair_codes_.resize(static_cast<size_t>(2 * count));
+    for (int64_t p = 0; p < count; ++p) {
+      pair_codes_[p] = static_cast<uint8_t>(distinct[p] >> lay_.bits);
+      pair_codes_[count + p] = static_cast<uint8_t>(distinct[p] & ((1u << lay_.bits) - 1));
+    }
+  }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
     const float* q = req.q;
@@ -89,7 +114,7 @@ class PqSelector : public PartSelector {
     thread_local Scratch sc;
     if (fast_.n > 0) return fast_best(q, budget, sc, out);
     score_group(&q, 1, sc);
-    sc.best(budget, n_, base, 0, out);
+    sc.best(budget, 0, out);
   }
   // The batch's queries of this part (the query heads of one kv head, GQA) a few at a time, each
   // few scored in one pass over the codes; the same answers as select() one by one.
@@ -118,12 +143,12 @@ class PqSelector : public PartSelector {
         int64_t* ids;
         float* scores;
         if (answers.room(j0 + j, std::min(budget, n_), ids, scores)) {
-          answers.finish(j0 + j, sc.best_into(budget, n_, rows_.begin(), j, ids, scores));
+          answers.finish(j0 + j, sc.best_into(budget, j, ids, scores));
           continue;
         }
         sel.clear();
         sel.budget_rows = budget;
-        sc.best(budget, n_, rows_.begin(), j, sel);
+        sc.best(budget, j, sel);
         answers.put(j0 + j, sel);
       }
     }
@@ -134,28 +159,36 @@ class PqSelector : public PartSelector {
   }
   // The query heads a GQA model shares one kv head among (Llama-3-8B: 4): scored together.
   static constexpr int64_t kGroup = 4;
+  // A part's rows are listed by code pair when its pairs average at least this many rows.
+  static constexpr int64_t kRowsPerPair = 8;
   // Per-thread and reused (no allocation once a thread has answered a part this size): the lookup
   // tables [g, m, 2^b] of q_sub · centroid (inner product, as the reference scores), the g x n
   // scores and the selection, each written before it is read.
   struct Scratch {
     std::vector<float> lut, score;
     std::vector<int64_t> top;
-    // The same into caller buffers of min(budget, n) entries (scores: nullptr for none); returns
-    // the count written.
-    int64_t best_into(int64_t budget, int64_t n, int64_t base, int64_t j, int64_t* ids, float* scores) {
-      const float* s = score.data() + j * n;
-      const int64_t kept = scoring::top_k_into(s, n, budget, ids);  // row indices, then made absolute
+    // What score_group scored last: query j's scores at score[j * scored, (j + 1) * scored), one a
+    // row, or one a code pair when `pairs` is set; rows are absolute from `base`.
+    int64_t scored = 0, base = 0;
+    const scoring::RowGroups* pairs = nullptr;
+    // Query j's best `budget` rows (absolute ids, best first; ties by lower id) into caller buffers
+    // of min(budget, n) entries (scores: nullptr for none); returns the count written.
+    int64_t best_into(int64_t budget, int64_t j, int64_t* ids, float* scores) {
+      const float* s = score.data() + j * scored;
+      if (pairs) return scoring::top_k_groups_into(s, *pairs, budget, base, ids, scores);
+      const int64_t kept = scoring::top_k_into(s, scored, budget, ids);  // row indices, then made absolute
       if (scores)
         for (int64_t r = 0; r < kept; ++r) scores[r] = s[ids[r]];
       for (int64_t r = 0; r < kept; ++r) ids[r] += base;
       return kept;
     }
-    // Query j's best `budget` rows into out (absolute ids, best first; ties by lower id).
-    void best(int64_t budget, int64_t n, int64_t base, int64_t j, Selection& out) {
+    // The same appended to out.
+    void best(int64_t budget, int64_t j, Selection& out) {
+      const int64_t n = pairs ? pairs->n : scored;
       const size_t at = out.ids.size(), most = static_cast<size_t>(std::min(budget, n));
       out.ids.resize(at + most);
       out.scores.resize(at + most);
-      const int64_t kept = best_into(budget, n, base, j, out.ids.data() + at, out.scores.data() + at);
+      const int64_t kept = best_into(budget, j, out.ids.data() + at, out.scores.data() + at);
       out.ids.resize(at + static_cast<size_t>(kept));
       out.scores.resize(at + static_cast<size_t>(kept));
     }
@@ -172,14 +205,19 @@ class PqSelector : public PartSelector {
       out.scores.push_back(sc.score[r]);
     }
   }
-  // The scores of g <= kGroup queries in one pass over the codes.
+  // The scores of g <= kGroup queries in one pass over the codes (or the code pairs).
   void score_group(const float* const* q, int64_t g, Scratch& sc) const {
     const int64_t t = lay_.m * lay_.k;
+    sc.scored = by_pair_ ? pairs_.groups() : n_;
+    sc.base = rows_.begin();
+    sc.pairs = by_pair_ ? &pairs_ : nullptr;
     grow(sc.lut, kGroup * t);
-    grow(sc.score, kGroup * n_);
+    grow(sc.score, kGroup * sc.scored);
     for (int64_t j = 0; j < g; ++j)
       scoring::pq_lut_t(q[j], centroids_t_.data(), lay_.m, lay_.k, lay_.dsub, sc.lut.data() + j * t);
-    if (lay_.bits <= 8)
+    if (by_pair_)
+      scoring::pq_scores_cm_group_u8(sc.lut.data(), g, pair_codes_.data(), sc.scored, 2, lay_.k, sc.score.data());
+    else if (lay_.bits <= 8)
       scoring::pq_scores_cm_group_u8(sc.lut.data(), g, codes8_.get(), n_, lay_.m, lay_.k, sc.score.data());
     else
       scoring::pq_scores_cm_group_u16(sc.lut.data(), g, codes16_.data(), n_, lay_.m, lay_.k, sc.score.data());
@@ -234,7 +272,8 @@ class PqSelector : public PartSelector {
   }
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {
-    return vector_bytes(centroids_t_) + (codes8_ ? n_ * lay_.m : 0) + vector_bytes(codes16_) + fast_.bytes();
+    return vector_bytes(centroids_t_) + (codes8_ ? n_ * lay_.m : 0) + vector_bytes(codes16_) + fast_.bytes() +
+           pairs_.bytes() + vector_bytes(pair_codes_);
   }
 
  private:
@@ -248,12 +287,14 @@ class PqSelector : public PartSelector {
   }
   PqLayout lay_;
   IndexedRows rows_;
-  bool dense_ = false;
+  bool dense_ = false, by_pair_ = false;
   int64_t n_ = 0;
   std::vector<float> centroids_t_;     // [m, dsub, k] (the artifact's [m, k, dsub] transposed)
   std::unique_ptr<uint8_t[]> codes8_;  // [m, n] column-major, bits <= 8 (not zero-filled first)
   std::vector<uint16_t> codes16_;      // [m, n] column-major, bits > 8
-  scoring::FastScanCodes fast_;        // bits == 4 (then codes8_ stays empty)
+  scoring::FastScanCodes fast_;        // bits == 4 and m != 2 (then codes8_ stays empty)
+  scoring::RowGroups pairs_;           // m == 2, bits <= 8: the rows by code pair (then no codes8_)
+  std::vector<uint8_t> pair_codes_;    // [2, pairs] column-major: each pair's two codes
 };
 
 // The index of the first of `count` codes (u8, or u16 little-endian above 8 bits) that is not
@@ -314,10 +355,26 @@ void validate_pq(const ArtifactReader& r) {
   KVT_CHECK(sections_seen == r.sections().size(), PART_INVALID, "the artifact has sections that belong to no pq part");
 }
 
+// What PqSelector holds beyond the pool's generic bound: with m = 2 and b <= 8, a part's rows
+// grouped by code pair (a 32-bit row id each, a 32-bit start and two codes per distinct pair, the
+// sample) in place of its codes.
+int64_t pq_selector_extra_bytes(const ArtifactReader& r) {
+  const PqLayout lay = PqLayout::of(r);
+  if (lay.m != 2 || lay.bits > 8) return 0;
+  int64_t extra = 0;
+  for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
+    if (pm.value("dense", false)) continue;
+    const int64_t n = int_member(pm, "indexed_rows", "pq part");
+    extra += 4 * n + 6 * std::min(n, int64_t{1} << (2 * lay.bits)) + 4 + 4 * scoring::kSelectionSample;
+  }
+  return extra;
+}
+
 }  // namespace
 
 KindSpec kinds::pq_kind() {
   KindSpec k = make_budget_kind_spec<PqSelector>("pq", "PQCache product quantization of keys", validate_pq);
+  k.selector_extra_bytes = pq_selector_extra_bytes;
   k.device_f32_sections = {"pq_centroids"};
   return k;
 }

@@ -343,14 +343,15 @@ const KindSpec& admit_image(Pool::State& st, const PublishRequest& rq, Generatio
 }
 
 // Decompresses into the selectors (host queries). Their state is reserved at an upper bound
-// before it is built (selectors widen u8/u16 codes and ids at most 2x; per-part bookkeeping),
-// then the reservation shrinks to what they measure. Kinds without queries (container-test) are
-// published as bytes only and skip this.
-void load_selectors(const std::shared_ptr<Pool::State>& st, const std::string& path, Generation& g,
-                    std::vector<std::string>& evicted) {
+// before it is built (selectors widen u8/u16 codes and ids at most 2x; per-part bookkeeping; what
+// the kind adds, KindSpec::selector_extra_bytes), then the reservation shrinks to what they measure. Kinds without
+// queries (container-test) are published as bytes only and skip this.
+void load_selectors(const std::shared_ptr<Pool::State>& st, const std::string& path, const KindSpec& kind,
+                    Generation& g, std::vector<std::string>& evicted) {
   const ArtifactReader& r = *g.reader;
   const int64_t parts = static_cast<int64_t>(r.manifest()["kind_data"].value("parts", json::array()).size());
-  g.charges.push_back(reserve(st, selector_bound(r, parts), 0, evicted));
+  const int64_t extra = kind.selector_extra_bytes ? kind.selector_extra_bytes(r) : 0;
+  g.charges.push_back(reserve(st, selector_bound(r, parts) + extra, 0, evicted));
   g.sel = std::make_unique<SelectorSet>(r);
   g.sel->preload();
   const int64_t used = g.sel->resident_bytes();
@@ -525,7 +526,7 @@ PublishTicket Pool::begin(const PublishRequest& req) {
     const KindSpec& kind = admit_image(*st_, rq, *g, size);
     auto t2 = Clock::now();
     rc.validate_s = secs(t1, t2);
-    if (kind.load) load_selectors(st_, rq.artifact, *g, rc.evicted);
+    if (kind.load) load_selectors(st_, rq.artifact, kind, *g, rc.evicted);
     const uint64_t device_bytes = rq.device ? stage_device_image(st_, kind, *g, *w) : 0;
     g->reader->release_sections();
     rc.decompress_s = secs(t2, Clock::now());

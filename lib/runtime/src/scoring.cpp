@@ -562,11 +562,11 @@ uint32_t sample_bound(const uint32_t* sample, int64_t count, int64_t rank, uint3
   return static_cast<uint32_t>(std::min<uint64_t>(top, hi));
 }
 
-// The b smallest of w keys (score key << 32 | id) ascending into order's ids. The keys arrive in
-// ascending id order, so a stable sort on the score key alone is the full order: an LSD radix
-// sort of the score key's offset from the smallest, 12 bits per pass, as many passes as the
-// offsets' range needs (two for the top tenth of 32K PQ scores).
-void sort_kept(uint64_t* keys, int64_t w, int64_t b, uint64_t* tmp, uint32_t* hist, int64_t* order) {
+// Sorts w keys (score key << 32 | id), which arrive in ascending id order, by the score key alone:
+// stable, so that is the full order. An LSD radix sort of the score key's offset from the
+// smallest, 12 bits per pass, as many passes as the offsets' range needs (two for the top tenth of
+// 32K PQ scores). Returns keys or tmp (w keys), whichever holds the sorted keys.
+uint64_t* sort_by_score_key(uint64_t* keys, int64_t w, uint64_t* tmp, uint32_t* hist) {
   uint32_t lo = UINT32_MAX, hi = 0;
   for (int64_t i = 0; i < w; ++i) {
     const auto k = static_cast<uint32_t>(keys[i] >> 32);
@@ -581,7 +581,31 @@ void sort_kept(uint64_t* keys, int64_t w, int64_t b, uint64_t* tmp, uint32_t* hi
     for (int64_t i = 0; i < w; ++i) dst[hist[((static_cast<uint32_t>(src[i] >> 32) - lo) >> shift) & 0xfff]++] = src[i];
     std::swap(src, dst);
   }
-  for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(src[i] & 0xffffffffu);
+  return src;
+}
+
+// The b smallest of those w keys ascending into order's ids.
+void sort_kept(uint64_t* keys, int64_t w, int64_t b, uint64_t* tmp, uint32_t* hist, int64_t* order) {
+  const uint64_t* sorted = sort_by_score_key(keys, w, tmp, hist);
+  for (int64_t i = 0; i < b; ++i) order[i] = static_cast<int64_t>(sorted[i] & 0xffffffffu);
+}
+
+// The rank in a strided sample of kSelectionSample keys whose key bounds the b-th smallest of n
+// from above with a margin of 4 binomial standard deviations (plus 4); -1 when that rank is not
+// below the sample's last, so the sample cannot bound it.
+int64_t sample_rank(int64_t b, int64_t n) {
+  const double p = static_cast<double>(b) / static_cast<double>(n);
+  const int64_t expect = static_cast<int64_t>(p * kSelectionSample);
+  const int64_t rank = expect + static_cast<int64_t>(4 * std::sqrt(kSelectionSample * p * (1 - p))) + 4;
+  return rank >= kSelectionSample - 1 ? -1 : rank;
+}
+
+// collect_at_most at the Simd level in use.
+int64_t collect(const float* score, int64_t n, uint32_t t, uint64_t* out) {
+#if KVTOOL_X86_DISPATCH
+  if (simd_level() == Simd::avx512) return collect_at_most_avx512(score, n, t, out);
+#endif
+  return collect_at_most(score, n, t, out);
 }
 
 // The selection when b is well below n: a strided sample of the keys bounds the b-th smallest
@@ -591,25 +615,67 @@ void sort_kept(uint64_t* keys, int64_t w, int64_t b, uint64_t* tmp, uint32_t* hi
 // best. Returns false (nothing written) when the sample missed, i.e. fewer than b were kept; the
 // caller then runs the full selection. The sample changes the speed, never the answer.
 bool top_k_sampled(const float* score, int64_t n, int64_t b, int64_t* order, SelectionScratch& sc) {
-  constexpr int64_t kSample = 2048;
-  const double p = static_cast<double>(b) / static_cast<double>(n);
-  const int64_t expect = static_cast<int64_t>(p * kSample);
-  const int64_t rank = expect + static_cast<int64_t>(4 * std::sqrt(kSample * p * (1 - p))) + 4;
-  if (rank >= kSample - 1) return false;
-  uint32_t sample[kSample];
-  for (int64_t j = 0; j < kSample; ++j) sample[j] = score_key(score[j * n / kSample]);
-  const uint32_t t = sample_bound(sample, kSample, rank, sc.hist.data());
+  const int64_t rank = sample_rank(b, n);
+  if (rank < 0) return false;
+  uint32_t sample[kSelectionSample];
+  for (int64_t j = 0; j < kSelectionSample; ++j) sample[j] = score_key(score[j * n / kSelectionSample]);
+  const uint32_t t = sample_bound(sample, kSelectionSample, rank, sc.hist.data());
   uint64_t* kept = room(sc.keys, static_cast<size_t>(n) + 16);
-  int64_t w;
-#if KVTOOL_X86_DISPATCH
-  if (simd_level() == Simd::avx512)
-    w = collect_at_most_avx512(score, n, t, kept);
-  else
-#endif
-    w = collect_at_most(score, n, t, kept);
+  const int64_t w = collect(score, n, t, kept);
   if (w < b) return false;
   sort_kept(kept, w, b, room(sc.sorted, static_cast<size_t>(n)), sc.hist.data(), order);  // sized by n: no regrowth
   return true;
+}
+
+// Groups of rows (RowGroups) scored score[p]: the groups that hold the b best rows, perhaps with
+// more, as (score key << 32 | group) in increasing group order; returns their count. The sample of
+// the rows (stratified by group) bounds the cut as top_k_sampled's does; when the groups within
+// the bound hold fewer than b rows, every group is returned. Either way every row left out scores
+// below every row kept, so the answer never depends on the sample.
+int64_t collect_groups(const float* score, const RowGroups& g, int64_t b, uint64_t* kept, SelectionScratch& sc) {
+  const int64_t groups = g.groups();
+  const int64_t rank = g.n >= 8192 && b <= g.n / 4 && !g.sample.empty() ? sample_rank(b, g.n) : -1;
+  if (rank >= 0) {
+    uint32_t sample[kSelectionSample];
+    for (int64_t j = 0; j < kSelectionSample; ++j) sample[j] = score_key(score[g.sample[j]]);
+    const int64_t w = collect(score, groups, sample_bound(sample, kSelectionSample, rank, sc.hist.data()), kept);
+    int64_t rows = 0;
+    for (int64_t i = 0; i < w; ++i) {
+      const uint32_t p = static_cast<uint32_t>(kept[i]);
+      rows += g.start[p + 1] - g.start[p];
+    }
+    if (rows >= b) return w;
+  }
+  return collect(score, groups, UINT32_MAX, kept);
+}
+
+// The first `most` rows of group p (ascending) at ids / scores; returns how many.
+int64_t emit_group(const float* score, const RowGroups& g, uint32_t p, int64_t most, int64_t base, int64_t* ids,
+                   float* scores) {
+  const uint32_t* rows = g.rows.data() + g.start[p];
+  const int64_t take = std::min<int64_t>(most, g.start[p + 1] - g.start[p]);
+  for (int64_t r = 0; r < take; ++r) ids[r] = base + rows[r];
+  if (scores) std::fill(scores, scores + take, score[p]);
+  return take;
+}
+
+// The groups of keys[0, count), which all score equal: their rows merged in increasing order (as
+// (row << 32 | group), radix-sorted by row), the first `most` of them at ids / scores.
+int64_t emit_tied(const float* score, const RowGroups& g, const uint64_t* keys, int64_t count, int64_t most,
+                  int64_t base, int64_t* ids, float* scores, SelectionScratch& sc) {
+  uint64_t* merged = room(sc.tied[0], static_cast<size_t>(g.n));
+  int64_t total = 0;
+  for (int64_t c = 0; c < count; ++c) {
+    const uint32_t p = static_cast<uint32_t>(keys[c]);
+    for (uint32_t r = g.start[p]; r < g.start[p + 1]; ++r) merged[total++] = (uint64_t{g.rows[r]} << 32) | p;
+  }
+  radix_sort(merged, total, room(sc.low[0], static_cast<size_t>(g.n)), 32);
+  const int64_t take = std::min(most, total);
+  for (int64_t r = 0; r < take; ++r) {
+    ids[r] = base + static_cast<int64_t>(merged[r] >> 32);
+    if (scores) scores[r] = score[static_cast<uint32_t>(merged[r])];
+  }
+  return take;
 }
 
 }  // namespace
@@ -661,6 +727,78 @@ int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* order)
 }
 
 std::vector<int64_t> rank_all(const float* score, int64_t n) { return top_k(score, n, n); }
+
+int64_t RowGroups::bytes() const {
+  return static_cast<int64_t>((start.capacity() + rows.capacity() + sample.capacity()) * sizeof(uint32_t));
+}
+
+void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& out, std::vector<uint32_t>& keys) {
+  std::vector<uint32_t> group(static_cast<size_t>(key_count), 0);  // first a count per key
+  for (int64_t i = 0; i < n; ++i) ++group[key[i]];
+  const auto groups = static_cast<size_t>(std::count_if(group.begin(), group.end(), [](uint32_t c) { return c > 0; }));
+  keys.resize(groups);
+  out.n = n;
+  out.start.assign(groups + 1, 0);  // exact sizes: bytes() counts capacity
+  size_t p = 0;
+  for (int64_t v = 0; v < key_count; ++v) {
+    if (group[v] == 0) continue;
+    keys[p] = static_cast<uint32_t>(v);
+    out.start[p + 1] = out.start[p] + group[v];
+    group[v] = static_cast<uint32_t>(p++);  // now the key's group
+  }
+  std::vector<uint32_t> next(out.start.begin(), out.start.end() - 1);
+  out.rows.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out.rows[next[group[key[i]]]++] = static_cast<uint32_t>(i);
+  out.sample.clear();
+  if (n < kSelectionSample) return;
+  out.sample.resize(kSelectionSample);
+  p = 0;  // positions j * n / kSelectionSample increase with j, and so do their groups
+  for (int64_t j = 0; j < kSelectionSample; ++j) {
+    const int64_t at = j * n / kSelectionSample;
+    while (out.start[p + 1] <= at) ++p;
+    out.sample[j] = static_cast<uint32_t>(p);
+  }
+}
+
+int64_t top_k_groups_into(const float* score, const RowGroups& g, int64_t k, int64_t base, int64_t* ids,
+                          float* scores) {
+  const int64_t b = std::max<int64_t>(0, std::min(k, g.n));
+  if (b == 0) return 0;
+  SelectionScratch& sc = selection_scratch();
+  const auto groups = static_cast<size_t>(g.groups());
+  uint64_t* kept = room(sc.keys, groups + 16);
+  const int64_t w = collect_groups(score, g, b, kept, sc);
+  // Kept group i (in increasing group order) is kept[i]'s low half; the sort carries i instead, and
+  // the walk in score order only places each group (at[i]: its first output slot, or none), so
+  // that the rows are then read in increasing group order, one stream, not one miss a group.
+  uint32_t* group = reinterpret_cast<uint32_t*>(room(sc.low[1], groups));
+  uint32_t* at = group + groups;  // room for 2 x groups u32
+  for (int64_t i = 0; i < w; ++i) {
+    group[i] = static_cast<uint32_t>(kept[i]);
+    kept[i] = (kept[i] & ~uint64_t{0xffffffffu}) | static_cast<uint32_t>(i);
+    at[i] = UINT32_MAX;
+  }
+  const uint64_t* sorted = sort_by_score_key(kept, w, room(sc.sorted, groups), sc.hist.data());
+  int64_t out = 0;
+  for (int64_t i = 0; i < w && out < b;) {  // runs of equal score keys: one group, or tied groups merged
+    int64_t j = i + 1;
+    while (j < w && (sorted[j] >> 32) == (sorted[i] >> 32)) ++j;
+    if (j == i + 1) {
+      const uint32_t c = static_cast<uint32_t>(sorted[i]), p = group[c];
+      at[c] = static_cast<uint32_t>(out);
+      out += std::min<int64_t>(b - out, g.start[p + 1] - g.start[p]);
+    } else {
+      uint64_t* run = room(sc.tied[1], static_cast<size_t>(j - i));
+      for (int64_t r = i; r < j; ++r) run[r - i] = group[static_cast<uint32_t>(sorted[r])];
+      out += emit_tied(score, g, run, j - i, b - out, base, ids + out, scores ? scores + out : nullptr, sc);
+    }
+    i = j;
+  }
+  for (int64_t i = 0; i < w; ++i)
+    if (at[i] != UINT32_MAX)
+      emit_group(score, g, group[i], b - at[i], base, ids + at[i], scores ? scores + at[i] : nullptr);
+  return out;
+}
 
 void dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out) {
   for (int64_t c = 0; c < count; ++c) {

@@ -226,6 +226,10 @@ struct KindSpec {
   // Sections that the kind's device path reads as f32 where the artifact stores them as f16
   // (centroids, codebooks): the pool's device image holds them widened (exactly).
   std::vector<std::string> device_f32_sections;
+  // Optional: host bytes the kind's selectors of this artifact may hold beyond the pool's generic
+  // bound (twice the raw sections plus 4 KiB a part), for state that is not a widened copy of a
+  // section (pq's rows grouped by code pair). The pool reserves them before the selectors load.
+  std::function<int64_t(const ArtifactReader&)> selector_extra_bytes = nullptr;
   // Receipts need the full key rows (inclusion probabilities): callers pass KeyRows.
   bool needs_keys = false;
   // Optional kind-specific summary shown by inspect (e.g. table bytes, bucket occupancy).

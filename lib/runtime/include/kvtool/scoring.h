@@ -65,6 +65,28 @@ int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* out);
 // Every index, best first; equal scores by lower index (a full ranking).
 std::vector<int64_t> rank_all(const float* score, int64_t n);
 
+// How many keys the sampled selections draw to bound their cut (top_k_into's, top_k_groups_into's).
+constexpr int64_t kSelectionSample = 2048;
+// Rows grouped by a key they share, and with it their score (a PQ part with m = 2: the rows of
+// one code pair): group p's rows are rows[start[p], start[p + 1]), in increasing order; sample[j]
+// is the group of position j * n / kSelectionSample of `rows` (j < kSelectionSample; empty when
+// n is below that), a sample of the rows stratified by group. Row indices are 32-bit.
+struct RowGroups {
+  int64_t n = 0;
+  std::vector<uint32_t> start, rows, sample;
+  int64_t groups() const { return start.empty() ? 0 : static_cast<int64_t>(start.size()) - 1; }
+  int64_t bytes() const;
+};
+// The groups of rows i < n by key[i] < key_count (keys no row has make no group), in increasing
+// key order: keys[p] is group p's key. n < 2^32.
+void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& out, std::vector<uint32_t>& keys);
+// top_k_into over the rows of g when each row of group p scores score[p], without scoring or
+// sorting rows: ids[r] = base + the r-th best row and scores[r] its score (scores: nullptr for
+// none), best first, equal scores by lower row — top_k_into's rows and their scores bit for bit.
+// Returns the count, min(k, n). Only the groups within a sampled bound are sorted, and their rows
+// listed. Allocation-free once the calling thread has selected from n rows before.
+int64_t top_k_groups_into(const float* score, const RowGroups& g, int64_t k, int64_t base, int64_t* ids, float* scores);
+
 // out[c] = sum_t q[t] * centroids[c * d + t]   (float)
 void dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out);
 // out[i] = scale * sum_t double(q[t]) * centroids[rows[i] * d + t]   (double; rows == nullptr: row i)
