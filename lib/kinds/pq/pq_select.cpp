@@ -74,9 +74,10 @@ class PqSelector : public PartSelector {
   // m = 2, b <= 8: the rows grouped by their code pair (c0 << b | c1), and the distinct pairs as
   // column-major codes [2, pairs]; a query scores each pair once and lists the rows of the best.
   void group_pairs(const uint8_t* codes) {
-    // Listing the best pairs' rows reads them out of order: measured faster than scoring and
-    // sorting rows at about 9 rows a pair (m 2, b 6), slower at about 4.7 (b 7) on 32K rows
-    // (docs/performance.md). Speed only: both paths give the same answer bit for bit.
+    // Scoring pairs instead of rows pays while pairs are fewer than rows by enough to cover
+    // listing the kept pairs' rows: tests/bench/bench_pairs.cpp measures the break-even near 1.6
+    // rows a pair (b 7 and 8, 32K and 128K rows; docs/performance.md). Speed only: both paths give
+    // the same answer bit for bit.
     std::vector<uint32_t> pair(static_cast<size_t>(n_)), distinct;
     std::vector<uint8_t> seen(size_t{1} << (2 * lay_.bits), 0);
     int64_t count = 0;
@@ -134,6 +135,7 @@ class PqSelector : public PartSelector {
       }
       return;
     }
+    if (by_pair_) pairs_.prefetch();  // the kv head's queries list rows of the pairs they keep
     for (int64_t j0 = 0; j0 < qs.count; j0 += kGroup) {
       const int64_t g = std::min(kGroup, qs.count - j0);
       const float* q[kGroup];
@@ -159,8 +161,9 @@ class PqSelector : public PartSelector {
   }
   // The query heads a GQA model shares one kv head among (Llama-3-8B: 4): scored together.
   static constexpr int64_t kGroup = 4;
-  // A part's rows are listed by code pair when its pairs average at least this many rows.
-  static constexpr int64_t kRowsPerPair = 8;
+  // A part's rows are listed by code pair when its pairs average at least this many rows (above
+  // the measured break-even of about 1.6, group_pairs).
+  static constexpr int64_t kRowsPerPair = 2;
   // Per-thread and reused (no allocation once a thread has answered a part this size): the lookup
   // tables [g, m, 2^b] of q_sub · centroid (inner product, as the reference scores), the g x n
   // scores and the selection, each written before it is read.

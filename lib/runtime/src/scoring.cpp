@@ -649,13 +649,26 @@ int64_t collect_groups(const float* score, const RowGroups& g, int64_t b, uint64
   return collect(score, groups, UINT32_MAX, kept);
 }
 
-// The first `most` rows of group p (ascending) at ids / scores; returns how many.
+// The first min(most, its size) rows of group p (ascending) at ids / scores; returns how many.
+// `most` is also the room at ids / scores: eight at a time while eight fit, so entries past the
+// group's may be written (the next group's rows overwrite them) — short lists copied without a
+// branch on their length, which mispredicted on about every group.
 int64_t emit_group(const float* score, const RowGroups& g, uint32_t p, int64_t most, int64_t base, int64_t* ids,
                    float* scores) {
   const uint32_t* rows = g.rows.data() + g.start[p];
   const int64_t take = std::min<int64_t>(most, g.start[p + 1] - g.start[p]);
-  for (int64_t r = 0; r < take; ++r) ids[r] = base + rows[r];
-  if (scores) std::fill(scores, scores + take, score[p]);
+  const int64_t readable = static_cast<int64_t>(g.rows.size()) - g.start[p];  // rows past the group's are read too
+  const float s = score[p];
+  int64_t r = 0;
+  for (; r < take && r + 8 <= most && r + 8 <= readable; r += 8)
+    for (int64_t e = r; e < r + 8; ++e) {
+      ids[e] = base + rows[e];
+      if (scores) scores[e] = s;
+    }
+  for (; r < take; ++r) {
+    ids[r] = base + rows[r];
+    if (scores) scores[r] = s;
+  }
   return take;
 }
 
@@ -728,6 +741,13 @@ int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* order)
 
 std::vector<int64_t> rank_all(const float* score, int64_t n) { return top_k(score, n, n); }
 
+void RowGroups::prefetch() const {
+  for (const std::vector<uint32_t>* v : {&start, &rows}) {
+    const char* p = reinterpret_cast<const char*>(v->data());
+    for (size_t o = 0; o < v->size() * sizeof(uint32_t); o += 64) __builtin_prefetch(p + o, 0, 3);
+  }
+}
+
 int64_t RowGroups::bytes() const {
   return static_cast<int64_t>((start.capacity() + rows.capacity() + sample.capacity()) * sizeof(uint32_t));
 }
@@ -768,35 +788,21 @@ int64_t top_k_groups_into(const float* score, const RowGroups& g, int64_t k, int
   const auto groups = static_cast<size_t>(g.groups());
   uint64_t* kept = room(sc.keys, groups + 16);
   const int64_t w = collect_groups(score, g, b, kept, sc);
-  // Kept group i (in increasing group order) is kept[i]'s low half; the sort carries i instead, and
-  // the walk in score order only places each group (at[i]: its first output slot, or none), so
-  // that the rows are then read in increasing group order, one stream, not one miss a group.
-  uint32_t* group = reinterpret_cast<uint32_t*>(room(sc.low[1], groups));
-  uint32_t* at = group + groups;  // room for 2 x groups u32
-  for (int64_t i = 0; i < w; ++i) {
-    group[i] = static_cast<uint32_t>(kept[i]);
-    kept[i] = (kept[i] & ~uint64_t{0xffffffffu}) | static_cast<uint32_t>(i);
-    at[i] = UINT32_MAX;
-  }
   const uint64_t* sorted = sort_by_score_key(kept, w, room(sc.sorted, groups), sc.hist.data());
   int64_t out = 0;
   for (int64_t i = 0; i < w && out < b;) {  // runs of equal score keys: one group, or tied groups merged
     int64_t j = i + 1;
     while (j < w && (sorted[j] >> 32) == (sorted[i] >> 32)) ++j;
+    float* at = scores ? scores + out : nullptr;
     if (j == i + 1) {
-      const uint32_t c = static_cast<uint32_t>(sorted[i]), p = group[c];
-      at[c] = static_cast<uint32_t>(out);
-      out += std::min<int64_t>(b - out, g.start[p + 1] - g.start[p]);
+      out += emit_group(score, g, static_cast<uint32_t>(sorted[i]), b - out, base, ids + out, at);
     } else {
       uint64_t* run = room(sc.tied[1], static_cast<size_t>(j - i));
-      for (int64_t r = i; r < j; ++r) run[r - i] = group[static_cast<uint32_t>(sorted[r])];
-      out += emit_tied(score, g, run, j - i, b - out, base, ids + out, scores ? scores + out : nullptr, sc);
+      for (int64_t r = i; r < j; ++r) run[r - i] = static_cast<uint32_t>(sorted[r]);
+      out += emit_tied(score, g, run, j - i, b - out, base, ids + out, at, sc);
     }
     i = j;
   }
-  for (int64_t i = 0; i < w; ++i)
-    if (at[i] != UINT32_MAX)
-      emit_group(score, g, group[i], b - at[i], base, ids + at[i], scores ? scores + at[i] : nullptr);
   return out;
 }
 
