@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -403,12 +404,14 @@ uint64_t selection_key(float s, int64_t id) {
 // Per-thread buffers reused from call to call: a query allocates (and page-faults) nothing once
 // its thread has seen the largest n. Grown, never value-initialized again (every slot is written
 // before it is read).
-constexpr int64_t kSampleBuckets = 2048, kSortBuckets = 4096;
+constexpr int64_t kSampleBuckets = 2048;
+constexpr int kDigitBits = 11;  // sort_by_score_key's widest digit
+
 struct SelectionScratch {
   // low/tied per recursion depth: each level narrows the key range 2^11-fold (or ends), so 64-bit
   // keys need at most 6 levels.
   std::vector<uint64_t> keys, sorted, low[8], tied[8];
-  std::array<uint32_t, kSortBuckets + 1> hist;  // sample_bound and sort_kept
+  std::array<uint32_t, 3 << kDigitBits> hist;  // sample_bound; sort_by_score_key: at most 3 x 2^11 (widest 11)
 };
 uint64_t* room(std::vector<uint64_t>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -562,23 +565,43 @@ uint32_t sample_bound(const uint32_t* sample, int64_t count, int64_t rank, uint3
   return static_cast<uint32_t>(std::min<uint64_t>(top, hi));
 }
 
+// One LSD pass of sort_by_score_key: keys from src to dst by the digit at `shift` of their score
+// key's offset from lo, at the positions `pos` (the digit's exclusive prefix sums, advanced as keys
+// land).
+void scatter_by_digit(const uint64_t* src, uint64_t* dst, int64_t w, uint32_t lo, int shift, uint32_t mask,
+                      uint32_t* pos) {
+  for (int64_t i = 0; i < w; ++i) dst[pos[((static_cast<uint32_t>(src[i] >> 32) - lo) >> shift) & mask]++] = src[i];
+}
+
 // Sorts w keys (score key << 32 | id), which arrive in ascending id order, by the score key alone:
 // stable, so that is the full order. An LSD radix sort of the score key's offset from the
-// smallest, 12 bits per pass, as many passes as the offsets' range needs (two for the top tenth of
-// 32K PQ scores). Returns keys or tmp (w keys), whichever holds the sorted keys.
+// smallest, in as few passes as the offsets' range needs with digits of at most 11 bits and of
+// about log2(w) bits (the top tenth of 32K PQ scores spans 23-25 bits: three passes of 8-9 bits),
+// so that the buckets' bookkeeping stays below the keys' count: a few hundred kept code pairs
+// spent most of their sort clearing and summing 4,096 buckets. Every pass's histogram is counted
+// in one read. Returns keys or tmp (w keys), whichever holds the sorted keys.
 uint64_t* sort_by_score_key(uint64_t* keys, int64_t w, uint64_t* tmp, uint32_t* hist) {
   uint32_t lo = UINT32_MAX, hi = 0;
   for (int64_t i = 0; i < w; ++i) {
     const auto k = static_cast<uint32_t>(keys[i] >> 32);
     lo = std::min(lo, k), hi = std::max(hi, k);
   }
+  if (w < 2 || hi == lo) return keys;
+  const int bits = 32 - std::countl_zero(hi - lo);
+  const int widest = std::clamp(63 - std::countl_zero(static_cast<uint64_t>(w)), 4, kDigitBits);
+  const int passes = (bits + widest - 1) / widest, digit = (bits + passes - 1) / passes;
+  const uint32_t mask = (1u << digit) - 1, buckets = mask + 1;
+  std::fill(hist, hist + passes * buckets, 0u);
+  for (int64_t i = 0; i < w; ++i) {
+    const uint32_t d = static_cast<uint32_t>(keys[i] >> 32) - lo;
+    for (int p = 0; p < passes; ++p) ++hist[p * buckets + ((d >> (p * digit)) & mask)];
+  }
   uint64_t *src = keys, *dst = tmp;
-  for (int shift = 0; shift < 32 && ((hi - lo) >> shift) != 0; shift += 12) {
-    std::fill(hist, hist + kSortBuckets, 0u);
-    for (int64_t i = 0; i < w; ++i) ++hist[((static_cast<uint32_t>(src[i] >> 32) - lo) >> shift) & 0xfff];
+  for (int p = 0; p < passes; ++p) {
+    uint32_t* pos = hist + p * buckets;
     uint32_t sum = 0;
-    for (int64_t k = 0; k < kSortBuckets; ++k) sum += std::exchange(hist[k], sum);
-    for (int64_t i = 0; i < w; ++i) dst[hist[((static_cast<uint32_t>(src[i] >> 32) - lo) >> shift) & 0xfff]++] = src[i];
+    for (uint32_t k = 0; k < buckets; ++k) sum += std::exchange(pos[k], sum);
+    scatter_by_digit(src, dst, w, lo, p * digit, mask, pos);
     std::swap(src, dst);
   }
   return src;
