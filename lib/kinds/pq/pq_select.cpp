@@ -359,8 +359,8 @@ void validate_pq(const ArtifactReader& r) {
 }
 
 // What PqSelector holds beyond the pool's generic bound: with m = 2 and b <= 8, a part's rows
-// grouped by code pair (a 32-bit row id each, a 32-bit start and two codes per distinct pair, the
-// sample) in place of its codes.
+// grouped by code pair (a row id each: 16-bit up to 65,536 rows, 32-bit above, counted at 32; a
+// 32-bit start and two codes per distinct pair; the sample) in place of its codes.
 int64_t pq_selector_extra_bytes(const ArtifactReader& r) {
   const PqLayout lay = PqLayout::of(r);
   if (lay.m != 2 || lay.bits > 8) return 0;

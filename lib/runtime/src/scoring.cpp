@@ -672,16 +672,13 @@ int64_t collect_groups(const float* score, const RowGroups& g, int64_t b, uint64
   return collect(score, groups, UINT32_MAX, kept);
 }
 
-// The first min(most, its size) rows of group p (ascending) at ids / scores; returns how many.
-// `most` is also the room at ids / scores: eight at a time while eight fit, so entries past the
-// group's may be written (the next group's rows overwrite them) — short lists copied without a
-// branch on their length, which mispredicted on about every group.
-int64_t emit_group(const float* score, const RowGroups& g, uint32_t p, int64_t most, int64_t base, int64_t* ids,
-                   float* scores) {
-  const uint32_t* rows = g.rows.data() + g.start[p];
-  const int64_t take = std::min<int64_t>(most, g.start[p + 1] - g.start[p]);
-  const int64_t readable = static_cast<int64_t>(g.rows.size()) - g.start[p];  // rows past the group's are read too
-  const float s = score[p];
+// The first `take` of `rows` at ids with score s at scores (nullptr: none). `most` >= take is the
+// room at ids / scores and `readable` how many rows may be read: eight at a time while eight fit
+// both, so entries past the group's may be written (the next group's rows overwrite them) — short
+// lists copied without a branch on their length, which mispredicted on about every group.
+template <typename Row>
+void emit_rows(const Row* rows, int64_t take, int64_t most, int64_t readable, float s, int64_t base, int64_t* ids,
+               float* scores) {
   int64_t r = 0;
   for (; r < take && r + 8 <= most && r + 8 <= readable; r += 8)
     for (int64_t e = r; e < r + 8; ++e) {
@@ -692,6 +689,18 @@ int64_t emit_group(const float* score, const RowGroups& g, uint32_t p, int64_t m
     ids[r] = base + rows[r];
     if (scores) scores[r] = s;
   }
+}
+
+// The first min(most, its size) rows of group p (ascending) at ids / scores, which have room for
+// `most`; returns how many.
+int64_t emit_group(const float* score, const RowGroups& g, uint32_t p, int64_t most, int64_t base, int64_t* ids,
+                   float* scores) {
+  const int64_t take = std::min<int64_t>(most, g.start[p + 1] - g.start[p]);
+  const int64_t readable = g.n - g.start[p];  // rows past the group's are read too
+  if (g.rows16.empty())
+    emit_rows(g.rows32.data() + g.start[p], take, most, readable, score[p], base, ids, scores);
+  else
+    emit_rows(g.rows16.data() + g.start[p], take, most, readable, score[p], base, ids, scores);
   return take;
 }
 
@@ -703,7 +712,7 @@ int64_t emit_tied(const float* score, const RowGroups& g, const uint64_t* keys, 
   int64_t total = 0;
   for (int64_t c = 0; c < count; ++c) {
     const uint32_t p = static_cast<uint32_t>(keys[c]);
-    for (uint32_t r = g.start[p]; r < g.start[p + 1]; ++r) merged[total++] = (uint64_t{g.rows[r]} << 32) | p;
+    for (uint32_t r = g.start[p]; r < g.start[p + 1]; ++r) merged[total++] = (uint64_t{g.row(r)} << 32) | p;
   }
   radix_sort(merged, total, room(sc.low[0], static_cast<size_t>(g.n)), 32);
   const int64_t take = std::min(most, total);
@@ -765,14 +774,17 @@ int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* order)
 std::vector<int64_t> rank_all(const float* score, int64_t n) { return top_k(score, n, n); }
 
 void RowGroups::prefetch() const {
-  for (const std::vector<uint32_t>* v : {&start, &rows}) {
-    const char* p = reinterpret_cast<const char*>(v->data());
-    for (size_t o = 0; o < v->size() * sizeof(uint32_t); o += 64) __builtin_prefetch(p + o, 0, 3);
-  }
+  auto sweep = [](const void* data, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(static_cast<const char*>(data) + o, 0, 3);
+  };
+  sweep(start.data(), start.size() * sizeof(uint32_t));
+  sweep(rows16.data(), rows16.size() * sizeof(uint16_t));
+  sweep(rows32.data(), rows32.size() * sizeof(uint32_t));
 }
 
 int64_t RowGroups::bytes() const {
-  return static_cast<int64_t>((start.capacity() + rows.capacity() + sample.capacity()) * sizeof(uint32_t));
+  return static_cast<int64_t>((start.capacity() + rows32.capacity() + sample.capacity()) * sizeof(uint32_t) +
+                              rows16.capacity() * sizeof(uint16_t));
 }
 
 void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& out, std::vector<uint32_t>& keys) {
@@ -790,8 +802,16 @@ void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& ou
     group[v] = static_cast<uint32_t>(p++);  // now the key's group
   }
   std::vector<uint32_t> next(out.start.begin(), out.start.end() - 1);
-  out.rows.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out.rows[next[group[key[i]]]++] = static_cast<uint32_t>(i);
+  auto place = [&](auto& rows) {
+    rows.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) rows[next[group[key[i]]]++] = static_cast<std::remove_reference_t<decltype(rows[0])>>(i);
+  };
+  out.rows16.clear();
+  out.rows32.clear();
+  if (n <= RowGroups::kRows16)
+    place(out.rows16);
+  else
+    place(out.rows32);
   out.sample.clear();
   if (n < kSelectionSample) return;
   out.sample.resize(kSelectionSample);

@@ -68,13 +68,18 @@ std::vector<int64_t> rank_all(const float* score, int64_t n);
 // How many keys the sampled selections draw to bound their cut (top_k_into's, top_k_groups_into's).
 constexpr int64_t kSelectionSample = 2048;
 // Rows grouped by a key they share, and with it their score (a PQ part with m = 2: the rows of
-// one code pair): group p's rows are rows[start[p], start[p + 1]), in increasing order; sample[j]
-// is the group of position j * n / kSelectionSample of `rows` (j < kSelectionSample; empty when
-// n is below that), a sample of the rows stratified by group. Row indices are 32-bit.
+// one code pair): group p's rows are at [start[p], start[p + 1]) of the row ids, in increasing
+// order; sample[j] is the group of position j * n / kSelectionSample of the row ids (j <
+// kSelectionSample; empty when n is below that), a sample of the rows stratified by group. Row ids
+// are 16-bit up to kRows16 rows (rows16; rows32 empty), else 32-bit (rows32; rows16 empty): half
+// the bytes to hold and to read for the usual part.
 struct RowGroups {
+  static constexpr int64_t kRows16 = int64_t{1} << 16;
   int64_t n = 0;
-  std::vector<uint32_t> start, rows, sample;
+  std::vector<uint32_t> start, rows32, sample;
+  std::vector<uint16_t> rows16;
   int64_t groups() const { return start.empty() ? 0 : static_cast<int64_t>(start.size()) - 1; }
+  uint32_t row(uint32_t at) const { return rows16.empty() ? rows32[at] : rows16[at]; }
   int64_t bytes() const;
   // Brings the row lists into cache in one sequential pass, ahead of several queries that list
   // rows of groups in score order (else one cache miss a group).
