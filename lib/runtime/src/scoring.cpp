@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -804,7 +805,8 @@ void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& ou
   std::vector<uint32_t> next(out.start.begin(), out.start.end() - 1);
   auto place = [&](auto& rows) {
     rows.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) rows[next[group[key[i]]]++] = static_cast<std::remove_reference_t<decltype(rows[0])>>(i);
+    using Row = typename std::decay_t<decltype(rows)>::value_type;
+    for (int64_t i = 0; i < n; ++i) rows[next[group[key[i]]]++] = static_cast<Row>(i);
   };
   out.rows16.clear();
   out.rows32.clear();
