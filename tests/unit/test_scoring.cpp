@@ -269,8 +269,8 @@ TEST_CASE("scoring: top_k_groups_into equals top_k_into over the rows' scores, t
   using kvtool::scoring::Simd;
   std::mt19937 rng(11);
   // 16-bit row ids up to 65,536 rows, 32-bit above (RowGroups::kRows16).
-  for (const int64_t n : {int64_t{1}, int64_t{100}, int64_t{2047}, int64_t{9000}, int64_t{32768}, int64_t{65536},
-                          int64_t{70000}}) {
+  for (const int64_t n :
+       {int64_t{1}, int64_t{100}, int64_t{2047}, int64_t{9000}, int64_t{32768}, int64_t{65536}, int64_t{70000}}) {
     for (const int64_t key_count : {int64_t{4}, int64_t{64}, int64_t{4096}}) {
       for (const int distinct_scores : {3, 50, 100000}) {  // few distinct scores: many groups tie
         std::vector<uint32_t> key(static_cast<size_t>(n));
@@ -279,7 +279,8 @@ TEST_CASE("scoring: top_k_groups_into equals top_k_into over the rows' scores, t
         std::vector<uint32_t> keys;
         kvtool::scoring::group_rows(key.data(), n, key_count, g, keys);
         REQUIRE(g.n == n);
-        REQUIRE((n <= kvtool::scoring::RowGroups::kRows16 ? g.rows16.size() : g.rows32.size()) == static_cast<size_t>(n));
+        REQUIRE((n <= kvtool::scoring::RowGroups::kRows16 ? g.rows16.size() : g.rows32.size()) ==
+                static_cast<size_t>(n));
         std::vector<float> gscore(static_cast<size_t>(g.groups()));
         for (auto& s : gscore) s = static_cast<float>(static_cast<int>(rng() % distinct_scores) - distinct_scores / 2);
         std::vector<int64_t> group_of(static_cast<size_t>(key_count), -1);
