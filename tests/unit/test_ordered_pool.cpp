@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "impl/ordered_pool.h"
+#include "kvtool/ordered_pool.h"
 
 using namespace kvtool;
 

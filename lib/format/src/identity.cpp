@@ -195,6 +195,11 @@ std::string canonical_rope_config(const std::string& rope) {
   return canonical_json(j);
 }
 
+std::string llama_rope_config(int64_t head_dim, double theta) {
+  return canonical_json(
+      json{{"theta", theta}, {"scaling", "none"}, {"pairing", "interleaved"}, {"head_dim", head_dim}});
+}
+
 Digest content_digest(const DumpIdentity& id, const DumpGeometry& g, int64_t end, const Digest& payload) {
   CanonicalHasher h("kvtool.content.v1");
   identity_fields(h, id, g);

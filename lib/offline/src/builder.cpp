@@ -8,7 +8,7 @@
 #include <map>
 #include <thread>
 
-#include "impl/ordered_pool.h"
+#include "kvtool/ordered_pool.h"
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"

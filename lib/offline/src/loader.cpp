@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "impl/stats.h"
+#include "kvtool/stats.h"
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"

@@ -1,4 +1,4 @@
-#include "impl/ordered_pool.h"
+#include "kvtool/ordered_pool.h"
 
 #include <condition_variable>
 #include <exception>

@@ -51,11 +51,6 @@ void apply_rope(float* v, int64_t d, int64_t pos, double theta) {
 
 }  // namespace
 
-std::string llama_rope_config(int64_t head_dim, double theta) {
-  return canonical_json(
-      json{{"theta", theta}, {"scaling", "none"}, {"pairing", "interleaved"}, {"head_dim", head_dim}});
-}
-
 ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const IdentityOptions& ident,
                              const std::string& out_path, bool overwrite) {
   Llama2cModel model(opt.model_path);

@@ -94,4 +94,8 @@ Digest prefix_tokens_digest(const std::vector<int64_t>& tokens, int64_t end);
 // Canonical text of a rope_config attribute (canonical JSON); BAD_ATTRIBUTE when not a JSON object.
 std::string canonical_rope_config(const std::string& rope);
 
+// rope_config JSON of the interleaved-pair RoPE used by llama2.c, by synth and by llama.cpp's NORM
+// rope without scaling.
+std::string llama_rope_config(int64_t head_dim, double theta = 10000.0);
+
 }  // namespace kvtool

@@ -35,7 +35,4 @@ struct SynthOptions {
 void synth_dump(const SynthOptions& opt, const IdentityOptions& ident, const std::string& out_path,
                 bool overwrite = true, bool quiet = true);
 
-// rope_config JSON of the interleaved-pair RoPE used by llama2.c and by synth.
-std::string llama_rope_config(int64_t head_dim, double theta = 10000.0);
-
 }  // namespace kvtool

@@ -9,7 +9,7 @@
 
 #include "impl/byte_reader.h"
 #include "kvtool/llama_state.h"
-#include "kvtool/producers.h"
+#include "kvtool/identity.h"
 #include "kvtool/sha256.h"
 
 namespace kvtool {

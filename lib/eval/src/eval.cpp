@@ -11,9 +11,9 @@
 #include <sstream>
 #include <thread>
 
-#include "impl/stats.h"
+#include "kvtool/stats.h"
 #include "impl/eval_parts.h"
-#include "impl/ordered_pool.h"
+#include "kvtool/ordered_pool.h"
 #include "kvtool/builder.h"
 #include "kvtool/error.h"
 #include "kvtool/prng.h"
