@@ -1,4 +1,4 @@
-// fuzz_chunks: bytes as the chunk/page files of `kvtool import --format` (impl/chunk_formats.h):
+// fuzz_chunks: bytes as the chunk/page files of `kvtool import --format` (impl/chunk_plan.h):
 // the LMCache FS-connector header, LMCache v0 safetensors chunks, and the size rules of headerless
 // LMCache v1 chunks and SGLang pages, then every layer read through the plan. Input: 6 control
 // bytes, then the file's bytes (in /dev/shm: the readers take paths).
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "impl/chunk_formats.h"
+#include "impl/chunk_plan.h"
 
 namespace {
 
@@ -24,13 +24,13 @@ struct TempPath {
   std::string path;
 };
 
-kvtool::ChunkImportOptions options(const uint8_t* c) {
+kvtool::ChunkOptions options(const uint8_t* c) {
   static const char* formats[] = {"lmcache-raw", "lmcache-fs", "lmcache-v0", "sglang-page"};
   static const char* lmc[] = {"KV_2LTD", "KV_T2D", "KV_2TD"};
   static const char* v0[] = {"vllm", "huggingface"};
   static const char* sgl[] = {"layer_first", "page_first", "page_first_direct"};
   static const char* dtypes[] = {"f16", "bf16", "f32"};
-  kvtool::ChunkImportOptions o;
+  kvtool::ChunkOptions o;
   const int f = c[0] % 4;
   o.format = formats[f];
   o.memory_format = f == 0 ? lmc[c[1] % 3] : f == 2 ? v0[c[1] % 2] : f == 3 ? sgl[c[1] % 3] : "";
@@ -57,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool ok = std::fwrite(data + 6, 1, size - 6, f) == size - 6;
   std::fclose(f);
   if (!ok) return 0;
-  const kvtool::ChunkImportOptions o = options(data);
+  const kvtool::ChunkOptions o = options(data);
   std::vector<std::string> inputs(data[5] & 128 ? 2 : 1, tmp.path);
   if (o.format == "lmcache-raw" && o.memory_format != "KV_2LTD")
     inputs.assign(static_cast<size_t>(o.layers) * inputs.size(), tmp.path);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "kvtool/import.h"
+#include "kvtool/tensor_file.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // .npy members, or safetensors), a dtype, whether queries and tokens come along, --kv-heads and
 // --dtype; then one size per axis from a table that mixes small sizes with 0 and 2^31 / 2^40. The
 // harness writes valid headers for those claims followed by the input's remaining bytes as payload
-// (short or long), and runs import_dump as the command does, so that the geometry checks (claimed
+// (short or long), and runs import_snapshot as the command does, so that the geometry checks (claimed
 // counts against the bytes present, also when another axis is 0) are what gets fuzzed rather than
 // the header syntax fuzz_import covers.
 #include <unistd.h>
@@ -172,13 +172,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Layout& lay = kLayouts[in.u8() % (sizeof kLayouts / sizeof kLayouts[0])];
   const uint8_t flags = in.u8();
   const bool safetensors = flags & 1, with_q = flags & 2, with_tokens = flags & 4;
+  kvtool::SnapshotRequest r;
   kvtool::ImportOptions o;
-  o.layout = lay.axes;
+  r.format = "tensors";
+  r.tensors.layout = lay.axes;
   o.overwrite = true;
-  if (flags & 8) o.kv_heads = axis_size(in.u8());
+  if (flags & 8) r.tensors.kv_heads = axis_size(in.u8());
   if (flags & 16) o.dtype = kvtool::DType::bf16;
-  if (with_q) o.q = "q";
-  if (with_tokens) o.tokens = "tokens";
+  if (with_q) r.tensors.q = "q";
+  if (with_tokens) r.tensors.tokens = "tokens";
   o.meta = {{"model_artifact_sha256", std::string(64, 'a')},
             {"rope_config", {{"theta", 10000.0}, {"scaling", "none"}, {"pairing", "half"}}}};
   const std::vector<Tensor> ts = tensors(in, lay, safetensors, with_q, with_tokens);
@@ -188,9 +190,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   std::fclose(f);
   if (!ok) return 0;
-  o.inputs = {src.path};
+  r.inputs = {src.path};
   try {
-    kvtool::import_dump(o, out.path);
+    kvtool::import_snapshot(r, o, out.path);
   } catch (...) {
     kvtool::fuzz::on_exception(std::current_exception());
   }

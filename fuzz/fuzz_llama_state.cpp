@@ -12,6 +12,7 @@
 
 #include "fuzz_common.h"
 #include "kvtool/llama_state.h"
+#include "kvtool/report.h"
 
 namespace {
 

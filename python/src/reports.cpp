@@ -45,19 +45,14 @@ void require_file(const std::string& p, const char* what) {
   KVT_CHECK(stat(p.c_str(), &st) == 0, IO_ERROR, what << " '" << p << "' does not exist");
 }
 
-FileKind file_kind(const std::string& path) {
-  require_file(path, "input");
-  FileKind k = detect_file_kind(path);
-  KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
-            "'" << path << "' is neither a kvdump (HDF5) nor a kvi artifact");
-  return k;
-}
-
 std::string inspect(const std::string& path, int top_channels, bool unchecked) {
   KVT_CHECK(top_channels >= 0 && top_channels <= (1 << 20), USAGE, "top_channels must be in 0..1048576");
   py::gil_scoped_release nogil;
-  if (file_kind(path) == FileKind::dump) return inspect_dump(path, top_channels).to_json().dump();
-  return inspect_artifact(path, !unchecked).to_json().dump();
+  require_file(path, "input");
+  InspectOptions o;
+  o.top_channels = top_channels;
+  o.admit = !unchecked;
+  return inspect_file(path, o).to_json().dump();
 }
 
 std::string verify(const std::string& path, const std::string& source, bool strict_snapshot,
@@ -68,18 +63,12 @@ std::string verify(const std::string& path, const std::string& source, bool stri
   o.strict_snapshot = strict_snapshot;
   o.require_signature = require_signature;
   o.trusted_keys = trusted_key_files(trusted);
-  const FileKind k = file_kind(path);
-  if (!o.source.empty()) require_file(o.source, "source dump");
-  if (k == FileKind::dump) {
-    KVT_CHECK(o.source.empty() && o.trusted_keys.empty() && !o.require_signature && !o.strict_snapshot, USAGE,
-              "source, strict_snapshot and signature options apply to artifacts, not to dumps");
-    return verify_dump(path).to_json().dump();
-  }
+  require_file(path, "input");
   // Any key can sign anything: "signed" alone says nothing about who wrote the manifest.
   KVT_CHECK(!o.require_signature || !o.trusted_keys.empty(), USAGE,
             "require_signature needs trusted_keys: a signature only means something when it is checked against a "
             "key you trust");
-  return verify_artifact(path, o).to_json().dump();
+  return verify_file(path, o).to_json().dump();
 }
 
 // `options`: the common builder options as JSON (output, prefix, sink, local, layer_first,

@@ -63,7 +63,7 @@ expect_reason 1 SECTION_DIGEST "$KVTOOL" verify flip-ids.kvi
 contains "$WORK/err" "section 'ids' (layer 0, kv head 0) does not match its recorded SHA-256"
 head -c 1 a.kvi > t1.kvi
 expect_reason 1 UNKNOWN_FILE_TYPE "$KVTOOL" verify t1.kvi
-contains "$WORK/err" "is neither a kvdump (HDF5) nor a kvi artifact"
+contains "$WORK/err" "is neither a kvdump (HDF5), a kvi artifact nor a llama.cpp state file"
 for n in 7 63; do
   head -c $n a.kvi > t$n.kvi
   expect_reason 1 TRUNCATED "$KVTOOL" verify t$n.kvi

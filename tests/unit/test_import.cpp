@@ -1,5 +1,5 @@
 // kvtool/import.h: the .npy, .npz and safetensors readers on good and hostile bytes (every claimed
-// size checked before allocation), and import_dump end to end through DumpReader.
+// size checked before allocation), and import_snapshot end to end through DumpReader.
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
@@ -9,6 +9,7 @@
 #include "kvtool/dump.h"
 #include "kvtool/half.h"
 #include "kvtool/import.h"
+#include "kvtool/tensor_file.h"
 #include "test_util.h"
 
 using namespace kvtool;
@@ -267,11 +268,12 @@ TEST_CASE("import: T,L,H,d and 2,T,Hd layouts land in the right (layer, head, ro
   const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (5, 2, 3, 4), }";
   put(dir.file("k.npy"), npy(dict, floats(tlhd)));
   put(dir.file("v.npy"), npy(dict, floats(tlhd)));
-  ImportOptions o;
+  SnapshotRequest o;
   o.inputs = {dir.file("k.npy"), dir.file("v.npy")};
-  o.layout = "T,L,H,d";
-  o.meta = json{{"model_artifact_sha256", std::string(64, 'a')}, {"rope_config", json::object()}};
-  const ImportSummary s = import_dump(o, dir.file("a.h5"));
+  o.tensors.layout = "T,L,H,d";
+  ImportOptions io;
+  io.meta = json{{"model_artifact_sha256", std::string(64, 'a')}, {"rope_config", json::object()}};
+  const ImportSummary s = import_snapshot(o, io, dir.file("a.h5"));
   CHECK(s.geo.layers == L);
   CHECK(s.geo.kv_heads == H);
   DumpReader r(dir.file("a.h5"));
@@ -292,20 +294,20 @@ TEST_CASE("import: T,L,H,d and 2,T,Hd layouts land in the right (layer, head, ro
     put(dir.file("layer" + std::to_string(l) + ".npy"),
         npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 5, 12), }", floats(kv)));
   }
-  ImportOptions v = o;
+  SnapshotRequest v = o;
   v.inputs.clear();
-  v.layout = "2,T,Hd";
-  v.kv = dir.file("layer{layer}.npy");
-  v.kv_heads = H;
-  import_dump(v, dir.file("b.h5"));
+  v.tensors.layout = "2,T,Hd";
+  v.tensors.kv = dir.file("layer{layer}.npy");
+  v.tensors.kv_heads = H;
+  import_snapshot(v, io, dir.file("b.h5"));
   DumpReader rb(dir.file("b.h5"));
   CHECK(rb.info().geo.layers == L);
   rb.read_v(1, 2, 0, T, rows.data());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < d; ++i) REQUIRE(rows[static_cast<size_t>(t * d + i)] == value(1, 2, t, i, 1));
-  v.kv_heads = 5;  // 12 is not 5 x d
-  CHECK(reason_of([&] { import_dump(v, dir.file("c.h5")); }) == Reason::SHAPE_MISMATCH);
-  v.kv_heads = H;
-  v.layout = "2,T,X";
-  CHECK(reason_of([&] { import_dump(v, dir.file("c.h5")); }) == Reason::USAGE);
+  v.tensors.kv_heads = 5;  // 12 is not 5 x d
+  CHECK(reason_of([&] { import_snapshot(v, io, dir.file("c.h5")); }) == Reason::SHAPE_MISMATCH);
+  v.tensors.kv_heads = H;
+  v.tensors.layout = "2,T,X";
+  CHECK(reason_of([&] { import_snapshot(v, io, dir.file("c.h5")); }) == Reason::USAGE);
 }

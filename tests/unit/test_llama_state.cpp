@@ -10,13 +10,26 @@
 
 #include "kvtool/dump.h"
 #include "kvtool/half.h"
+#include "kvtool/import.h"
 #include "kvtool/llama_state.h"
+#include "kvtool/report.h"
 #include "test_util.h"
 
 using namespace kvtool;
 using namespace kvtool::test;
 
 namespace {
+
+// The import of one state file through the snapshot registry, as `kvtool import STATE --gguf M`.
+ImportSummary import_llama_state(const std::string& path, const GgufModel& m, const LlamaStateOptions& o,
+                                 const json& meta, std::optional<DType> dtype, const std::string& out, bool overwrite) {
+  SnapshotRequest r;
+  r.inputs = {path};
+  r.format = "llama-state";
+  r.gguf = m.path;
+  r.llama = o;
+  return import_snapshot(r, ImportOptions{dtype, meta, overwrite}, out);
+}
 
 struct Bytes {
   std::vector<uint8_t> b;

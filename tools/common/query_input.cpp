@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "kvtool/error.h"
-#include "kvtool/import.h"
+#include "kvtool/tensor_file.h"
 
 namespace kvtool::cli {
 

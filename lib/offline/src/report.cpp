@@ -75,6 +75,7 @@ FileKind detect_file_kind(const std::string& path) {
     if (f.gcount() == 4 && std::string(tail, 4) == "KVI1") return FileKind::artifact;
   }
   if (looks_like_hdf5(path)) return FileKind::dump;
+  if (looks_like_llama_state(path)) return FileKind::llama_state;
   return FileKind::unknown;
 }
 

@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "impl/byte_reader.h"
-#include "kvtool/llama_state.h"
+#include "kvtool/gguf.h"
 #include "kvtool/identity.h"
 #include "kvtool/sha256.h"
 

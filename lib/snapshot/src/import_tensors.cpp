@@ -17,7 +17,8 @@
 
 #include "kvtool/error.h"
 #include "kvtool/half.h"
-#include "kvtool/import.h"
+#include "kvtool/json.h"
+#include "kvtool/tensor_file.h"
 
 namespace kvtool {
 

@@ -7,6 +7,7 @@
 
 #include "impl/llama_state_file.h"
 #include "kvtool/half.h"
+#include "kvtool/identity.h"
 
 namespace kvtool::impl {
 

@@ -57,19 +57,4 @@ StoreTrust load_trust(const TrustArgs& t);
 // What the dump producers (dump, synth) write and say: -o, --force, the identity options, --json, -q.
 void add_dump_output_options(CLI::App* sub, std::string& out, bool& force, IdentityOptions& ident, Flags& flags);
 
-// llama.cpp state files in inspect, verify and import (llama_state.cpp, formats/llama-state.md).
-struct LlamaStateArgs {
-  std::string gguf, rotation = "auto";
-  int64_t seq_id = -1;    // -1: the only sequence
-  double tolerance = -1;  // -1: the cache type's default
-};
-void add_llama_state_options(CLI::App* sub, LlamaStateArgs& a, bool with_tolerance);
-int run_llama_inspect(const std::string& path, const std::string& shown, const LlamaStateArgs& a, const Flags& flags);
-int run_llama_verify(const std::string& path, const std::string& shown, const std::string& source,
-                     const LlamaStateArgs& a, const Flags& flags);
-// `io` gives --meta, --dtype, --force and --q / --q-positions (as file paths); the other tensor-file
-// options are a usage error for a state file.
-ImportSummary run_llama_import(const std::string& path, const LlamaStateArgs& a, const ImportOptions& io,
-                               const std::string& out);
-
 }  // namespace kvtool::cmd

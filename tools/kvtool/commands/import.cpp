@@ -1,4 +1,5 @@
 // kvtool import [INPUT...] --layout AXES (--k K --v V | --kv KV) [--q Q] --meta META.json -o OUT.h5
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -6,8 +7,8 @@
 
 #include "commands.h"
 #include "kvtool/import.h"
-#include "kvtool/import_chunks.h"
-#include "kvtool/llama_state.h"
+#include "kvtool/snapshot.h"
+#include "snapshot_options.h"
 
 namespace kvtool::cmd {
 
@@ -93,17 +94,17 @@ void refuse_tensor_options(const CLI::App* sub, const std::string& format) {
 
 cli::Command register_import(CLI::App& app, Flags& flags) {
   struct Args {
+    SnapshotRequest request;
     ImportOptions opt;
     std::string out, meta, dtype;
     bool force = false;
-    LlamaStateArgs llama;
-    ChunkImportOptions chunks;
+    cli::LlamaStateArgs llama;
   };
   auto a = std::make_shared<Args>();
-  ImportOptions& o = a->opt;
+  TensorLayoutOptions& o = a->request.tensors;
   auto* sub = app.add_subcommand("import", "Import K/V tensors from .npy/.npz/safetensors files into a dump");
   sub->footer(kImportHelp);
-  sub->add_option("inputs", o.inputs, "tensor files whose tensors plain NAME references find");
+  sub->add_option("inputs", a->request.inputs, "tensor files whose tensors plain NAME references find");
   sub->add_option("--layout", o.layout, "axes of the K/V tensors, e.g. L,H,T,d | T,H,d | 2,T,Hd")
       ->capture_default_str();
   sub->add_option("--k", o.k, "K tensor reference (layouts without a 2 axis)")->capture_default_str();
@@ -134,34 +135,35 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
   sub->add_option("--dtype", a->dtype, "dump dtype f16 | bf16 | f32 (default: the source's; f64 becomes f32)");
   sub->add_option("-o,--output", a->out, "output dump (.h5)")->required();
   sub->add_flag("--force", a->force, "overwrite an existing output");
-  add_llama_state_options(sub, a->llama, false);
-  sub->add_option("--format", a->chunks.format,
-                  "read INPUTs as LMCache/SGLang chunk files: lmcache-raw | lmcache-fs | "
-                  "lmcache-v0 | sglang-page (formats/lmcache.md, formats/sglang-hicache.md)");
-  sub->add_option("--memory-format", a->chunks.memory_format,
+  cli::add_llama_state_options(sub, a->llama, false);
+  sub->add_option("--format", a->request.format,
+                  "read INPUTs as this format (default: recognised by content; tensor files otherwise): "
+                  "lmcache-raw | lmcache-fs | lmcache-v0 | sglang-page (formats/lmcache.md, "
+                  "formats/sglang-hicache.md), llama-state, tensors");
+  sub->add_option("--memory-format", a->request.chunks.memory_format,
                   "--format's layout: KV_2LTD | KV_T2D | KV_2TD (lmcache-raw, lmcache-fs); vllm | huggingface "
                   "(lmcache-v0); layer_first | page_first | page_first_direct (sglang-page)");
-  sub->add_option("--chunk-tokens", a->chunks.chunk_tokens, "LMCache chunk size (default 256)")
+  sub->add_option("--chunk-tokens", a->request.chunks.chunk_tokens, "LMCache chunk size (default 256)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--page-size", a->chunks.page_size, "SGLang page size, tokens per page file")
+  sub->add_option("--page-size", a->request.chunks.page_size, "SGLang page size, tokens per page file")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--src-dtype", a->chunks.src_dtype, "dtype of headerless chunk files: f16 | bf16 | f32");
+  sub->add_option("--src-dtype", a->request.chunks.src_dtype, "dtype of headerless chunk files: f16 | bf16 | f32");
   sub->add_flag("--json", flags.json, "machine-readable summary");
   sub->add_flag("-q,--quiet", flags.quiet, "print nothing on success");
   return {sub, [a, &flags, sub] {
             if (!a->dtype.empty()) a->opt.dtype = parse_dtype(a->dtype);
             a->opt.meta = read_meta(a->meta);
             a->opt.overwrite = a->force;
-            ChunkImportOptions& c = a->chunks;
-            const bool chunked = !c.format.empty();
+            SnapshotRequest& r = a->request;
+            ChunkOptions& c = r.chunks;
+            const auto& chunk_names = chunk_formats();
+            const bool chunked = std::find(chunk_names.begin(), chunk_names.end(), r.format) != chunk_names.end();
             if (!chunked) check_no_chunk_options(c);
-            if (chunked) refuse_tensor_options(sub, c.format);
-            c.layers = a->opt.layers, c.kv_heads = a->opt.kv_heads, c.head_dim = a->opt.head_dim;
-            const bool llama = !chunked && a->opt.inputs.size() == 1 && looks_like_llama_state(a->opt.inputs[0]);
-            const ImportSummary s = chunked
-                                        ? import_chunks(a->opt.inputs, c, a->opt.meta, a->opt.dtype, a->out, a->force)
-                                    : llama ? run_llama_import(a->opt.inputs[0], a->llama, a->opt, a->out)
-                                            : import_dump(a->opt, a->out);
+            if (chunked) refuse_tensor_options(sub, r.format);
+            c.layers = r.tensors.layers, c.kv_heads = r.tensors.kv_heads, c.head_dim = r.tensors.head_dim;
+            r.gguf = a->llama.gguf;
+            r.llama = cli::llama_state_options(a->llama);
+            const ImportSummary s = import_snapshot(r, a->opt, a->out);
             json j = s.to_json();
             j["schema_version"] = kJsonSchemaVersion;
             j["ok"] = true;

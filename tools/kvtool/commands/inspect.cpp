@@ -1,7 +1,7 @@
 // kvtool inspect FILE [--top-channels N] [--json]
 #include "commands.h"
-#include "kvtool/llama_state.h"
 #include "kvtool/report.h"
+#include "snapshot_options.h"
 #include "stdin_input.h"
 
 namespace kvtool::cmd {
@@ -11,7 +11,7 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
     std::string path;
     int top_channels = 3;
     bool unchecked = false;
-    LlamaStateArgs llama;
+    cli::LlamaStateArgs llama;
     std::string stdin_limit = "16G";
   };
   auto a = std::make_shared<Args>();
@@ -27,25 +27,27 @@ cli::Command register_inspect(CLI::App& app, Flags& flags) {
   sub->add_flag("--unchecked", a->unchecked,
                 "artifacts: show a file that fails verification (container and manifest schema still checked); "
                 "by default inspect refuses what verify, query and load refuse");
-  add_llama_state_options(sub, a->llama, false);
+  cli::add_llama_state_options(sub, a->llama, false);
   cli::add_stdin_limit_option(sub, a->stdin_limit);
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] {
             const cli::InputFile in(a->path, a->stdin_limit);
-            if (looks_like_llama_state(in.path())) return run_llama_inspect(in.path(), a->path, a->llama, flags);
-            FileKind k = detect_file_kind(in.path());
-            KVT_CHECK(k != FileKind::unknown, UNKNOWN_FILE_TYPE,
-                      "'" << a->path << "' is neither a kvdump (HDF5) nor a kvi artifact");
-            if (k == FileKind::dump) {
-              DumpInspection d = inspect_dump(in.path(), a->top_channels);
-              d.path = a->path;  // "-", not the temporary that held stdin
-              return emit(flags, d.to_json(), [&] { cli::print_dump_inspection(d); });
-            }
-            ArtifactInspection r = inspect_artifact(in.path(), !a->unchecked);
-            r.path = a->path;
+            InspectOptions o;
+            o.top_channels = a->top_channels;
+            o.admit = !a->unchecked;
+            o.gguf = a->llama.gguf;
+            o.llama = cli::llama_state_options(a->llama);
+            FileInspection r = inspect_file(in.path(), o);
+            // The path as given ("-", not the temporary that held stdin).
+            if (r.dump) r.dump->path = a->path;
+            if (r.artifact) r.artifact->path = a->path;
+            if (r.state) r.state->path = a->path;
             return emit(flags, r.to_json(), [&] {
-              cli::print_artifact_inspection(r);
-              cli::print_index_bytes(r.index);
+              if (r.dump) cli::print_dump_inspection(*r.dump);
+              if (r.state) cli::print_llama_state(*r.state);
+              if (!r.artifact) return;
+              cli::print_artifact_inspection(*r.artifact);
+              cli::print_index_bytes(r.artifact->index);
             });
           }};
 }

@@ -1,99 +1,22 @@
-// `kvtool import`: tensor files people already have (NumPy .npy/.npz, safetensors) into a kvdump v1
-// file (formats/kvdump-v1.md). TensorFile reads the headers of one file, checks every size and
-// offset against the file's real size before anything is allocated, and reads element ranges
-// converted to float32 or int64; import_dump() streams one layer at a time into a DumpWriter.
+// `kvtool import`: any cache the snapshot registry reads (kvtool/snapshot.h: tensor files with a
+// --layout, llama.cpp state files, LMCache and SGLang chunk files) into a kvdump v1 file
+// (formats/kvdump-v1.md), one layer at a time, with one identity rule (--meta) and one value rule
+// (finite, and within the range of the dump's dtype) for every format.
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
+#include "kvtool/dump.h"
 #include "kvtool/identity.h"
 #include "kvtool/json.h"
+#include "kvtool/snapshot.h"
 
 namespace kvtool {
 
-// Element types a tensor file can declare. `other` is any type kvtool does not read (complex,
-// object, structured, big-endian ...): listing the file works, reading it is UNSUPPORTED_DTYPE.
-// f8_e4m3 / f8_e5m2 (safetensors F8_E4M3 / F8_E5M2) are read only through read_fp8, with scales.
-enum class TensorType { f32, f16, bf16, f64, i8, i16, i32, i64, u8, u16, u32, u64, f8_e4m3, f8_e5m2, other };
-
-// One fp8 byte as float: `kind` f8_e4m3 is OCP E4M3 ("e4m3fn": bias 7, no infinities, NaN only
-// 0x7f/0xff, max 448); f8_e5m2 is OCP E5M2 (bias 15, IEEE-like: 0x7c is +inf).
-float decode_fp8(uint8_t byte, TensorType kind);
-
-struct TensorInfo {
-  std::string name;  // .npy: the file name without ".npy"; .npz: the member without ".npy"
-  TensorType type = TensorType::other;
-  std::string type_text;       // as the file states it: '<f4', 'F32'
-  std::vector<int64_t> shape;  // C order
-  int64_t elements = 1;        // product of shape; its bytes are checked to be in the file
-};
-
-// One .npy, .npz or safetensors file, recognised by its content. The constructor reads and checks
-// every header (BAD_TENSOR_FILE, TRUNCATED, BAD_LAYOUT, UNSUPPORTED_DTYPE); reads never go past
-// what the headers were checked to describe. Reads of one TensorFile are not thread-safe (a
-// deflated .npz member keeps a decompression cursor, so reads in increasing order are linear).
-class TensorFile {
- public:
-  explicit TensorFile(const std::string& path);
-  ~TensorFile();
-  TensorFile(const TensorFile&) = delete;
-  TensorFile& operator=(const TensorFile&) = delete;
-
-  const std::string& path() const;
-  const char* format() const;  // "npy", "npz" or "safetensors"
-  const std::vector<TensorInfo>& tensors() const;
-  // Closes the file until the next read reopens it (checked to be the same file): the file is
-  // open only while it is read, so thousands of per-layer files need no descriptor each.
-  void release() const;
-  // Index of the tensor called `name`, or -1.
-  int64_t find(const std::string& name) const;
-  // Keeps tensor `index`'s bytes in memory, read (a deflated member: inflated) in one pass, when
-  // they are at most `budget` bytes; later reads of it are copies. True when held. For layouts
-  // read in short strided runs, which would otherwise cost a call per run and, deflated, a new
-  // inflation for every backwards jump.
-  bool hold(int64_t index, uint64_t budget) const;
-  // Elements [first, first + count) of tensor `index` in C order, as float32 (float types only).
-  void read_f32(int64_t index, int64_t first, int64_t count, float* out) const;
-  // The same as int64 (integer types only; a u64 above INT64_MAX is BAD_ATTRIBUTE).
-  void read_i64(int64_t index, int64_t first, int64_t count, int64_t* out) const;
-  // The same from one-byte fp8 codes decoded as `kind` (decode_fp8; unscaled): tensors of type
-  // f8_e4m3, f8_e5m2 (their own kind only) or u8 (raw bytes, e.g. a .npy of a uint8 view).
-  void read_fp8(int64_t index, int64_t first, int64_t count, TensorType kind, float* out) const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-// A query vector file for `kvtool query --vector`: a 1-D .npy of exactly `d` float32/float16/
-// float64 values (a leading axis of 1 is accepted); NaN/Inf are NON_FINITE.
-std::vector<float> read_npy_vector(const std::string& path, int64_t d);
-
-// What `kvtool import` does (man/kvtool-import.1). Tensor references are `NAME` (looked up in
-// `inputs`; a name in two inputs is ambiguous) or `PATH:NAME` (the tensor NAME of file PATH; a .npy
-// file's one tensor is `PATH:` or just `PATH`). `{layer}` in a reference is replaced by the layer
-// number for layouts without an L axis (one tensor per layer).
+// Where and how the dump is written.
 struct ImportOptions {
-  std::vector<std::string> inputs;
-  std::string layout = "L,H,T,d";                 // axes of the K/V tensors: L 2 H T d Hd B N S X (import.cpp)
-  std::string q_layout;                           // axes of the query tensors; default: `layout` without its 2 axis
-  std::string k = "k", v = "v";                   // separate K and V tensors (layouts without a 2 axis)
-  std::string kv = "kv_cache";                    // one tensor with K (index 0) and V (index 1) on its 2 axis
-  std::string q, q_positions, tokens, positions;  // optional references
-  int64_t layers = 0;       // 0: the L axis's size, or the per-layer tensors found from layer 0 on
-  int64_t kv_heads = 0;     // splits an Hd axis (heads × head dim merged, as vLLM saves it)
-  int64_t head_dim = 0;     // the same, by the head dim
-  int64_t batch_index = 0;  // index on a B axis (and the row of a 2-D block table / slot mapping)
-  // Paged caches (layouts with N,S or X): the request's block ids or its slot per token, and T.
-  std::string block_table, slot_mapping;
-  int64_t num_tokens = 0;
-  // fp8 caches: value = fp8 x scale; a float ("0.02") or a tensor reference ([L], [1] or [] with
-  // {layer}). `fp8` ("e4m3" | "e5m2") reads uint8 tensors as fp8 codes.
-  std::string k_scale, v_scale, fp8;
-  std::optional<DType> dtype;  // dump dtype; default: the source's (f64 → f32)
+  std::optional<DType> dtype;  // dump dtype; default: the snapshot's (SnapshotInfo::geo.dtype)
   json meta = json::object();  // root attributes of the dump (formats/kvdump-v1.md); see import.cpp
   bool overwrite = false;
 };
@@ -101,7 +24,7 @@ struct ImportOptions {
 struct ImportSummary {
   DumpGeometry geo;
   int64_t committed_frontier = 0;
-  std::string source_format;  // "npy", "npz", "safetensors" (several: comma-separated)
+  std::string source_format;  // "npy", "npz", "safetensors" (several: comma-separated), "llama.cpp ggsq", ...
   std::string source_dtype;   // e.g. "f16"
   bool has_q = false, has_tokens = false, has_positions = false;
   json to_json() const;
@@ -109,12 +32,15 @@ struct ImportSummary {
 
 // The dump spec an import writes: `meta` (the --meta object; model_artifact_sha256 and rope_config
 // required, every other key optional with the defaults man/kvtool-import.1 lists) over `geo`;
-// q_heads > 0 fixes the head map's length. Shared by every importer so that --meta means one thing.
-struct DumpSpec;
+// q_heads > 0 fixes the head map's length.
 DumpSpec dump_spec_from_meta(const json& meta, const DumpGeometry& geo, int64_t q_heads);
 
-// Reads the tensors `o` names and writes the dump `out` atomically (nothing at `out` on failure;
-// OUTPUT_EXISTS when it exists and !o.overwrite). Memory: a few copies of one layer's K and V.
-ImportSummary import_dump(const ImportOptions& o, const std::string& out);
+// Writes the snapshot into the dump `out` atomically (nothing at `out` on failure; OUTPUT_EXISTS
+// when it exists and !o.overwrite). Every committed value must be finite and fit the dump's dtype
+// (NON_FINITE otherwise). Memory: a few copies of one layer's K and V.
+ImportSummary import_snapshot(KvSnapshot& snapshot, const ImportOptions& o, const std::string& out);
+
+// `kvtool import`: the request's snapshot (open_snapshot) written as above.
+ImportSummary import_snapshot(const SnapshotRequest& request, const ImportOptions& o, const std::string& out);
 
 }  // namespace kvtool

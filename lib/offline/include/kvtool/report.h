@@ -12,11 +12,14 @@
 #include "kvtool/identity.h"
 #include "kvtool/json.h"
 #include "kvtool/signing.h"
+#include "kvtool/snapshot.h"
 
 namespace kvtool {
 
-enum class FileKind { dump, artifact, unknown };
-FileKind detect_file_kind(const std::string& path);  // by content, not extension; IO_ERROR if unreadable
+// What a file is, by content, not extension (IO_ERROR if unreadable): a kvdump, a kvi artifact, or
+// a cache snapshot the registry recognises (kvtool/snapshot.h; today llama.cpp state files).
+enum class FileKind { dump, artifact, llama_state, unknown };
+FileKind detect_file_kind(const std::string& path);
 
 // Non-finite counts and magnitudes of one K or V slice of a dump.
 struct ChannelMax {
@@ -104,6 +107,11 @@ struct VerifyOptions {
   bool strict_snapshot = false;
   std::vector<PublicKeyRaw> trusted_keys;
   bool require_signature = false;
+  // llama.cpp state files: the model's GGUF ("" = none), the sequence and rotation, and the
+  // tolerance against `source` (default: the cache types' default_state_tolerance).
+  std::string gguf;
+  LlamaStateOptions llama;
+  std::optional<double> tolerance;
 };
 
 // What verify_dump found in a valid dump; the printers read the fields, --json is to_json().
@@ -129,6 +137,55 @@ struct ArtifactVerification {
   json to_json() const;
 };
 ArtifactVerification verify_artifact(const std::string& path, const VerifyOptions& opt);
+
+// A snapshot (kvtool/snapshot.h) against a dump: each snapshot row's K and V against the dump's row
+// at the same position (rows 0..T-1 where a side records no positions), as the largest |difference|
+// relative to max|x| of that (layer, kv head) in the dump. GEOMETRY_MISMATCH when the shapes
+// differ, PAYLOAD_MISMATCH when the dump lacks a position the snapshot holds.
+struct SnapshotComparison {
+  double max_rel_err_k = 0, max_rel_err_v = 0;
+  std::vector<double> layer_rel_err;  // max over K and V per layer
+};
+SnapshotComparison compare_snapshot_with_dump(KvSnapshot& snapshot, const std::string& dump_path);
+
+// verify of a llama.cpp state file: every size adds up, no trailing bytes, finite values, unique
+// positions; with a source dump (which needs the model), compare_snapshot_with_dump within
+// `tolerance` (default_state_tolerance of the cache types when not given).
+struct LlamaStateVerification {
+  LlamaStateInspection state;
+  std::string source;
+  double tolerance = 0, max_rel_err_k = 0, max_rel_err_v = 0;
+  std::vector<double> layer_rel_err;  // max over K and V per layer, with a source
+  json to_json() const;
+};
+LlamaStateVerification verify_llama_state(const std::string& path, const GgufModel* model, const LlamaStateOptions& o,
+                                          const std::string& source_dump, std::optional<double> tolerance);
+
+// `kvtool inspect` / `kvtool verify` of any file, one entry point each (the CLI and Python call
+// these): the kind is detected by content (UNKNOWN_FILE_TYPE when it is none of them) and the one
+// report of that kind is filled. Options that do not apply to the file's kind are USAGE.
+struct InspectOptions {
+  int top_channels = 3;     // dumps: outlier channels per (layer, head)
+  bool admit = true;        // artifacts: refuse what verify refuses
+  std::string gguf;         // llama.cpp state files: the model's GGUF ("" = none: per layer only)
+  LlamaStateOptions llama;  // llama.cpp state files: the sequence and rotation
+};
+struct FileInspection {
+  FileKind kind = FileKind::unknown;
+  std::optional<DumpInspection> dump;
+  std::optional<ArtifactInspection> artifact;
+  std::optional<LlamaStateInspection> state;
+  json to_json() const;
+};
+FileInspection inspect_file(const std::string& path, const InspectOptions& o);
+struct FileVerification {
+  FileKind kind = FileKind::unknown;
+  std::optional<DumpVerification> dump;
+  std::optional<ArtifactVerification> artifact;
+  std::optional<LlamaStateVerification> state;
+  json to_json() const;
+};
+FileVerification verify_file(const std::string& path, const VerifyOptions& o);
 
 // Writes every section as an HDF5 dataset (plus the manifest as a root attribute), atomically.
 json export_artifact(const std::string& artifact_path, const std::string& out_path);

@@ -1,6 +1,6 @@
-// inspect, verify and import of llama.cpp state files (kvtool/llama_state.h,
-// formats/llama-state.md): a sequence's cells chosen and sorted into position order, a layer's K
-// and V decoded (and un-rotated) at a time.
+// The llama.cpp state-file reader (kvtool/llama_state.h, formats/llama-state.md): a sequence's cells
+// chosen and sorted into position order, a layer's K and V decoded (and un-rotated) at a time, for
+// inspect and, as a KvSnapshot, for import and verify.
 #include "kvtool/llama_state.h"
 
 #include <algorithm>
@@ -9,7 +9,8 @@
 #include <set>
 
 #include "impl/llama_state_file.h"
-#include "kvtool/dump.h"
+#include "impl/readers.h"
+#include "kvtool/tensor_file.h"
 
 namespace kvtool {
 
@@ -177,60 +178,6 @@ Chosen require_sequence(const StateFile& f, const LlamaStateOptions& o) {
   return *c;
 }
 
-// Largest |a - b| over the rows of one (layer, head), relative to max |b| of the dump's slice.
-double slice_error(const float* a, int64_t width, int64_t off, const std::vector<float>& b, int64_t d,
-                   const std::vector<int64_t>& dump_rows) {
-  double diff = 0, mx = 0;
-  for (float y : b) mx = std::max(mx, static_cast<double>(std::fabs(y)));
-  for (size_t t = 0; t < dump_rows.size(); ++t)
-    for (int64_t i = 0; i < d; ++i) {
-      const double x = a[static_cast<int64_t>(t) * width + off + i];
-      diff = std::max(diff, std::fabs(x - b[static_cast<size_t>(dump_rows[t] * d + i)]));
-    }
-  return mx > 0 ? diff / mx : diff;
-}
-
-// The dump row of every state row (matched by position); PAYLOAD_MISMATCH when one is missing.
-std::vector<int64_t> dump_rows_for(const DumpReader& src, const Chosen& c) {
-  std::map<int64_t, int64_t> at;
-  const std::vector<int64_t> pos = src.positions();
-  for (size_t i = 0; i < pos.size(); ++i) at[pos[i]] = static_cast<int64_t>(i);
-  std::vector<int64_t> rows;
-  for (int64_t p : c.positions) {
-    auto it = at.find(p);
-    KVT_CHECK(it != at.end(), PAYLOAD_MISMATCH,
-              "the state holds position " << p << ", which the dump '" << src.path() << "' does not have");
-    rows.push_back(it->second);
-  }
-  return rows;
-}
-
-void compare_with_dump(StateReader& rd, const Chosen& c, const GgufModel& m, const LlamaStateOptions& o,
-                       LlamaStateVerification& v) {
-  DumpReader src(v.source);
-  const auto& g = src.info().geo;
-  KVT_CHECK(g.layers == m.layers && g.kv_heads == m.kv_heads && g.head_dim == m.head_dim, GEOMETRY_MISMATCH,
-            "the dump has " << g.layers << " layers x " << g.kv_heads << " kv heads x d=" << g.head_dim
-                            << "; the state has " << m.layers << " x " << m.kv_heads << " x " << m.head_dim);
-  const std::vector<int64_t> rows = dump_rows_for(src, c);
-  const int64_t d = m.head_dim, W = m.kv_heads * d;
-  std::vector<float> k, vv, bk(static_cast<size_t>(g.tokens * d)), bv(bk.size());
-  for (int64_t l = 0; l < m.layers; ++l) {
-    read_layer(rd, c, l, &m, o.rotation, k, vv);
-    double layer_err = 0;
-    for (int64_t h = 0; h < m.kv_heads; ++h) {
-      src.read_k(l, h, 0, g.tokens, bk.data());
-      src.read_v(l, h, 0, g.tokens, bv.data());
-      const double ek = slice_error(k.data(), W, h * d, bk, d, rows);
-      const double ev = slice_error(vv.data(), W, h * d, bv, d, rows);
-      v.max_rel_err_k = std::max(v.max_rel_err_k, ek);
-      v.max_rel_err_v = std::max(v.max_rel_err_v, ev);
-      layer_err = std::max({layer_err, ek, ev});
-    }
-    v.layer_rel_err.push_back(layer_err);
-  }
-}
-
 }  // namespace
 
 LlamaRotation parse_llama_rotation(const std::string& s) {
@@ -300,77 +247,19 @@ double default_state_tolerance(const std::string& t) {
   return 1e-1;  // bf16, q8_0
 }
 
-json LlamaStateVerification::to_json() const {
-  json j = state.to_json();
-  j["ok"] = true;
-  if (!source.empty()) {
-    j["source"] = source;
-    j["tolerance"] = tolerance;
-    j["max_rel_err_k"] = max_rel_err_k;
-    j["max_rel_err_v"] = max_rel_err_v;
-    j["layer_rel_err"] = layer_rel_err;
-  }
-  return j;
-}
-
-LlamaStateVerification verify_llama_state(const std::string& path, const GgufModel* model, const LlamaStateOptions& o,
-                                          const std::string& source_dump, std::optional<double> tolerance) {
-  StateReader rd(path, model);
-  const Chosen c = require_sequence(rd.file(), o);
-  LlamaStateVerification v;
-  v.state = inspect_opened(rd, path, model, o, c);
-  for (const auto& h : v.state.health)
-    KVT_CHECK(h.nonfinite_k == 0 && h.nonfinite_v == 0, NON_FINITE,
-              "the state file has " << h.nonfinite_k + h.nonfinite_v << " NaN/Inf values at layer " << h.layer
-                                    << (model ? ", head " + std::to_string(h.head) : std::string()));
-  if (source_dump.empty()) return v;
-  KVT_CHECK(model, USAGE, "source needs gguf: the model gives the heads and head_dim to compare");
-  v.source = source_dump;
-  v.tolerance = tolerance.value_or(std::max(default_state_tolerance(v.state.layers.front().k_type),
-                                            default_state_tolerance(v.state.layers.front().v_type)));
-  compare_with_dump(rd, c, *model, o, v);
-  KVT_CHECK(v.max_rel_err_k <= v.tolerance && v.max_rel_err_v <= v.tolerance, PAYLOAD_MISMATCH,
-            "the state's K/V differ from the dump '" << source_dump << "' by up to " << v.max_rel_err_k << " (K) and "
-                                                     << v.max_rel_err_v << " (V) of max|x|; tolerance " << v.tolerance);
-  return v;
-}
-
 namespace {
-
-json import_meta(const json& meta, const GgufModel& m, const StateFile& f) {
-  KVT_CHECK(meta.is_object(), BAD_ATTRIBUTE, "the meta JSON is not an object");
-  json j = meta;
-  if (!j.contains("model_artifact_sha256")) j["model_artifact_sha256"] = model_sha256(m.path);
-  if (!j.contains("rope_config")) {
-    const std::string rope = m.rope_config();
-    KVT_CHECK(!rope.empty(), MISSING_ATTRIBUTE,
-              "kvtool does not know the RoPE pairing of architecture '" << m.arch << "'; give rope_config in meta");
-    j["rope_config"] = rope;
-  }
-  if (!j.contains("generator"))
-    j["generator"] = "kvtool import (llama.cpp " + f.magic + " v" + std::to_string(f.version) + ")";
-  return j;
-}
 
 DType default_dtype(const LlamaLayerInfo& l) {
   if (l.k_type != l.v_type) return DType::f32;
   return l.k_type == "f16" ? DType::f16 : l.k_type == "bf16" ? DType::bf16 : DType::f32;
 }
 
-// [rows, H*d] -> H slices [rows, d], checked finite (and within float16's range for an f16 dump).
-void split_heads(const std::vector<float>& x, int64_t rows, int64_t H, int64_t d, DType dt, const char* what,
-                 int64_t layer, std::vector<float>& out) {
+// [rows, H*d] -> H slices [rows, d] (the layout of KvSnapshot::read_kv).
+void split_heads(const std::vector<float>& x, int64_t rows, int64_t H, int64_t d, std::vector<float>& out) {
   out.resize(x.size());
-  const float limit = dt == DType::f16 ? 65520.f : std::numeric_limits<float>::infinity();
   for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < rows; ++t)
-      for (int64_t i = 0; i < d; ++i) {
-        const float y = x[static_cast<size_t>(t * H * d + h * d + i)];
-        KVT_CHECK(std::isfinite(y) && std::fabs(y) < limit, NON_FINITE,
-                  what << " value " << y << " at layer " << layer << ", head " << h << ", row " << t
-                       << (std::isfinite(y) ? " does not fit float16; import with dtype f32" : ""));
-        out[static_cast<size_t>((h * rows + t) * d + i)] = y;
-      }
+      std::copy_n(x.data() + t * H * d + h * d, d, out.data() + (h * rows + t) * d);
 }
 
 // The queries of o.q_path ([L, heads, T_q, d] floats) and the row of each (o.q_positions_path holds
@@ -417,61 +306,93 @@ Queries open_queries(const LlamaStateOptions& o, const GgufModel& m, const Chose
   return q;
 }
 
-void write_queries(DumpWriter& w, const Queries& q, const GgufModel& m, int64_t layer) {
-  std::vector<float> x(static_cast<size_t>(q.count * m.head_dim));
-  for (int64_t h = 0; h < m.heads; ++h) {
-    q.file->read_f32(0, (layer * m.heads + h) * q.count * m.head_dim, static_cast<int64_t>(x.size()), x.data());
-    for (float y : x) KVT_CHECK(std::isfinite(y), NON_FINITE, "q has NaN/Inf at layer " << layer << ", head " << h);
-    w.write_q(layer, h, x.data());
+// A state file's chosen sequence as a KvSnapshot (rows in position order, their true positions,
+// the file's tokens when they are this sequence's, one per row; formats/llama-state.md).
+class LlamaStateSnapshot final : public KvSnapshot {
+ public:
+  LlamaStateSnapshot(const std::string& path, GgufModel m, const LlamaStateOptions& o)
+      : m_(std::move(m)), o_(o), rd_(path, &m_), c_(require_sequence(rd_.file(), o)) {
+    const StateFile& f = rd_.file();
+    LlamaStateInspection s;
+    fill_structure(s, f, c_);
+    q_ = open_queries(o, m_, c_);
+    DumpGeometry& geo = info_.geo;
+    geo.layers = m_.layers;
+    geo.kv_heads = m_.kv_heads;
+    geo.head_dim = m_.head_dim;
+    geo.tokens = s.rows;
+    geo.q_tokens = q_.count;
+    geo.dtype = default_dtype(s.layers.front());
+    info_.q_heads = m_.heads;
+    info_.positions = c_.positions;
+    info_.q_rows = q_.rows;
+    // Tokens only when the file's list is this sequence's, one per row (formats/llama-state.md).
+    if (s.seq_ids.size() == 1 && static_cast<int64_t>(f.tokens.size()) == s.rows)
+      info_.tokens.assign(f.tokens.begin(), f.tokens.end());
+    info_.format = "llama.cpp " + f.magic;
+    const LlamaLayerInfo& l0 = s.layers.front();
+    info_.source_dtype = l0.k_type == l0.v_type ? l0.k_type : l0.k_type + "/" + l0.v_type;
   }
+  const SnapshotInfo& info() const override { return info_; }
+  void read_kv(int64_t layer, std::vector<float>& k, std::vector<float>& v) override {
+    read_layer(rd_, c_, layer, &m_, o_.rotation, rows_k_, rows_v_);
+    split_heads(rows_k_, info_.geo.tokens, m_.kv_heads, m_.head_dim, k);
+    split_heads(rows_v_, info_.geo.tokens, m_.kv_heads, m_.head_dim, v);
+  }
+  void read_q(int64_t layer, std::vector<float>& q) override {
+    q.resize(static_cast<size_t>(m_.heads * q_.count * m_.head_dim));
+    q_.file->read_f32(0, layer * static_cast<int64_t>(q.size()), static_cast<int64_t>(q.size()), q.data());
+  }
+  std::string label(char what, int64_t) const override { return what == 'Q' ? std::string("q") : std::string(1, what); }
+  // model_artifact_sha256 defaults to the GGUF file's SHA-256 and rope_config to its RoPE keys.
+  void complete_meta(json& meta) const override {
+    const StateFile& f = rd_.file();
+    if (!meta.contains("model_artifact_sha256")) meta["model_artifact_sha256"] = model_sha256(m_.path);
+    if (!meta.contains("rope_config")) {
+      const std::string rope = m_.rope_config();
+      KVT_CHECK(!rope.empty(), MISSING_ATTRIBUTE,
+                "kvtool does not know the RoPE pairing of architecture '" << m_.arch << "'; give rope_config in meta");
+      meta["rope_config"] = rope;
+    }
+    if (!meta.contains("generator"))
+      meta["generator"] = "kvtool import (llama.cpp " + f.magic + " v" + std::to_string(f.version) + ")";
+  }
+
+ private:
+  GgufModel m_;
+  LlamaStateOptions o_;
+  StateReader rd_;
+  Chosen c_;
+  Queries q_;
+  SnapshotInfo info_;
+  std::vector<float> rows_k_, rows_v_;
+};
+
+// A state file carries its own layout: the tensor-file options would be silently ignored.
+void refuse_tensor_options(const SnapshotRequest& r) {
+  TensorLayoutOptions plain;
+  plain.q = r.tensors.q;
+  plain.q_positions = r.tensors.q_positions;
+  const std::string& path = r.inputs.front();
+  KVT_CHECK(r.tensors == plain, USAGE,
+            "'" << path << "' is a llama.cpp state file: tensor-file options (--layout, --tokens, --positions, "
+                << "--block-table, scales, --q-layout) do not apply; see formats/llama-state.md");
 }
 
 }  // namespace
 
-ImportSummary import_llama_state(const std::string& path, const GgufModel& m, const LlamaStateOptions& o,
-                                 const json& meta, std::optional<DType> dtype, const std::string& out, bool overwrite) {
-  StateReader rd(path, &m);
-  const StateFile& f = rd.file();
-  const Chosen c = require_sequence(f, o);
-  LlamaStateInspection s;
-  fill_structure(s, f, c);
-  DumpGeometry geo;
-  geo.layers = m.layers;
-  geo.kv_heads = m.kv_heads;
-  geo.head_dim = m.head_dim;
-  geo.tokens = s.rows;
-  geo.dtype = dtype.value_or(default_dtype(s.layers.front()));
-  const Queries q = open_queries(o, m, c);
-  geo.q_tokens = q.count;
-  DumpSpec spec = dump_spec_from_meta(import_meta(meta, m, f), geo, m.heads);
-  check_dump_identity(spec.id, spec.geo, spec.committed_frontier);
-  // Tokens only when the file's list is this sequence's, one per row (formats/llama-state.md).
-  const bool tokens_known = s.seq_ids.size() == 1 && static_cast<int64_t>(f.tokens.size()) == s.rows;
-  DumpWriter w(out, spec, overwrite);
-  std::vector<float> k, v, ks, vs;
-  const int64_t T = s.rows, d = m.head_dim;
-  for (int64_t l = 0; l < m.layers; ++l) {
-    read_layer(rd, c, l, &m, o.rotation, k, v);
-    split_heads(k, T, m.kv_heads, d, geo.dtype, "K", l, ks);
-    split_heads(v, T, m.kv_heads, d, geo.dtype, "V", l, vs);
-    for (int64_t h = 0; h < m.kv_heads; ++h) w.write_kv(l, h, ks.data() + h * T * d, vs.data() + h * T * d);
-    if (q.count) write_queries(w, q, m, l);
-  }
-  if (q.count) w.write_q_positions(q.rows);
-  w.write_positions(c.positions);
-  if (tokens_known) w.write_tokens(std::vector<int64_t>(f.tokens.begin(), f.tokens.end()));
-  w.commit();
-  ImportSummary r;
-  r.geo = spec.geo;
-  r.committed_frontier = spec.committed_frontier;
-  r.source_format = "llama.cpp " + f.magic;
-  r.source_dtype = s.layers.front().k_type == s.layers.front().v_type
-                       ? s.layers.front().k_type
-                       : s.layers.front().k_type + "/" + s.layers.front().v_type;
-  r.has_tokens = tokens_known;
-  r.has_q = q.count > 0;
-  r.has_positions = true;
-  return r;
+std::unique_ptr<KvSnapshot> open_llama_state_snapshot(const SnapshotRequest& r) {
+  KVT_CHECK(r.inputs.size() == 1, USAGE, "a llama.cpp state file is read alone; " << r.inputs.size() << " inputs given");
+  const std::string& path = r.inputs.front();
+  KVT_CHECK(!r.gguf.empty(), USAGE,
+            "'" << path << "' is a llama.cpp state file: give the model's GGUF with --gguf (layers, heads, head_dim "
+                << "and RoPE are not in the state file)");
+  refuse_tensor_options(r);
+  GgufModel m = read_gguf_model(r.gguf);
+  LlamaStateOptions o = r.llama;
+  if (!r.tensors.q.empty()) o.q_path = r.tensors.q;
+  if (!r.tensors.q_positions.empty()) o.q_positions_path = r.tensors.q_positions;
+  return std::make_unique<LlamaStateSnapshot>(path, std::move(m), o);
 }
 
 }  // namespace kvtool

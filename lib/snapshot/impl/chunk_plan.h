@@ -1,4 +1,4 @@
-// The decoders behind `kvtool import --format` (kvtool/import_chunks.h): each input file becomes a
+// The decoders behind the chunk-file readers (kvtool/chunk_files.h): each input file becomes a
 // source of float values and one or more pieces that say where K and V of which layers and rows are
 // inside it. Every piece is a strided view: value (kv, layer, row, head, i) of a piece is element
 //   kv * s_kv + (layer - first_layer) * s_l + row * s_t + head * s_h + i
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kvtool/import_chunks.h"
+#include "kvtool/chunk_files.h"
 
 namespace kvtool::chunks {
 
@@ -39,7 +39,7 @@ struct Plan {
   std::vector<Piece> pieces;
 };
 
-Plan plan_chunks(const std::vector<std::string>& inputs, const ChunkImportOptions& o);
+Plan plan_chunks(const std::vector<std::string>& inputs, const ChunkOptions& o);
 
 // K and V of `layer` for every row, each [kv_heads][tokens][head_dim].
 void read_layer(const Plan& p, int64_t layer, std::vector<float>& k, std::vector<float>& v);

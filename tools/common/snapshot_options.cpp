@@ -1,12 +1,12 @@
-// The llama.cpp state-file paths of kvtool inspect, verify and import (formats/llama-state.md):
-// their shared options and printing. The commands detect a state file by its magic and call here.
+// The options of cache snapshots that inspect, verify and import share (today those of llama.cpp
+// state files, formats/llama-state.md) and their printers.
+#include "snapshot_options.h"
+
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
-#include "commands.h"
-#include "kvtool/llama_state.h"
-
-namespace kvtool::cmd {
+namespace kvtool::cli {
 
 namespace {
 
@@ -49,18 +49,6 @@ void print_state(const LlamaStateInspection& s) {
   print_health(s);
 }
 
-std::optional<GgufModel> model_of(const LlamaStateArgs& a) {
-  if (a.gguf.empty()) return std::nullopt;
-  return read_gguf_model(a.gguf);
-}
-
-LlamaStateOptions options_of(const LlamaStateArgs& a) {
-  LlamaStateOptions o;
-  if (a.seq_id >= 0) o.seq_id = static_cast<int32_t>(a.seq_id);
-  o.rotation = parse_llama_rotation(a.rotation);
-  return o;
-}
-
 }  // namespace
 
 void add_llama_state_options(CLI::App* sub, LlamaStateArgs& a, bool with_tolerance) {
@@ -79,50 +67,30 @@ void add_llama_state_options(CLI::App* sub, LlamaStateArgs& a, bool with_toleran
         ->check(CLI::Range(0.0, 1.0));
 }
 
-int run_llama_inspect(const std::string& path, const std::string& shown, const LlamaStateArgs& a, const Flags& flags) {
-  const auto m = model_of(a);
-  LlamaStateInspection s = inspect_llama_state(path, m ? &*m : nullptr, options_of(a));
-  s.path = shown;
-  return emit(flags, s.to_json(), [&] { print_state(s); });
+LlamaStateOptions llama_state_options(const LlamaStateArgs& a) {
+  LlamaStateOptions o;
+  if (a.seq_id >= 0) o.seq_id = static_cast<int32_t>(a.seq_id);
+  o.rotation = parse_llama_rotation(a.rotation);
+  return o;
 }
 
-int run_llama_verify(const std::string& path, const std::string& shown, const std::string& source,
-                     const LlamaStateArgs& a, const Flags& flags) {
-  const auto m = model_of(a);
-  std::optional<double> tol;
+std::optional<double> llama_state_tolerance(const LlamaStateArgs& a) {
   KVT_CHECK(!std::isnan(a.tolerance), USAGE, "--tolerance is not a number");
-  if (a.tolerance >= 0) tol = a.tolerance;
-  LlamaStateVerification v = verify_llama_state(path, m ? &*m : nullptr, options_of(a), source, tol);
-  v.state.path = shown;
-  return emit(flags, v.to_json(), [&] {
-    std::cout << "OK: llama.cpp " << v.state.magic << " state " << shown << ": every size adds up, " << v.state.rows
-              << " rows of sequence " << v.state.seq_id.value_or(-1) << " at unique positions, all values finite\n";
-    if (v.source.empty()) return;
-    std::cout << "  matches " << v.source << ": max |diff| / max|x| = " << v.max_rel_err_k << " (K), "
-              << v.max_rel_err_v << " (V), tolerance " << v.tolerance << "\n  per layer:";
-    for (double e : v.layer_rel_err) std::cout << " " << e;
-    std::cout << "\n";
-  });
+  if (a.tolerance >= 0) return a.tolerance;
+  return std::nullopt;
 }
 
-ImportSummary run_llama_import(const std::string& path, const LlamaStateArgs& a, const ImportOptions& io,
-                               const std::string& out) {
-  KVT_CHECK(!a.gguf.empty(), USAGE,
-            "'" << path << "' is a llama.cpp state file: give the model's GGUF with --gguf (layers, heads, head_dim "
-                << "and RoPE are not in the state file)");
-  const GgufModel m = read_gguf_model(a.gguf);
-  const ImportOptions plain;
-  KVT_CHECK(io.block_table.empty() && io.slot_mapping.empty() && io.tokens.empty() && io.positions.empty() &&
-                io.k_scale.empty() && io.v_scale.empty() && io.q_layout.empty() && io.fp8.empty() &&
-                io.layout == plain.layout && io.k == plain.k && io.v == plain.v && io.kv == plain.kv &&
-                io.layers == 0 && io.kv_heads == 0 && io.head_dim == 0 && io.batch_index == 0 && io.num_tokens == 0,
-            USAGE,
-            "'" << path << "' is a llama.cpp state file: tensor-file options (--layout, --tokens, --positions, "
-                << "--block-table, scales, --q-layout) do not apply; see formats/llama-state.md");
-  LlamaStateOptions o = options_of(a);
-  o.q_path = io.q;
-  o.q_positions_path = io.q_positions;
-  return import_llama_state(path, m, o, io.meta, io.dtype, out, io.overwrite);
+void print_llama_state(const LlamaStateInspection& s) { print_state(s); }
+
+void print_verify_result(const LlamaStateVerification& v) {
+  std::cout << "OK: llama.cpp " << v.state.magic << " state " << v.state.path << ": every size adds up, "
+            << v.state.rows << " rows of sequence " << v.state.seq_id.value_or(-1)
+            << " at unique positions, all values finite\n";
+  if (v.source.empty()) return;
+  std::cout << "  matches " << v.source << ": max |diff| / max|x| = " << v.max_rel_err_k << " (K), " << v.max_rel_err_v
+            << " (V), tolerance " << v.tolerance << "\n  per layer:";
+  for (double e : v.layer_rel_err) std::cout << " " << e;
+  std::cout << "\n";
 }
 
-}  // namespace kvtool::cmd
+}  // namespace kvtool::cli

@@ -1,8 +1,8 @@
-// Decoders of `kvtool import --format` (impl/chunk_formats.h). The layouts and the header follow the
+// The chunk-file readers of kvtool/snapshot.h (kvtool/chunk_files.h, impl/chunk_plan.h). The layouts and the header follow the
 // stacks' own sources at the versions formats/lmcache.md and formats/sglang-hicache.md name. Sizes
 // are products of small checked factors (checked_mul); a file's data must be exactly what its header
 // or the options describe, so no read can leave it and nothing is allocated from a claimed size.
-#include "impl/chunk_formats.h"
+#include "impl/chunk_plan.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,8 +13,10 @@
 #include <cstring>
 #include <limits>
 
+#include "impl/readers.h"
 #include "kvtool/error.h"
 #include "kvtool/half.h"
+#include "kvtool/tensor_file.h"
 
 namespace kvtool::chunks {
 
@@ -160,7 +162,7 @@ struct Geometry {
   Elem elem = Elem::f16;
 };
 
-Geometry required_geometry(const ChunkImportOptions& o) {
+Geometry required_geometry(const ChunkOptions& o) {
   KVT_CHECK(o.layers > 0 && o.kv_heads > 0 && o.head_dim > 0 && !o.src_dtype.empty(), USAGE,
             "format " << o.format << " files carry no shape or dtype: give layers, kv_heads, head_dim and "
                       << "src_dtype (the model's and the cache's)");
@@ -223,7 +225,7 @@ void check_lmcache_memory_format(const std::string& mf, bool required) {
 
 // LMCache v1 local disk backend: headerless bytes of one chunk (KV_2LTD: all layers) or of one
 // layer of one chunk (KV_T2D, KV_2TD: files ordered chunk by chunk, layers 0..L-1 inside).
-void plan_lmcache_raw(const std::vector<std::string>& inputs, const ChunkImportOptions& o, Plan& p, Chunks& c) {
+void plan_lmcache_raw(const std::vector<std::string>& inputs, const ChunkOptions& o, Plan& p, Chunks& c) {
   check_lmcache_memory_format(o.memory_format, true);
   const Geometry g = required_geometry(o);
   const bool per_layer = o.memory_format != "KV_2LTD";
@@ -318,7 +320,7 @@ Elem fs_elem(int32_t code, const std::string& path) {
 }
 
 // One FS-connector file: header checked against itself, the file size and the options.
-Piece plan_fs_file(RawSource& s, const ChunkImportOptions& o, Plan& p, bool first) {
+Piece plan_fs_file(RawSource& s, const ChunkOptions& o, Plan& p, bool first) {
   const std::string& path = s.path();
   const FsHeader h = read_fs_header(s);
   check_fs_format(h.fmt, path);
@@ -364,7 +366,7 @@ Piece plan_fs_file(RawSource& s, const ChunkImportOptions& o, Plan& p, bool firs
 }
 
 // LMCache v1 FS connector (save_chunk_meta on): one KV_2LTD chunk per file after the header.
-void plan_lmcache_fs(const std::vector<std::string>& inputs, const ChunkImportOptions& o, Plan& p, Chunks& c) {
+void plan_lmcache_fs(const std::vector<std::string>& inputs, const ChunkOptions& o, Plan& p, Chunks& c) {
   KVT_CHECK(o.kv_heads > 0 || o.head_dim > 0, USAGE,
             "format lmcache-fs: the header gives hidden = heads x head dim; give kv_heads or head_dim to split it");
   check_lmcache_memory_format(o.memory_format, false);
@@ -392,7 +394,7 @@ void check_option(int64_t given, int64_t found, const char* option, const std::s
 
 // LMCache v0 local disk backend: a safetensors file with one tensor `kv_chunk`, [L, 2, T, H, d]
 // (vllm) or [L, 2, H, T, d] (huggingface).
-Piece plan_v0_file(const TensorInfo& t, const std::string& path, bool hf, const ChunkImportOptions& o, Plan& p,
+Piece plan_v0_file(const TensorInfo& t, const std::string& path, bool hf, const ChunkOptions& o, Plan& p,
                    bool first) {
   const std::string where = "kv_chunk of '" + path + "'";
   KVT_CHECK(t.shape.size() == 5 && t.shape[1] == 2, SHAPE_MISMATCH,
@@ -422,7 +424,7 @@ Piece plan_v0_file(const TensorInfo& t, const std::string& path, bool hf, const 
   return pc;
 }
 
-void plan_lmcache_v0(const std::vector<std::string>& inputs, const ChunkImportOptions& o, Plan& p, Chunks& c) {
+void plan_lmcache_v0(const std::vector<std::string>& inputs, const ChunkOptions& o, Plan& p, Chunks& c) {
   const std::string fmt = o.memory_format.empty() ? "vllm" : o.memory_format;
   KVT_CHECK(fmt == "vllm" || fmt == "huggingface", USAGE,
             "memory_format '" << o.memory_format << "': LMCache v0 chunks are vllm or huggingface");
@@ -447,7 +449,7 @@ void plan_lmcache_v0(const std::vector<std::string>& inputs, const ChunkImportOp
 
 // SGLang HiCache file backend: one page per file, the bytes of MHATokenToKVPoolHost.get_data_page()
 // flattened: [2, L, P, H, d] for layer_first and page_first_direct, [2, P, L, H, d] for page_first.
-void plan_sglang_page(const std::vector<std::string>& inputs, const ChunkImportOptions& o, Plan& p, Chunks& c) {
+void plan_sglang_page(const std::vector<std::string>& inputs, const ChunkOptions& o, Plan& p, Chunks& c) {
   const std::string& lay = o.memory_format;
   KVT_CHECK(lay == "layer_first" || lay == "page_first" || lay == "page_first_direct", USAGE,
             "format sglang-page needs memory_format layer_first, page_first or page_first_direct (the server's "
@@ -522,7 +524,7 @@ void read_piece(const Plan& p, const Piece& c, int64_t layer, int64_t kv, std::v
 
 }  // namespace
 
-Plan plan_chunks(const std::vector<std::string>& inputs, const ChunkImportOptions& o) {
+Plan plan_chunks(const std::vector<std::string>& inputs, const ChunkOptions& o) {
   const auto& known = chunk_formats();
   KVT_CHECK(std::find(known.begin(), known.end(), o.format) != known.end(), USAGE,
             "format '" << o.format << "' is not lmcache-raw, lmcache-fs, lmcache-v0 or sglang-page");
@@ -573,10 +575,42 @@ const std::vector<std::string>& chunk_formats() {
   return f;
 }
 
-void check_no_chunk_options(const ChunkImportOptions& o) {
+void check_no_chunk_options(const ChunkOptions& o) {
   KVT_CHECK(o.memory_format.empty() && o.src_dtype.empty() && o.chunk_tokens == 0 && o.page_size == 0, USAGE,
             "memory_format, src_dtype, chunk_tokens and page_size need format (lmcache-raw, lmcache-fs, "
             "lmcache-v0 or sglang-page)");
+}
+
+namespace {
+
+DType dtype_of(const std::string& s) { return s == "f16" ? DType::f16 : s == "bf16" ? DType::bf16 : DType::f32; }
+
+// The chunk files of one request as a KvSnapshot: rows in token order, positions 0..T-1.
+class ChunkSnapshot final : public KvSnapshot {
+ public:
+  ChunkSnapshot(const std::vector<std::string>& inputs, const ChunkOptions& o) : p_(chunks::plan_chunks(inputs, o)) {
+    info_.geo.layers = p_.layers;
+    info_.geo.kv_heads = p_.kv_heads;
+    info_.geo.tokens = p_.tokens;
+    info_.geo.head_dim = p_.head_dim;
+    info_.geo.dtype = dtype_of(p_.source_dtype);
+    info_.format = p_.format + (p_.memory_format.empty() ? "" : " " + p_.memory_format);
+    info_.source_dtype = p_.source_dtype;
+  }
+  const SnapshotInfo& info() const override { return info_; }
+  void read_kv(int64_t layer, std::vector<float>& k, std::vector<float>& v) override {
+    chunks::read_layer(p_, layer, k, v);
+  }
+
+ private:
+  chunks::Plan p_;
+  SnapshotInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvSnapshot> open_chunk_snapshot(const SnapshotRequest& r) {
+  return std::make_unique<ChunkSnapshot>(r.inputs, r.chunks);
 }
 
 }  // namespace kvtool

@@ -1,0 +1,28 @@
+// The metadata of a GGUF model file (formats/llama-state.md, "The model's GGUF header"): what the
+// attention cache of the model looks like. Only the key/value section is read, never the tensors.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kvtool/json.h"
+
+namespace kvtool {
+
+// What a model's GGUF header says about its attention cache (BAD_MODEL when malformed;
+// UNSUPPORTED_CACHE when the cache is not one K and V row of kv_heads x head_dim per token and layer:
+// MLA latents, sliding-window or recurrent layers, per-layer head counts that differ).
+struct GgufModel {
+  std::string path, arch, name;
+  int64_t layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  double rope_theta = 10000.0;
+  std::string rope_pairing;  // "interleaved" (llama.cpp NORM), "half" (NEOX); "" when unknown
+  std::string rope_scaling = "none";
+  std::string rope_config() const;  // canonical JSON; "" when the pairing is unknown
+  std::string sha256;               // of the whole file, filled by model_sha256()
+  json to_json() const;
+};
+GgufModel read_gguf_model(const std::string& path);
+// SHA-256 of the GGUF file (streamed; the default model_artifact_sha256 of an import).
+std::string model_sha256(const std::string& path);
+
+}  // namespace kvtool
