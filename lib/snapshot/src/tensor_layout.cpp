@@ -27,6 +27,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "kvtool/json.h"
+#include "kvtool/paged_layout.h"
 #include "kvtool/tensor_file.h"
 
 namespace kvtool {
@@ -43,61 +44,13 @@ const char* axis_name(Ax a) {
 bool has_axis(const std::vector<Ax>& layout, Ax a) { return std::count(layout.begin(), layout.end(), a) > 0; }
 bool is_paged(const std::vector<Ax>& layout) { return has_axis(layout, Ax::N) || has_axis(layout, Ax::X); }
 
-// One token axis (T; N and S; or X) and the heads as H and d or Hd.
-void check_layout_axes(const std::set<Ax>& seen, const std::string& text, const std::string& option) {
-  auto has = [&](Ax a) { return seen.count(a) > 0; };
-  // One vector per token and no heads is what MLA models (DeepSeek) cache: a latent of kv_lora_rank
-  // + rope dims from which the model's up-projections compute K and V. Per-head K and V are not
-  // stored, so no import of it could be exact.
-  KVT_CHECK(has(Ax::H) || has(Ax::HD) || !has(Ax::D), UNSUPPORTED_CACHE,
-            option << " '" << text
-                   << "' has no head axis (H or Hd): one vector per token is an MLA latent cache (kv_lora_rank + "
-                      "rope dims), not per-head K and V, and kvtool imports only per-head K and V (a cache with "
-                      "one KV head squeezed out: save it with its head axis of 1)");
-  KVT_CHECK(has(Ax::N) == has(Ax::S), USAGE,
-            option << " '" << text << "' has " << (has(Ax::N) ? "N without S" : "S without N")
-                   << "; a paged layout names the block axis N and the slot-in-block axis S");
-  KVT_CHECK(has(Ax::T) + has(Ax::N) + has(Ax::X) == 1, USAGE,
-            option << " '" << text << "' needs exactly one token axis: T, N and S (paged blocks) or X (flat slots)");
-  const bool heads = has(Ax::H) && has(Ax::D), merged = has(Ax::HD);
-  KVT_CHECK(heads != merged && !(merged && (has(Ax::H) || has(Ax::D))), USAGE,
-            option << " '" << text << "' needs either both H and d or Hd");
-}
-
 std::vector<Ax> parse_layout(const std::string& text, bool allow_kv, bool allow_paged, const std::string& option) {
   std::vector<Ax> axes;
-  std::set<Ax> seen;
-  size_t i = 0;
-  while (i <= text.size()) {
-    size_t j = text.find(',', i);
-    if (j == std::string::npos) j = text.size();
-    std::string tok = text.substr(i, j - i);
-    tok.erase(std::remove(tok.begin(), tok.end(), ' '), tok.end());
-    Ax a;
-    if (tok == "L")
-      a = Ax::L;
-    else if (tok == "2" && allow_kv)
-      a = Ax::KV;
-    else if (tok == "H")
-      a = Ax::H;
-    else if (tok == "T")
-      a = Ax::T;
-    else if (tok == "d" || tok == "D")
-      a = Ax::D;
-    else if (tok == "Hd" || tok == "H*d")
-      a = Ax::HD;
-    else if (tok == "B" || tok == "1")
-      a = Ax::B;
-    else if (allow_paged && (tok == "N" || tok == "S" || tok == "X"))
-      a = tok == "N" ? Ax::N : tok == "S" ? Ax::S : Ax::X;
-    else
-      KVT_THROW(USAGE, option << " '" << text << "': unknown axis '" << tok << "' (axes: L" << (allow_kv ? ", 2" : "")
-                              << ", H, T, d, Hd, B" << (allow_paged ? ", N, S, X" : "") << ")");
-    KVT_CHECK(seen.insert(a).second, USAGE, option << " '" << text << "' names axis " << tok << " twice");
-    axes.push_back(a);
-    i = j + 1;
+  for (const std::string& a : parse_cache_layout(text, allow_kv, allow_paged, option)) {
+    int k = 0;
+    while (a != axis_name(static_cast<Ax>(k))) ++k;  // a canonical name of kvtool/paged_layout.h
+    axes.push_back(static_cast<Ax>(k));
   }
-  check_layout_axes(seen, text, option);
   return axes;
 }
 
@@ -422,66 +375,33 @@ KvPlan plan_kv(Sources& src, const TensorLayoutOptions& o, const std::vector<Ax>
   return p;
 }
 
-// Entries [0, need) of one request's row of a block table or slot mapping: a 1-D tensor, or row
-// --batch-index of a 2-D [requests, n] one (vLLM's block_table tensor, SGLang's req_to_token).
-std::vector<int64_t> read_table_row(Sources& src, const TensorLayoutOptions& o, const std::string& opt, int64_t need) {
-  const Ref r = src.require(opt == "block_table" ? o.block_table : o.slot_mapping, -1, opt);
+// The first min(n, need) entries of one request's row of a block table or slot mapping, and n: a
+// 1-D tensor, or row --batch-index of a 2-D [requests, n] one (vLLM's block_table tensor, SGLang's
+// req_to_token). Entries past the tokens are padding and not read.
+std::vector<int64_t> read_table_row(const Ref& r, const TensorLayoutOptions& o, const std::string& opt, int64_t need,
+                                    int64_t& n) {
   const TensorInfo& t = r.info();
   KVT_CHECK(t.shape.size() == 1 || t.shape.size() == 2, SHAPE_MISMATCH,
             opt << " " << r.label << " has shape " << json(t.shape).dump() << "; expected [n] or [requests, n]");
-  const int64_t n = t.shape.back(), rows = t.shape.size() == 2 ? t.shape[0] : 1;
+  n = t.shape.back();
+  const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
   KVT_CHECK(t.shape.size() == 1 || o.batch_index < rows, USAGE,
             "batch_index " << o.batch_index << " is outside the " << rows << " rows of " << opt << " " << r.label);
-  KVT_CHECK(n >= need, BAD_BLOCK_TABLE,
-            opt << " " << r.label << " has " << n << " entries per request; num_tokens " << o.num_tokens << " needs "
-                << need);
-  std::vector<int64_t> v(static_cast<size_t>(need));
-  r.file->read_i64(r.index, t.shape.size() == 2 ? o.batch_index * n : 0, need, v.data());
+  std::vector<int64_t> v(static_cast<size_t>(std::min(n, need)));
+  r.file->read_i64(r.index, t.shape.size() == 2 ? o.batch_index * n : 0, static_cast<int64_t>(v.size()), v.data());
   return v;
 }
 
-// Two tokens in one slot would make one of them silently the other's copy.
-void check_distinct(const std::vector<int64_t>& slots, int64_t per, bool by_block) {
-  std::vector<std::pair<int64_t, int64_t>> s;  // (slot, token)
-  s.reserve(slots.size());
-  for (size_t t = 0; t < slots.size(); ++t) s.emplace_back(slots[t], static_cast<int64_t>(t));
-  std::sort(s.begin(), s.end());
-  for (size_t i = 1; i < s.size(); ++i) {
-    if (s[i].first != s[i - 1].first) continue;
-    if (by_block)
-      KVT_THROW(BAD_BLOCK_TABLE, "block_table names block " << s[i].first / per << " twice (entries "
-                                                            << s[i - 1].second / per << " and " << s[i].second / per
-                                                            << "): two token ranges cannot share a block");
-    KVT_THROW(BAD_BLOCK_TABLE, "slot_mapping gives tokens " << s[i - 1].second << " and " << s[i].second
-                                                            << " the same slot " << s[i].first);
-  }
-}
-
-// The slot of each of the request's --num-tokens tokens, as vLLM's slot_mapping computes it from
-// the block table (slot = block_table[t / S] * S + t % S), or given per token (--slot-mapping: vLLM's
-// slot_mapping, a row of SGLang's req_to_token). Entries past the tokens are padding and not read;
-// every read entry must be a distinct slot of the cache.
+// The slot of each of the request's --num-tokens tokens (kvtool/paged_layout.h).
 std::vector<int64_t> token_slots(Sources& src, const TensorLayoutOptions& o, const Bound& k0) {
   const bool by_block = !o.block_table.empty(), blocks = k0.dim(Ax::N) >= 0;
-  KVT_CHECK(!by_block || blocks, USAGE,
-            "block_table needs a layout with N and S axes (X is a flat slot axis: give slot_mapping)");
-  const int64_t per = blocks ? k0.dim(Ax::S) : 1, units = blocks ? k0.dim(Ax::N) : k0.dim(Ax::X);
-  KVT_CHECK(per > 0 && units > 0, SHAPE_MISMATCH, "the paged tensor " << k0.ref.label << " has no slots");
-  const int64_t T = o.num_tokens, need = by_block ? T / per + (T % per != 0) : T;
+  const PagedCache cache{blocks, blocks ? k0.dim(Ax::S) : 1, blocks ? k0.dim(Ax::N) : k0.dim(Ax::X), k0.ref.label};
+  const int64_t need = paged_entries_needed(cache, by_block, o.num_tokens);
   const std::string opt = by_block ? "block_table" : "slot_mapping";
-  const std::vector<int64_t> ids = read_table_row(src, o, opt, need);
-  const int64_t limit = by_block ? units : units * per;
-  for (size_t j = 0; j < ids.size(); ++j)
-    KVT_CHECK(ids[j] >= 0 && ids[j] < limit, BAD_BLOCK_TABLE,
-              opt << " entry " << j << " is " << ids[j] << ", outside the " << limit
-                  << (by_block ? " blocks" : " slots") << " of " << k0.ref.label
-                  << (ids[j] < 0 ? " (negative padding is allowed only past num_tokens)" : ""));
-  std::vector<int64_t> slots(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t)
-    slots[static_cast<size_t>(t)] =
-        by_block ? ids[static_cast<size_t>(t / per)] * per + t % per : ids[static_cast<size_t>(t)];
-  check_distinct(slots, per, by_block);
-  return slots;
+  const Ref r = src.require(by_block ? o.block_table : o.slot_mapping, -1, opt);
+  int64_t n = 0;
+  const std::vector<int64_t> ids = read_table_row(r, o, opt, need, n);
+  return paged_token_slots(cache, by_block, ids, n, o.num_tokens, opt + " " + r.label);
 }
 
 // The paged options agree with the layout: a paged cache holds blocks in allocation order, so it
