@@ -2,7 +2,8 @@
 // kind. The input is not a kvi file but what one is made of, so that a mutation lands in a
 // section's payload or in the params/kind_data JSON instead of breaking a digest:
 //
-//   u8   kind: pq, clusterkv, lsh, squeeze (value mod 4)
+//   u8   kind: an index into kvtool/kinds.def's kinds, modulo their count (the committed seeds
+//        follow its order: pq 0, clusterkv 1, lsh 2, squeeze 3)
 //   u32  n, then n bytes: {"params":…, "source":…, "kind_data":…} (the manifest's members)
 //   then, until the input ends, one section each:
 //   u32  n, then n bytes: {"name":…, "dtype":…, "shape":[…], "layer":…, "kv_head":…}
@@ -27,7 +28,13 @@
 
 namespace {
 
-constexpr const char* kKinds[] = {"pq", "clusterkv", "lsh", "squeeze"};
+// Every builder kind, from the registration list itself, so that a kind added there is fuzzed too.
+constexpr const char* kKinds[] = {
+#define KVTOOL_KIND(name, description) #name,
+#include "kvtool/kinds.def"
+#undef KVTOOL_KIND
+};
+constexpr size_t kKindCount = sizeof(kKinds) / sizeof(kKinds[0]);
 constexpr uint64_t kMaxSection = uint64_t(1) << 20;  // bytes; larger claims are skipped, not findings
 
 struct Cursor {
@@ -96,7 +103,7 @@ bool repack(const uint8_t* data, size_t size, const std::string& path) {
   const kvtool::json core_json = kvtool::json::parse(core_text, nullptr, false);
   if (!core_json.is_object() || !core_json.contains("source")) return false;
   kvtool::ManifestCore core;
-  core.kind = kKinds[data[0] % 4];
+  core.kind = kKinds[data[0] % kKindCount];
   core.params = core_json.value("params", kvtool::json::object());
   core.kind_data = core_json.value("kind_data", kvtool::json::object());
   core.source = kvtool::SourceBinding::from_json(core_json["source"]);  // an Error here: input rejected

@@ -13,8 +13,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "adversarial"))
 import kvi  # noqa: E402
 
-KINDS = ["pq", "clusterkv", "lsh", "squeeze"]
-# Small enough for a few KB per artifact, large enough that no part is dense.
+
+def kind_names():
+    """The kinds of the registration list, in its order (fuzz_kind's kind byte indexes it), so that a
+    kind added there gets seeds too."""
+    path = os.path.join(HERE, "..", "lib", "runtime", "include", "kvtool", "kinds.def")
+    with open(path) as f:
+        return [line[len("KVTOOL_KIND("):].split(",")[0].strip() for line in f if line.startswith("KVTOOL_KIND(")]
+
+
+KINDS = kind_names()
+# Small enough for a few KB per artifact, large enough that no part is dense; a kind not named here
+# is built with its defaults.
 BUILD = {
     "pq": ["-b", "4", "-m", "2", "--iters", "4", "--codebook-dtype", "f32"],  # the committed seeds' settings
     "clusterkv": ["--tokens-per-cluster", "16", "--iters", "4", "--centroid-dtype", "f32"],
@@ -98,7 +108,7 @@ def main():
         for i, kind in enumerate(KINDS):
             art = os.path.join(tmp, kind + ".kvi")
             run(kvtool, "build", kind, dump, "-o", art, "-q", "--zstd-level", 0, "--threads", 1, "--sink", 4,
-                "--local", 8, *BUILD[kind])
+                "--local", 8, *BUILD.get(kind, []))
             data = open(art, "rb").read()
             put(os.path.join(corpus, "container", kind + ".kvi"), data)
             manifest, sections = kvi.read(art)
@@ -108,7 +118,7 @@ def main():
             if kind == "lsh":  # compressed: the container's zstd and zstd-delta decoders get a seed
                 packed = os.path.join(tmp, "lsh-zstd.kvi")
                 run(kvtool, "build", kind, dump, "-o", packed, "-q", "--zstd-level", 3, "--threads", 1, "--sink", 4,
-                    "--local", 8, *BUILD[kind])
+                    "--local", 8, *BUILD.get(kind, []))
                 put(os.path.join(corpus, "container", "lsh-zstd.kvi"), open(packed, "rb").read())
             if kind == "clusterkv":  # i8 centroids (the default dtype) and their exponent sections
                 i8 = os.path.join(tmp, "clusterkv-i8.kvi")

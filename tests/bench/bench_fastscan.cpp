@@ -20,7 +20,7 @@
 #include "bench_pq_query.h"
 #include "kvtool/fastscan.h"
 #include "kvtool/scoring.h"
-#include "pq/pq.h"
+#include "pq/pq_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -33,7 +33,7 @@
 #include "kvtool/scoring.h"
 #include "kvtool/sha256.h"
 #include "common/stored_floats.h"
-#include "pq/pq.h"
+#include "pq/pq_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -28,14 +28,14 @@
 #include <memory>
 
 #include "bench_pq_query.h"
-#include "clusterkv/clusterkv.h"
+#include "clusterkv/clusterkv_builder.h"
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/half.h"
 #include "kvtool/pool.h"
 #include "kvtool/scoring.h"
-#include "lsh/lsh.h"
-#include "pq/pq.h"
+#include "lsh/lsh_builder.h"
+#include "pq/pq_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -15,7 +15,7 @@
 
 #include "kvtool/builder.h"
 #include "kvtool/error.h"
-#include "lsh/lsh.h"
+#include "lsh/lsh_builder.h"
 #include "kvtool/pool.h"
 #include "kvtool/query.h"
 #include "emulated_device.h"

@@ -11,12 +11,12 @@
 #include <new>
 #include <vector>
 
-#include "clusterkv/clusterkv.h"
+#include "clusterkv/clusterkv_builder.h"
 #include "kvtool/dump.h"
 #include "kvtool/pool.h"
-#include "lsh/lsh.h"
-#include "pq/pq.h"
-#include "squeeze/squeeze.h"
+#include "lsh/lsh_builder.h"
+#include "pq/pq_builder.h"
+#include "squeeze/squeeze_builder.h"
 #include "emulated_device.h"
 #include "test_util.h"
 

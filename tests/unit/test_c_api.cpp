@@ -9,7 +9,7 @@
 #include "kvtool/kinds.h"
 #include "kvtool/kvtool_c.h"
 #include "kvtool/pool.h"
-#include "pq/pq.h"
+#include "pq/pq_builder.h"
 #include "kvtool/store.h"
 #include "kvtool/artifact.h"
 #include "test_util.h"

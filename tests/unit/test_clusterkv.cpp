@@ -6,7 +6,7 @@
 #include <set>
 
 #include "kvtool/artifact.h"
-#include "clusterkv/clusterkv.h"
+#include "clusterkv/clusterkv_builder.h"
 #include "common/stored_floats.h"
 #include "kvtool/error.h"
 #include "kvtool/half.h"

@@ -10,7 +10,7 @@
 #include "kvtool/fastscan.h"
 #include "kvtool/pool.h"
 #include "kvtool/scoring.h"
-#include "pq/pq.h"
+#include "pq/pq_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -5,7 +5,7 @@
 
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
-#include "lsh/lsh.h"
+#include "lsh/lsh_builder.h"
 #include "impl/eval_parts.h"
 #include "kvtool/prng.h"
 #include "kvtool/eval.h"

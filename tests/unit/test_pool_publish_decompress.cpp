@@ -12,7 +12,7 @@
 #include "kvtool/builder.h"
 #include "kvtool/error.h"
 #include "kvtool/pool.h"
-#include "pq/pq.h"
+#include "pq/pq_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

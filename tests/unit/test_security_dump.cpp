@@ -23,7 +23,7 @@
 #include "kvtool/identity.h"
 #include "kvtool/report.h"
 #include "kvtool/source_binding.h"
-#include "pq/pq.h"
+#include "pq/pq_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -5,14 +5,14 @@
 #include <cstring>
 #include <filesystem>
 
-#include "clusterkv/clusterkv.h"
+#include "clusterkv/clusterkv_builder.h"
 #include "kvtool/admission.h"
 #include "kvtool/loader.h"
 #include "kvtool/query.h"
 #include "kvtool/report.h"
-#include "lsh/lsh.h"
-#include "pq/pq.h"
-#include "squeeze/squeeze.h"
+#include "lsh/lsh_builder.h"
+#include "pq/pq_builder.h"
+#include "squeeze/squeeze_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

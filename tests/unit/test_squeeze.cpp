@@ -10,7 +10,7 @@
 #include "kvtool/query.h"
 #include "kvtool/report.h"
 #include "reference_scorer.h"
-#include "squeeze/squeeze.h"
+#include "squeeze/squeeze_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -7,14 +7,14 @@
 #include <random>
 #include <set>
 
-#include "clusterkv/clusterkv.h"
+#include "clusterkv/clusterkv_builder.h"
 #include "common/kmeans.h"
 #include "common/nearest_l2.h"
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "kvtool/kind_builders.h"
 #include "kvtool/report.h"
-#include "squeeze/squeeze.h"
+#include "squeeze/squeeze_builder.h"
 #include "test_util.h"
 
 using namespace kvtool;

@@ -15,7 +15,7 @@ namespace kvtool::cli {
 // Registers a kind's subcommands on `app` (the kvtool-KIND app): build, and append where the kind
 // has one. `as_json` is the flag cli::run reads when it prints an error.
 using AddKindCommands = void (*)(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
-// One per line of lib/kinds/kinds.def, defined in tools/common/kind_options/KIND.cpp.
+// One per line of kvtool/kinds.def, defined in tools/common/kind_options/KIND.cpp.
 #define KVTOOL_KIND(name, about) void add_##name##_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json);
 #include "kvtool/kinds.def"
 #undef KVTOOL_KIND
@@ -25,7 +25,7 @@ struct KindCli {
   std::string about;  // its --help description
   AddKindCommands add;
 };
-const std::vector<KindCli>& kind_clis();  // lib/kinds/kinds.def's kinds, in its order
+const std::vector<KindCli>& kind_clis();  // kvtool/kinds.def's kinds, in its order
 std::string kind_names(const char* separator);
 
 // `kvtool build KIND ARGS...` = `kvtool-KIND build ARGS...`; USAGE for an unknown kind.

@@ -1,7 +1,7 @@
 // kind "clusterkv", offline half: cosine k-means of the keys of each part (flat or tree,
 // common/kmeans.h), and append of
 // decode windows as new generations of clusters (formats/kinds-v1.md, "clusterkv").
-#include "clusterkv/clusterkv.h"
+#include "clusterkv/clusterkv_builder.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // kind "clusterkv": its builder from JSON parameters (kvtool/kind_builders.h), the same names and
 // rules as `kvtool build clusterkv`'s options.
-#include "clusterkv/clusterkv.h"
+#include "clusterkv/clusterkv_builder.h"
 #include "kvtool/error.h"
 #include "kvtool/kind_builders.h"
 

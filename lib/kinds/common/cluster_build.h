@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "clusterkv/clusterkv.h"
+#include "clusterkv/clusterkv_builder.h"
 #include "common/cluster_set.h"
 #include "common/kmeans.h"
 #include "kvtool/builder.h"

@@ -1,6 +1,6 @@
 // kind "lsh", offline half: mean-centred SimHash codes, CSR bucket tables, (the MagicPIG
 // estimator eval applies to its samples is lib/offline/src/eval_estimator.cpp) (formats/kinds-v1.md, "lsh").
-#include "lsh/lsh.h"
+#include "lsh/lsh_builder.h"
 
 #include <algorithm>
 #include <cmath>

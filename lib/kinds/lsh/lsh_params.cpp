@@ -1,7 +1,7 @@
 // kind "lsh": its builder from JSON parameters (kvtool/kind_builders.h), the same names as
 // `kvtool build lsh`'s long options (--bits = -K, --tables = -L).
 #include "kvtool/kind_builders.h"
-#include "lsh/lsh.h"
+#include "lsh/lsh_builder.h"
 
 namespace kvtool {
 

@@ -1,6 +1,6 @@
 // kind "pq", offline half: PQCache codebooks with FAISS k-means, the codes of the actual rows, and
 // append (formats/kinds-v1.md, "pq").
-#include "pq/pq.h"
+#include "pq/pq_builder.h"
 
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>

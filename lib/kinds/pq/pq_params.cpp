@@ -1,7 +1,7 @@
 // kind "pq": its builder from JSON parameters (kvtool/kind_builders.h), the same names as
 // `kvtool build pq`'s options.
 #include "kvtool/kind_builders.h"
-#include "pq/pq.h"
+#include "pq/pq_builder.h"
 
 namespace kvtool {
 

@@ -1,7 +1,7 @@
 // kind "squeeze", offline half: the fine level (cosine k-means), the coarse level (L2 k-means of the
 // fine centroids), each flat or tree (common/kmeans.h), and the observation-window calibration
 // (formats/kinds-v1.md, "squeeze").
-#include "squeeze/squeeze.h"
+#include "squeeze/squeeze_builder.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // `kvtool build squeeze`'s options (calibration_queries: the bytes of a --calibration-queries file,
 // which the caller reads).
 #include "kvtool/kind_builders.h"
-#include "squeeze/squeeze.h"
+#include "squeeze/squeeze_builder.h"
 
 namespace kvtool {
 

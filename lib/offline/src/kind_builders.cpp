@@ -17,7 +17,7 @@ struct BuilderEntry {
   MakeBuilder make;
 };
 
-// lib/kinds/kinds.def's kinds in its order, the order of `kvtool build`'s kind list.
+// kvtool/kinds.def's kinds in its order, the order of `kvtool build`'s kind list.
 const BuilderEntry kBuilders[] = {
 #define KVTOOL_KIND(name, about) {#name, make_##name##_builder},
 #include "kvtool/kinds.def"

@@ -38,7 +38,7 @@ KindSpec container_test_kind() {
   return k;
 }
 
-// The kinds: container-test, then lib/kinds/kinds.def's in its order (docs/adding-a-kind.md).
+// The kinds: container-test, then kvtool/kinds.def's in its order (docs/adding-a-kind.md).
 const std::vector<KindSpec>& registry() {
   static const std::vector<KindSpec> kinds = {
       container_test_kind(),

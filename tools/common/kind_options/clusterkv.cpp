@@ -3,7 +3,7 @@
 
 #include "kind_commands.h"
 #include "kvtool/kinds/clusterkv.h"
-#include "kmeans_options.h"
+#include "kmeans_cli_options.h"
 
 namespace kvtool::cli {
 

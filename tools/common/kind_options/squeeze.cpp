@@ -3,7 +3,7 @@
 #include <iterator>
 
 #include "kind_commands.h"
-#include "kmeans_options.h"
+#include "kmeans_cli_options.h"
 #include "kvtool/kinds/squeeze.h"
 
 namespace kvtool::cli {

@@ -46,7 +46,7 @@ class BuildParams {
   std::set<std::string> known_;
 };
 
-// The per-kind halves (lib/kinds/KIND/KIND_params.cpp), one per line of lib/kinds/kinds.def.
+// The per-kind halves (lib/kinds/KIND/KIND_params.cpp), one per line of kvtool/kinds.def.
 #define KVTOOL_KIND(name, about) std::unique_ptr<KindBuilder> make_##name##_builder(const json& params);
 #include "kvtool/kinds.def"
 #undef KVTOOL_KIND

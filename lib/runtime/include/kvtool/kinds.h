@@ -327,7 +327,7 @@ int64_t int_member(const json& obj, const char* name, const std::string& where);
 int64_t int_element(const json& arr, size_t i, const std::string& where);
 
 namespace kinds {
-// Defined in lib/kinds/KIND/KIND_select.cpp, one per line of lib/kinds/kinds.def.
+// Defined in lib/kinds/KIND/KIND_select.cpp, one per line of kvtool/kinds.def.
 #define KVTOOL_KIND(name, about) KindSpec name##_kind();
 #include "kvtool/kinds.def"
 #undef KVTOOL_KIND
