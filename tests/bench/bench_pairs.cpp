@@ -19,6 +19,7 @@
 
 #include "bench_common.h"
 #include "kvtool/scoring.h"
+#include "pq/pq_row_groups.h"
 
 using namespace kvtool;
 using Clock = std::chrono::steady_clock;

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kvtool/scoring.h"
+#include "pq/pq_row_groups.h"
 
 namespace {
 

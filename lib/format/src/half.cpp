@@ -3,8 +3,9 @@
 #include <cmath>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
+#include "kvtool/cpu_features.h"
+
+#if KVTOOL_X86_TARGETS
 #include <immintrin.h>
 #endif
 
@@ -29,7 +30,7 @@ void f16_to_f32_table(const uint16_t* in, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = t[in[i]];
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if KVTOOL_X86_TARGETS
 // F16C converts 8 halves per instruction, exactly, except that it quiets a signalling NaN: groups
 // holding an Inf or NaN (all exponent bits set) take the table, so the result is f16_to_f32's
 // bit for bit on every input.
@@ -47,26 +48,11 @@ __attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* in, flo
 }
 #endif
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// CPUID leaf 1: F16C, AVX and OSXSAVE; XGETBV: the OS saves the YMM registers. (clang's
-// __builtin_cpu_supports has no "f16c".)
-bool cpu_has_f16c() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-  constexpr unsigned kOsxsave = 1u << 27, kAvx = 1u << 28, kF16c = 1u << 29;
-  if ((c & (kOsxsave | kAvx | kF16c)) != (kOsxsave | kAvx | kF16c)) return false;
-  unsigned lo = 0, hi = 0;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & 6u) == 6u;
-}
-#endif
-
 }  // namespace
 
 void f16_to_f32_array(const uint16_t* in, float* out, size_t n) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool f16c = cpu_has_f16c();
-  if (f16c) return f16_to_f32_f16c(in, out, n);
+#if KVTOOL_X86_TARGETS
+  if (cpu_features().f16c) return f16_to_f32_f16c(in, out, n);
 #endif
   f16_to_f32_table(in, out, n);
 }

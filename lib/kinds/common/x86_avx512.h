@@ -4,7 +4,10 @@
 // sanitizer and fuzz builds use with warnings as errors, keeps every warning.
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#include "kvtool/cpu_features.h"
+
+// The kinds' name for KVTOOL_X86_TARGETS (kvtool/cpu_features.h), kept for their #if lines.
+#if KVTOOL_X86_TARGETS
 #define KVTOOL_KINDS_X86 1
 #include <immintrin.h>
 #else
@@ -23,13 +26,7 @@
 
 #if KVTOOL_KINDS_X86
 namespace kvtool {
-// Whether this CPU runs AVX-512F (asked once).
-inline bool cpu_has_avx512f() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return yes;
-}
+// Whether this CPU runs AVX-512F: the kinds' callers keep this name; the probe is cpu_features()'s.
+inline bool cpu_has_avx512f() { return cpu_features().avx512f; }
 }  // namespace kvtool
 #endif

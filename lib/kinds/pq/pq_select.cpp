@@ -14,6 +14,7 @@
 #include "kvtool/kinds.h"
 #include "kvtool/scoring.h"
 #include "pq/pq_internal.h"
+#include "pq/pq_row_groups.h"
 
 namespace kvtool {
 

@@ -5,14 +5,12 @@
 #include <cstdint>
 #include <numeric>
 
+#include "kvtool/cpu_features.h"
 #include "kvtool/scoring.h"
 
-// The same dispatch condition as scoring.cpp: AVX2 / AVX-512 kernels need GCC or Clang on x86-64.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
-#define KVTOOL_FS_X86 1
+// AVX2 / AVX-512 kernels need GCC or Clang on x86-64 (kvtool/cpu_features.h).
+#if KVTOOL_X86_TARGETS
 #include <immintrin.h>
-#else
-#define KVTOOL_FS_X86 0
 #endif
 
 namespace kvtool::scoring {
@@ -59,7 +57,7 @@ void scan_portable(const uint8_t* qlut, const FastScanCodes& c, uint16_t* out) {
   }
 }
 
-#if KVTOOL_FS_X86
+#if KVTOOL_X86_TARGETS
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -136,7 +134,7 @@ void rescore_portable(const float* lut, const FastScanCodes& c, const uint32_t* 
   }
 }
 
-#if KVTOOL_FS_X86
+#if KVTOOL_X86_TARGETS
 // Eight rows at a time: one gather of 32 bits per row brings eight subspaces' codes; each table
 // lookup is a gather from that subspace's 16 floats.
 __attribute__((target("avx2"))) void rescore_avx2(const float* lut, const FastScanCodes& c, const uint32_t* rows,
@@ -204,7 +202,7 @@ int64_t collect_portable(const uint16_t* q, int64_t n, uint32_t lo, uint32_t t, 
   return w;
 }
 
-#if KVTOOL_FS_X86
+#if KVTOOL_X86_TARGETS
 __attribute__((target("avx512f,avx512bw"))) int64_t collect_avx512(const uint16_t* q, int64_t n, uint32_t lo,
                                                                    uint32_t t, uint32_t* out, uint32_t* qout,
                                                                    int64_t& at_t) {
@@ -230,7 +228,7 @@ __attribute__((target("avx512f,avx512bw"))) int64_t collect_avx512(const uint16_
 
 int64_t collect(const uint16_t* q, int64_t n, uint32_t lo, uint32_t t, uint32_t* out, uint32_t* qout, int64_t& at_t) {
   at_t = 0;
-#if KVTOOL_FS_X86
+#if KVTOOL_X86_TARGETS
   if (simd_level() == Simd::avx512) return collect_avx512(q, n, lo, t, out, qout, at_t);
 #endif
   return collect_portable(q, n, lo, t, out, qout, at_t);
@@ -369,7 +367,7 @@ int64_t candidates(const Quantized& qz, const uint8_t* qlut, const FastScanCodes
 }  // namespace
 
 void fastscan_scores_u16(const uint8_t* qlut, const FastScanCodes& codes, uint16_t* out) {
-#if KVTOOL_FS_X86
+#if KVTOOL_X86_TARGETS
   const Simd level = simd_level();
   if (level == Simd::avx512) return scan_avx512(qlut, codes, out);
   if (level == Simd::avx2) return scan_avx2(qlut, codes, out);
@@ -378,7 +376,7 @@ void fastscan_scores_u16(const uint8_t* qlut, const FastScanCodes& codes, uint16
 }
 
 void fastscan_rescore(const float* lut, const FastScanCodes& codes, const uint32_t* rows, int64_t count, float* out) {
-#if KVTOOL_FS_X86
+#if KVTOOL_X86_TARGETS
   const Simd level = simd_level();
   if (level == Simd::avx512) return rescore_avx512(lut, codes, rows, count, out);
   if (level == Simd::avx2) return rescore_avx2(lut, codes, rows, count, out);

@@ -1,8 +1,6 @@
 #include "kvtool/pool.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +15,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
 #include "kvtool/half.h"
+#include "kvtool/random_access_file.h"
 #include "kvtool/sha256.h"
 
 namespace kvtool {
@@ -240,23 +239,17 @@ std::unique_ptr<Charge> reserve(const std::shared_ptr<Pool::State>& st, int64_t 
   }
 }
 
+// The size n is stat()'s, taken just before (read_host_image). pread_upto, not pread_exact: a short
+// read keeps the pool's own message and reason (IO_ERROR, "file shrank"); opened, as ever, without
+// O_CLOEXEC.
 void read_file_into(const std::string& path, uint8_t* dst, size_t n) {
-  int fd = open(path.c_str(), O_RDONLY);
-  KVT_CHECK(fd >= 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::read(fd, dst + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      int e = errno;
-      close(fd);
-      KVT_THROW(IO_ERROR,
-                "reading '" << path << "' failed after " << got << " of " << n << " bytes"
-                            << (r < 0 ? std::string(": ") + std::strerror(e) : std::string(" (file shrank)")));
-    }
-    got += static_cast<size_t>(r);
-  }
-  close(fd);
+  RandomAccessFile::Options opt;
+  opt.close_on_exec = false;
+  const RandomAccessFile file(path, opt);
+  const RandomAccessFile::Read r = file.pread_upto(0, n, dst);
+  KVT_CHECK(r.got == n, IO_ERROR,
+            "reading '" << path << "' failed after " << r.got << " of " << n << " bytes"
+                        << (r.error ? std::string(": ") + std::strerror(r.error) : std::string(" (file shrank)")));
 }
 
 void cancel_work(const std::shared_ptr<Pool::State>& st, std::shared_ptr<PublishTicket::Work> w) {

@@ -2,7 +2,9 @@
 // scoring, best-first ordering, centroid dot products and SimHash collision counting. The kinds
 // (lib/kinds/*/*_select.cpp) call these, and the CUDA kernels (cuda/src/kernels.cu) are tested against
 // them in a standalone build (tests/gpu) that has none of the library's other dependencies — so this
-// header and scoring.cpp must depend on the C++ standard library only.
+// header and its sources (lib/runtime/src: scoring.cpp, scoring_pq.cpp, selection.cpp, simhash.cpp,
+// scoring_avx2.cpp, scoring_avx512.cpp) must depend on the C++ standard library only (and the
+// header-only kvtool/cpu_features.h). pq's selection by row groups is lib/kinds/pq/pq_row_groups.h.
 //
 // Summation orders are part of the contract: each sum runs over its index in increasing order in
 // the stated precision, without fused multiply-add, so a device mirror reproduces the scores bit
@@ -65,35 +67,9 @@ int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* out);
 // Every index, best first; equal scores by lower index (a full ranking).
 std::vector<int64_t> rank_all(const float* score, int64_t n);
 
-// How many keys the sampled selections draw to bound their cut (top_k_into's, top_k_groups_into's).
+// How many keys the sampled selections draw to bound their cut (top_k_into's, and pq's
+// top_k_groups_into's: lib/kinds/pq/pq_row_groups.h).
 constexpr int64_t kSelectionSample = 2048;
-// Rows grouped by a key they share, and with it their score (a PQ part with m = 2: the rows of
-// one code pair): group p's rows are at [start[p], start[p + 1]) of the row ids, in increasing
-// order; sample[j] is the group of position j * n / kSelectionSample of the row ids (j <
-// kSelectionSample; empty when n is below that), a sample of the rows stratified by group. Row ids
-// are 16-bit up to kRows16 rows (rows16; rows32 empty), else 32-bit (rows32; rows16 empty): half
-// the bytes to hold and to read for the usual part.
-struct RowGroups {
-  static constexpr int64_t kRows16 = int64_t{1} << 16;
-  int64_t n = 0;
-  std::vector<uint32_t> start, rows32, sample;
-  std::vector<uint16_t> rows16;
-  int64_t groups() const { return start.empty() ? 0 : static_cast<int64_t>(start.size()) - 1; }
-  uint32_t row(uint32_t at) const { return rows16.empty() ? rows32[at] : rows16[at]; }
-  int64_t bytes() const;
-  // Brings the row lists into cache in one sequential pass, ahead of several queries that list
-  // rows of groups in score order (else one cache miss a group).
-  void prefetch() const;
-};
-// The groups of rows i < n by key[i] < key_count (keys no row has make no group), in increasing
-// key order: keys[p] is group p's key. n < 2^32.
-void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& out, std::vector<uint32_t>& keys);
-// top_k_into over the rows of g when each row of group p scores score[p], without scoring or
-// sorting rows: ids[r] = base + the r-th best row and scores[r] its score (scores: nullptr for
-// none), best first, equal scores by lower row — top_k_into's rows and their scores bit for bit.
-// Returns the count, min(k, n). Only the groups within a sampled bound are sorted, and their rows
-// listed. Allocation-free once the calling thread has selected from n rows before.
-int64_t top_k_groups_into(const float* score, const RowGroups& g, int64_t k, int64_t base, int64_t* ids, float* scores);
 
 // out[c] = sum_t q[t] * centroids[c * d + t]   (float)
 void dot_scores(const float* q, const float* centroids, int64_t count, int64_t d, float* out);
