@@ -4,11 +4,9 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KVTOOL_EVAL_X86 1
+#include "kvtool/cpu_features.h"
+#if KVTOOL_X86_TARGETS
 #include <immintrin.h>
-#else
-#define KVTOOL_EVAL_X86 0
 #endif
 
 namespace kvtool::eval {
@@ -57,7 +55,7 @@ void add_rows_portable(const double* wk, const int64_t* ids, size_t count, const
   }
 }
 
-#if KVTOOL_EVAL_X86
+#if KVTOOL_X86_TARGETS
 // GCC 12 reports its own AVX-512 headers' undefined first operands (_mm512_undefined_*, used by
 // the conversion intrinsics) as maybe-uninitialized: not a use of uninitialized data.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -207,19 +205,13 @@ __attribute__((target("avx2,fma"))) void add_rows_avx2(const double* wk, const i
 #endif
 
 // The AVX2 paths use FMA too (every AVX2 CPU kvtool knows of has it, but it is a separate flag).
-bool avx2_fma(Simd level) {
-  static const bool fma = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("fma") != 0;
-  }();
-  return level == Simd::avx2 && fma;
-}
+bool avx2_fma(Simd level) { return level == Simd::avx2 && cpu_features().fma; }
 #endif
 
 }  // namespace
 
 double softmax_row(double* z, int64_t n, Simd level) {
-#if KVTOOL_EVAL_X86
+#if KVTOOL_X86_TARGETS
   if (level == Simd::avx512) return softmax_avx512(z, n);
   if (avx2_fma(level)) return softmax_avx2(z, n);
 #endif
@@ -228,7 +220,7 @@ double softmax_row(double* z, int64_t n, Simd level) {
 }
 
 void widen(const float* in, double* out, int64_t n, Simd level) {
-#if KVTOOL_EVAL_X86
+#if KVTOOL_X86_TARGETS
   if (level == Simd::avx512) return widen_avx512(in, out, n);
   if (avx2_fma(level)) return widen_avx2(in, out, n);
 #endif
@@ -237,7 +229,7 @@ void widen(const float* in, double* out, int64_t n, Simd level) {
 }
 
 void add_rows(const double* wk, const int64_t* ids, size_t count, const float* V, int64_t d, double* acc, Simd level) {
-#if KVTOOL_EVAL_X86
+#if KVTOOL_X86_TARGETS
   if (d % 32 == 0 && level == Simd::avx512) return add_rows_avx512(wk, ids, count, V, d, acc);
   if (d % 32 == 0 && avx2_fma(level)) return add_rows_avx2(wk, ids, count, V, d, acc);
 #endif

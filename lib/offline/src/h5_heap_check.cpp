@@ -14,15 +14,14 @@
 // checked whole before a byte of the string is used; HDF5 never loads a global heap collection.
 #include "impl/h5_heap_check.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "impl/h5util.h"
+#include "kvtool/random_access_file.h"
 #include "kvtool/error.h"
 
 namespace kvtool::h5 {
@@ -81,7 +80,7 @@ struct HeapRef {
 // relative to (the user block), the file's size.
 struct FileView {
   Hid file;
-  int fd = -1;
+  std::optional<RandomAccessFile> bytes;  // HDF5's own descriptor, borrowed
   uint64_t base = 0, size = 0;
 };
 
@@ -102,22 +101,17 @@ FileView file_of(hid_t attr, const char* name) {
   void* handle = nullptr;
   KVT_CHECK(H5Pget_driver(fapl) == H5FD_SEC2 && H5Fget_vfd_handle(v.file, fapl, &handle) >= 0 && handle, HDF5_ERROR,
             "cannot reach the file of attribute '" << name << "'");
-  v.fd = *static_cast<int*>(handle);
-  struct stat st;
-  KVT_CHECK(fstat(v.fd, &st) == 0, IO_ERROR, "cannot stat the file of attribute '" << name << "'");
+  v.bytes.emplace(
+      RandomAccessFile::borrow(*static_cast<int*>(handle), "the file of attribute '" + std::string(name) + "'"));
   v.base = userblock;
-  v.size = static_cast<uint64_t>(st.st_size);
+  v.size = v.bytes->size();
   return v;
 }
 
 std::vector<uint8_t> read_at(const FileView& v, uint64_t off, uint64_t n) {
   std::vector<uint8_t> b(n);
-  for (uint64_t got = 0; got < n;) {
-    const ssize_t r = pread(v.fd, b.data() + got, n - got, static_cast<off_t>(off + got));
-    if (r < 0 && errno == EINTR) continue;
-    KVT_CHECK(r > 0, IO_ERROR, "cannot read " << n << " bytes at offset " << off << " of the dump");
-    got += static_cast<uint64_t>(r);
-  }
+  const RandomAccessFile::Read r = v.bytes->pread_upto(off, static_cast<size_t>(n), b.data());
+  KVT_CHECK(r.got == n, IO_ERROR, "cannot read " << n << " bytes at offset " << off << " of the dump");
   return b;
 }
 

@@ -3,10 +3,6 @@
 // read past the end or allocate more than the file holds. Used by the GGUF and llama.cpp state
 // readers (formats/llama-state.md).
 #pragma once
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -14,29 +10,18 @@
 #include <vector>
 
 #include "kvtool/error.h"
+#include "kvtool/random_access_file.h"
 
 namespace kvtool::impl {
 
 class ByteReader {
  public:
   // `what` names the file in messages ("the GGUF file 'm.gguf'").
-  ByteReader(const std::string& path, std::string what) : what_(std::move(what)) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    KVT_CHECK(fd_ >= 0, IO_ERROR, "cannot open " << what_ << ": " << std::strerror(errno));
-    struct stat st {};
-    if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      KVT_THROW(IO_ERROR, what_ << " is not a regular file");
-    }
-    size_ = static_cast<uint64_t>(st.st_size);
-  }
-  ~ByteReader() { ::close(fd_); }
-  ByteReader(const ByteReader&) = delete;
-  ByteReader& operator=(const ByteReader&) = delete;
+  ByteReader(const std::string& path, std::string what) : what_(std::move(what)), file_(path, named(what_)) {}
 
-  uint64_t size() const { return size_; }
+  uint64_t size() const { return file_.size(); }
   uint64_t offset() const { return off_; }
-  uint64_t remaining() const { return size_ - off_; }
+  uint64_t remaining() const { return size() - off_; }
   const std::string& what() const { return what_; }
 
   // Throws TRUNCATED unless `n` more bytes are in the file; `field` says what was being read.
@@ -47,14 +32,8 @@ class ByteReader {
   }
   void read(void* out, uint64_t n, const char* field) {
     need(n, field);
-    auto* p = static_cast<uint8_t*>(out);
-    uint64_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pread(fd_, p + done, static_cast<size_t>(n - done), static_cast<off_t>(off_ + done));
-      if (r < 0 && errno == EINTR) continue;
-      KVT_CHECK(r > 0, IO_ERROR, "cannot read " << what_ << ": " << (r < 0 ? std::strerror(errno) : "short read"));
-      done += static_cast<uint64_t>(r);
-    }
+    const RandomAccessFile::Read r = file_.pread_upto(off_, static_cast<size_t>(n), out);
+    KVT_CHECK(r.got == n, IO_ERROR, "cannot read " << what_ << ": " << (r.error ? std::strerror(r.error) : "short read"));
     off_ += n;
   }
   void skip(uint64_t n, const char* field) {
@@ -62,7 +41,7 @@ class ByteReader {
     off_ += n;
   }
   void seek(uint64_t off) {
-    KVT_CHECK(off <= size_, INTERNAL, "seek beyond the end of " << what_);
+    KVT_CHECK(off <= size(), INTERNAL, "seek beyond the end of " << what_);
     off_ = off;
   }
   template <typename T>
@@ -78,9 +57,14 @@ class ByteReader {
   uint64_t u64(const char* field) { return get<uint64_t>(field); }
 
  private:
-  int fd_ = -1;
-  uint64_t size_ = 0, off_ = 0;
+  static RandomAccessFile::Options named(const std::string& what) {
+    RandomAccessFile::Options o;
+    o.name = what;
+    return o;
+  }
   std::string what_;
+  RandomAccessFile file_;
+  uint64_t off_ = 0;
 };
 
 }  // namespace kvtool::impl

@@ -1,19 +1,18 @@
 // The inside of TensorFile (kvtool/tensor_file.h), shared by its two files: tensor_file.cpp (.npy,
 // safetensors, reads) and zip_reader.cpp (the zip container of .npz files). Internal to lib/snapshot.
 #pragma once
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvtool/error.h"
+#include "kvtool/random_access_file.h"
 #include "kvtool/tensor_file.h"
 
 namespace kvtool::impl {
@@ -117,49 +116,15 @@ struct TensorFile::Impl {
   std::string path, format;
   // Open only while reads need it (release() closes it): an import of thousands of per-layer files
   // must not hold a descriptor for each. A reopened path must still be the same file.
-  mutable int fd = -1;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  uint64_t size = 0;
+  std::optional<RandomAccessFile> file;
+  uint64_t size = 0;  // file->size(): every header claim is checked against it
   std::vector<TensorInfo> tensors;
   std::vector<Storage> where;
   mutable std::vector<std::unique_ptr<Inflater>> cursors;
   mutable std::vector<std::vector<uint8_t>> held;  // hold(): a tensor's bytes, or empty
 
-  ~Impl() {
-    if (fd >= 0) close(fd);
-  }
-
-  void pread_all(uint64_t off, size_t n, void* out) const {
-    KVT_CHECK(off <= size && n <= size - off, TRUNCATED,
-              "'" << path << "' is shorter than its headers say (" << size << " bytes)");
-    if (fd < 0) reopen();
-    auto* p = static_cast<uint8_t*>(out);
-    while (n > 0) {
-      ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-      if (r < 0 && errno == EINTR) continue;
-      KVT_CHECK(r >= 0, IO_ERROR, "cannot read '" << path << "': " << std::strerror(errno));
-      KVT_CHECK(r > 0, TRUNCATED, "'" << path << "' became shorter while it was read");
-      p += r;
-      off += static_cast<uint64_t>(r);
-      n -= static_cast<size_t>(r);
-    }
-  }
-
-  void reopen() const {
-    const int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    KVT_CHECK(f >= 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
-    struct stat st {};
-    const bool same =
-        fstat(f, &st) == 0 && st.st_dev == dev && st.st_ino == ino && static_cast<uint64_t>(st.st_size) == size;
-    if (!same) close(f);
-    KVT_CHECK(same, IO_ERROR, "'" << path << "' was replaced or changed size while it was imported");
-    fd = f;
-  }
-  void release() const {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
+  void pread_all(uint64_t off, size_t n, void* out) const { file->pread_exact(off, n, out); }
+  void release() const { file->release(); }
 
   // Bytes [pos, pos + n) of a member's uncompressed stream (a deflated .npz member).
   void inflate_range(size_t idx, uint64_t pos, size_t n, uint8_t* out) const;

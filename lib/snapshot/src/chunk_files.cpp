@@ -4,10 +4,6 @@
 // or the options describe, so no read can leave it and nothing is allocated from a claimed size.
 #include "impl/chunk_plan.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -16,6 +12,7 @@
 #include "impl/readers.h"
 #include "kvtool/error.h"
 #include "kvtool/half.h"
+#include "kvtool/random_access_file.h"
 #include "kvtool/tensor_file.h"
 
 namespace kvtool::chunks {
@@ -34,56 +31,33 @@ int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
   return a * b;
 }
 
-void pread_exact(int fd, const std::string& path, uint64_t off, size_t n, void* out) {
-  auto* p = static_cast<uint8_t*>(out);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    KVT_CHECK(r >= 0, IO_ERROR, "cannot read '" << path << "': " << std::strerror(errno));
-    KVT_CHECK(r > 0, TRUNCATED, "'" << path << "' became shorter while it was read");
-    p += r;
-    off += static_cast<uint64_t>(r);
-    n -= static_cast<size_t>(r);
-  }
-}
-
 // Little-endian values of one type from `offset` on: the bytes LMCache's byte_array and SGLang's
 // tofile() write (the host's order; every stack named in formats/ runs little-endian).
 class RawSource : public Source {
  public:
-  RawSource(const std::string& path, uint64_t offset, Elem e) : path_(path), offset_(offset), elem_(e) {
-    size_ = open_file();
+  // A plan may hold thousands of chunk files (chunks x layers): each is open only while it is read.
+  RawSource(const std::string& path, uint64_t offset, Elem e) : file_(path), offset_(offset), elem_(e) {
+    file_.release();
   }
-  ~RawSource() override { release(); }
-  RawSource(const RawSource&) = delete;
-  RawSource& operator=(const RawSource&) = delete;
 
-  uint64_t size() const { return size_; }
-  int fd() const {
-    reopen();
-    return fd_;
-  }
-  const std::string& path() const { return path_; }
+  uint64_t size() const { return file_.size(); }
+  const RandomAccessFile& file() const { return file_; }
+  const std::string& path() const { return file_.path(); }
   // What the data holds, once a header or the options have been checked against size().
   void set_elements(int64_t n) { elements_ = n; }
   void set_elem(Elem e) { elem_ = e; }
-  void release() const override {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
+  void release() const override { file_.release(); }
 
   void read(int64_t first, int64_t count, float* out) const override {
     KVT_CHECK(
         first >= 0 && count >= 0 && first <= elements_ && count <= elements_ - first, INTERNAL,
-        "read of elements [" << first << ", " << first + count << ") of '" << path_ << "' beyond its " << elements_);
-    reopen();
+        "read of elements [" << first << ", " << first + count << ") of '" << path() << "' beyond its " << elements_);
     const int64_t es = elem_size(elem_);
     constexpr int64_t kRun = 1 << 16;
     std::vector<uint8_t> buf(static_cast<size_t>(std::min(count, kRun) * es));
     for (int64_t done = 0; done < count;) {
       const int64_t n = std::min(kRun, count - done);
-      pread_exact(fd_, path_, offset_ + static_cast<uint64_t>((first + done) * es), static_cast<size_t>(n * es),
-                  buf.data());
+      file_.pread_exact(offset_ + static_cast<uint64_t>((first + done) * es), static_cast<size_t>(n * es), buf.data());
       const uint8_t* p = buf.data();
       float* o = out + done;
       if (elem_ == Elem::f32) {
@@ -99,27 +73,9 @@ class RawSource : public Source {
   }
 
  private:
-  // Opens the file (a regular one) and returns its size.
-  uint64_t open_file() const {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    KVT_CHECK(fd_ >= 0, IO_ERROR, "cannot open '" << path_ << "': " << std::strerror(errno));
-    struct stat st {};
-    const bool regular = fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);
-    if (!regular) release();
-    KVT_CHECK(regular, IO_ERROR, "'" << path_ << "' is not a regular file");
-    return static_cast<uint64_t>(st.st_size);
-  }
-  // A plan may hold thousands of chunk files (chunks x layers): each is open only while it is read.
-  void reopen() const {
-    if (fd_ >= 0) return;
-    const uint64_t now = open_file();
-    KVT_CHECK(now == size_, TRUNCATED,
-              "'" << path_ << "' changed size while it was read (" << size_ << " bytes, now " << now << ")");
-  }
-  std::string path_;
-  uint64_t offset_ = 0, size_ = 0;
+  RandomAccessFile file_;
+  uint64_t offset_ = 0;
   Elem elem_;
-  mutable int fd_ = -1;
   int64_t elements_ = 0;
 };
 
@@ -280,7 +236,7 @@ FsHeader read_fs_header(const RawSource& s) {
   KVT_CHECK(s.size() >= kFsHeaderBytes, TRUNCATED,
             "'" << s.path() << "' holds " << s.size() << " bytes, less than the 28-byte LMCache FS-connector header");
   uint8_t b[kFsHeaderBytes];
-  pread_exact(s.fd(), s.path(), 0, sizeof b, b);
+  s.file().pread_exact(0, sizeof b, b);
   auto i32 = [&](int k) {
     const uint32_t u = static_cast<uint32_t>(b[4 * k]) | static_cast<uint32_t>(b[4 * k + 1]) << 8 |
                        static_cast<uint32_t>(b[4 * k + 2]) << 16 | static_cast<uint32_t>(b[4 * k + 3]) << 24;

@@ -313,14 +313,10 @@ void TensorFile::Impl::check_no_overlap() const {
 TensorFile::TensorFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = path;
-  m.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  KVT_CHECK(m.fd >= 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
-  struct stat st {};
-  KVT_CHECK(fstat(m.fd, &st) == 0, IO_ERROR, "cannot stat '" << path << "'");
-  KVT_CHECK(S_ISREG(st.st_mode), IO_ERROR, "'" << path << "' is not a regular file");
-  m.size = static_cast<uint64_t>(st.st_size);
-  m.dev = st.st_dev;
-  m.ino = st.st_ino;
+  RandomAccessFile::Options o;
+  o.activity = "imported";
+  m.file.emplace(path, o);
+  m.size = m.file->size();
   uint8_t magic[8] = {0};
   const size_t k = static_cast<size_t>(std::min<uint64_t>(8, m.size));
   m.pread_all(0, k, magic);
