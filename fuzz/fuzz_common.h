@@ -19,8 +19,8 @@
 namespace kvtool::fuzz {
 
 // Rejected input is fine when it carries a reason a person can act on (exit 1 or 2 in the CLI).
-// INTERNAL, any exception that is not a kvtool::Error (exit 4 in the CLI: finding 12 of issue 14)
-// and out-of-memory (a bounded input must not need unbounded memory: finding 4) are findings, so
+// INTERNAL, any exception that is not a kvtool::Error (exit 4 in the CLI)
+// and out-of-memory (a bounded input must not need unbounded memory) are findings, so
 // the target aborts and libFuzzer keeps the input.
 inline void on_exception(std::exception_ptr e) {
   try {
@@ -70,7 +70,7 @@ inline void query_every_part(const ArtifactReader& r) {
     if (++queries == 16) break;
   }
   // The last query head the binding claims: SelectorSet must check it against the head map itself
-  // (finding 2 of issue 14: q_heads larger than q_to_kv_head).
+  // (a binding whose q_heads is larger than its q_to_kv_head).
   if (!parts.empty() && src.geo.q_heads > 0 && src.geo.q_heads <= (int64_t(1) << 20)) {
     const auto& p = parts.front();
     if (p.is_object() && p.value("layer", json()).is_number_integer())

@@ -7,13 +7,11 @@ Only the request's rows are copied: the cache itself is indexed, never converted
 """
 import numpy as np
 
+from . import _kvtool
 from ._arrays import _to_ndarray
 from .errors import InvalidInputError, UsageError
 
 __all__ = ["gather_paged", "decode_fp8"]
-
-_AXES = ("L", "2", "B", "N", "S", "X", "H", "d")
-
 
 def _usage(msg):
     return UsageError(msg, "USAGE", 2)
@@ -24,17 +22,13 @@ def _invalid(msg, reason):
 
 
 def _fp8_table(kind):
-    """The 256 values of OCP fp8 codes: e4m3 ("e4m3fn": bias 7, no infinities, NaN 0x7f/0xff) or
-    e5m2 (bias 15, IEEE-like infinities and NaNs)."""
-    c = np.arange(256)
-    mb, bias = (3, 7) if kind == "e4m3" else (2, 15)
-    e, m = (c & 0x7F) >> mb, c & ((1 << mb) - 1)
-    mag = np.where(e == 0, m * 2.0 ** (1 - bias - mb), ((1 << mb) + m) * 2.0 ** (e - bias - mb))
-    if kind == "e4m3":
-        mag[(c & 0x7F) == 0x7F] = np.nan
-    else:
-        mag[e == 31] = np.where(m[e == 31] == 0, np.inf, np.nan)
-    return np.where(c & 0x80, -mag, mag).astype(np.float32)
+    """The 256 float32 values of OCP fp8 codes, from the library (kvtool import's decoder)."""
+    if kind not in _FP8:
+        _FP8[kind] = np.asarray(_kvtool.fp8_table(kind))
+    return _FP8[kind]
+
+
+_FP8 = {}
 
 
 def decode_fp8(codes, kind):
@@ -48,25 +42,19 @@ def decode_fp8(codes, kind):
 
 
 def _parse_layout(layout):
+    """The layout's axes as ``kvtool import --layout`` parses them (the library's parser), limited
+    to what gather_paged reads: a paged token axis (N,S or X) and heads as H and d."""
     if not isinstance(layout, str):
         raise _usage(f"layout must be a string such as '2,N,S,H,d', got {type(layout).__name__}")
-    axes = [a.strip() for a in layout.split(",")]
-    for a in axes:
-        if a not in _AXES:
-            raise _usage(f"layout {layout!r}: unknown axis {a!r} (axes: {', '.join(_AXES)})")
-    if len(set(axes)) != len(axes):
-        raise _usage(f"layout {layout!r} names an axis twice")
-    if "H" not in axes:
-        raise _invalid(f"layout {layout!r} has no head axis H: one vector per token is an MLA latent cache "
-                       "(kv_lora_rank + rope dims), not per-head K and V", "UNSUPPORTED_CACHE")
-    if "d" not in axes:
-        raise _usage(f"layout {layout!r} has no head dimension d")
-    if ("N" in axes) != ("S" in axes) or ("N" in axes) == ("X" in axes):
-        raise _usage(f"layout {layout!r} needs N and S (blocks and slots in a block) or X (flat slots)")
+    axes = list(_kvtool.parse_cache_layout(layout))
+    if "T" in axes or "Hd" in axes:
+        raise _usage(f"layout {layout!r}: gather_paged reads paged caches, whose axes are N and S (blocks and "
+                     "slots in a block) or X (flat slots), with H and d (a token-ordered tensor needs no gather)")
     return axes
 
 
-def _table_row(table, name, batch_index, need, num_tokens):
+def _table_row(table, name, batch_index):
+    """The request's row of a block table or slot mapping, and its length."""
     a = _to_ndarray(table, name)
     if a.dtype.kind not in "iu":
         raise _invalid(f"{name} has dtype {a.dtype}; block ids and slots are integers", "UNSUPPORTED_DTYPE")
@@ -76,13 +64,11 @@ def _table_row(table, name, batch_index, need, num_tokens):
         a = a[batch_index]
     elif a.ndim != 1:
         raise _invalid(f"{name} has shape {tuple(a.shape)}; expected [n] or [requests, n]", "SHAPE_MISMATCH")
-    if a.shape[0] < need:
-        raise _invalid(f"{name} has {a.shape[0]} entries; num_tokens {num_tokens} needs {need}", "BAD_BLOCK_TABLE")
-    return a[:need].astype(np.int64)  # entries past the tokens are padding and never read
+    return a
 
 
 def _slots(axes, shape, num_tokens, block_table, slot_mapping, batch_index):
-    """The slot of every token, checked: inside the cache, distinct."""
+    """The slot of every token, planned and checked by the library (kvtool/paged_layout.h)."""
     if (block_table is None) == (slot_mapping is None):
         raise _usage("a paged cache needs block_table or slot_mapping (one of them): it holds blocks in "
                      "allocation order, not token order")
@@ -91,26 +77,13 @@ def _slots(axes, shape, num_tokens, block_table, slot_mapping, batch_index):
     blocks = "N" in axes
     per = shape[axes.index("S")] if blocks else 1
     units = shape[axes.index("N" if blocks else "X")]
-    if block_table is not None and not blocks:
-        raise _usage("block_table needs a layout with N and S axes (X is a flat slot axis: give slot_mapping)")
     by_block = block_table is not None
-    need = -(-num_tokens // per) if by_block else num_tokens
     name = "block_table" if by_block else "slot_mapping"
-    ids = _table_row(block_table if by_block else slot_mapping, name, batch_index, need, num_tokens)
-    limit = units if by_block else units * per
-    bad = np.nonzero((ids < 0) | (ids >= limit))[0]
-    if bad.size:
-        j = int(bad[0])
-        raise _invalid(f"{name} entry {j} is {int(ids[j])}, outside the {limit} {'blocks' if by_block else 'slots'} "
-                       "of the cache (negative padding is allowed only past num_tokens)", "BAD_BLOCK_TABLE")
-    t = np.arange(num_tokens, dtype=np.int64)
-    slots = ids[t // per] * per + t % per if by_block else ids
-    uniq, counts = np.unique(slots, return_counts=True)
-    if uniq.size != slots.size:
-        dup = uniq[counts > 1][0]
-        a, b = np.nonzero(slots == dup)[0][:2]
-        raise _invalid(f"{name} gives tokens {a} and {b} the same slot {dup}", "BAD_BLOCK_TABLE")
-    return slots, per
+    need = _kvtool.paged_entries_needed(blocks, per, units, by_block, int(num_tokens))
+    row = _table_row(block_table if by_block else slot_mapping, name, batch_index)
+    entries = np.asarray(row[:need]).astype(np.int64)  # entries past the tokens are padding and never read
+    slots = _kvtool.paged_token_slots(blocks, per, units, by_block, entries, row.shape[0], int(num_tokens), name)
+    return np.asarray(slots), per
 
 
 def _layer(x, axes, fixed, slots, per, scale, fp8):

@@ -19,5 +19,6 @@ void bind_errors(py::module_& m);   // errors.cpp: exception translation, reason
 void bind_dump(py::module_& m);     // dump.cpp: DumpWriter, write_dump
 void bind_reports(py::module_& m);  // reports.cpp: inspect, verify, build, eval, query
 void bind_pool(py::module_& m);     // pool.cpp: Pool, Lease
+void bind_paged(py::module_& m);    // paged.cpp: the paged-cache planner and fp8 decode of gather_paged
 
 }  // namespace kvtool::python

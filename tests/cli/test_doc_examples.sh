@@ -92,7 +92,7 @@ run_page() {
 
 # README: the demo first (the "next commands" use its files), then every block in order.
 checkout root
-(cd root && kvtool demo > demo.out 2>&1) || fail "kvtool demo: $(tail -5 root/demo.out)"
+(cd root && kvtool demo --model ../shared/models/stories260K.bin > demo.out 2>&1) || fail "kvtool demo: $(tail -5 root/demo.out)"
 run_page "$SRC/README.md" root readme
 [ "$PAGE_BLOCKS" -ge 5 ] || fail "expected at least 5 runnable README blocks, ran $PAGE_BLOCKS"
 [ -n "${NO_PYTHON_MODULE:-}" ] || [ -f readme-py-0.py ] || fail "expected the README's Python example block"

@@ -69,7 +69,7 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 
 namespace kvtool::cuda {
 
-// ---- Batched PQ queries for a decode step (issue 16, item 3) ----------------------------------
+// ---- Batched PQ queries for a decode step (docs/runtime.md) ------------------------------------
 // Every buffer a batch touches is allocated once, with the workspace (sized for the largest batch
 // and part it will see, as a pool would size it at publish); a batch allocates nothing, runs on the
 // caller's stream and never synchronizes the host, so a decode step can be captured in a CUDA graph

@@ -116,7 +116,8 @@ void check_side_tensors(const SnapshotInfo& s) {
               "q_positions has " << x << ", outside [0, " << s.geo.tokens << ")");
   for (size_t i = 0; i < s.tokens.size(); ++i)  // the dump stores int32 ids (formats/kvdump-v1.md)
     KVT_CHECK(s.tokens[i] >= std::numeric_limits<int32_t>::min() && s.tokens[i] <= std::numeric_limits<int32_t>::max(),
-              BAD_ATTRIBUTE, "tokens has " << s.tokens[i] << " at row " << i << ", outside the int32 range of token ids");
+              BAD_ATTRIBUTE,
+              "tokens has " << s.tokens[i] << " at row " << i << ", outside the int32 range of token ids");
   for (size_t i = 1; i < s.positions.size(); ++i)
     KVT_CHECK(s.positions[i] > s.positions[i - 1], BAD_ATTRIBUTE, "positions is not strictly increasing at row " << i);
 }

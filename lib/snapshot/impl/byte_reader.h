@@ -33,7 +33,8 @@ class ByteReader {
   void read(void* out, uint64_t n, const char* field) {
     need(n, field);
     const RandomAccessFile::Read r = file_.pread_upto(off_, static_cast<size_t>(n), out);
-    KVT_CHECK(r.got == n, IO_ERROR, "cannot read " << what_ << ": " << (r.error ? std::strerror(r.error) : "short read"));
+    KVT_CHECK(r.got == n, IO_ERROR,
+              "cannot read " << what_ << ": " << (r.error ? std::strerror(r.error) : "short read"));
     off_ += n;
   }
   void skip(uint64_t n, const char* field) {

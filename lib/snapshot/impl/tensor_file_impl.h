@@ -22,7 +22,6 @@ constexpr uint64_t kMaxZipEntries = 1 << 16;
 // Deflate cannot expand a stream by more than 1032:1; a member claiming more is lying.
 constexpr uint64_t kMaxDeflateRatio = 1032;
 
-
 inline uint64_t le(const uint8_t* p, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
@@ -106,11 +105,11 @@ struct ZipDirectory {
 
 namespace kvtool {
 
+using impl::checked_elements;
 using impl::Inflater;
 using impl::Storage;
 using impl::ZipDirectory;
 using impl::ZipEntry;
-using impl::checked_elements;
 
 struct TensorFile::Impl {
   std::string path, format;

@@ -258,8 +258,7 @@ DType default_dtype(const LlamaLayerInfo& l) {
 void split_heads(const std::vector<float>& x, int64_t rows, int64_t H, int64_t d, std::vector<float>& out) {
   out.resize(x.size());
   for (int64_t h = 0; h < H; ++h)
-    for (int64_t t = 0; t < rows; ++t)
-      std::copy_n(x.data() + t * H * d + h * d, d, out.data() + (h * rows + t) * d);
+    for (int64_t t = 0; t < rows; ++t) std::copy_n(x.data() + t * H * d + h * d, d, out.data() + (h * rows + t) * d);
 }
 
 // The queries of o.q_path ([L, heads, T_q, d] floats) and the row of each (o.q_positions_path holds
@@ -382,7 +381,8 @@ void refuse_tensor_options(const SnapshotRequest& r) {
 }  // namespace
 
 std::unique_ptr<KvSnapshot> open_llama_state_snapshot(const SnapshotRequest& r) {
-  KVT_CHECK(r.inputs.size() == 1, USAGE, "a llama.cpp state file is read alone; " << r.inputs.size() << " inputs given");
+  KVT_CHECK(r.inputs.size() == 1, USAGE,
+            "a llama.cpp state file is read alone; " << r.inputs.size() << " inputs given");
   const std::string& path = r.inputs.front();
   KVT_CHECK(!r.gguf.empty(), USAGE,
             "'" << path << "' is a llama.cpp state file: give the model's GGUF with --gguf (layers, heads, head_dim "

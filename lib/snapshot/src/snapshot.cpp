@@ -44,8 +44,7 @@ const std::vector<SnapshotFormat>& snapshot_formats() {
       {kLmcacheFs, "LMCache v1 FS-connector chunks, 28-byte header (formats/lmcache.md)", nullptr,
        open_chunks<kLmcacheFs>},
       {kLmcacheV0, "LMCache v0 safetensors chunks (formats/lmcache.md)", nullptr, open_chunks<kLmcacheV0>},
-      {kSglangPage, "SGLang HiCache file-backend pages (formats/sglang-hicache.md)", nullptr,
-       open_chunks<kSglangPage>},
+      {kSglangPage, "SGLang HiCache file-backend pages (formats/sglang-hicache.md)", nullptr, open_chunks<kSglangPage>},
       {"tensors", ".npy / .npz / safetensors tensors through --layout (man/kvtool-import.1)", anything,
        open_tensor_snapshot},
   };

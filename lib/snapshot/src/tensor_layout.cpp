@@ -168,7 +168,8 @@ void check_axis_sizes(const Bound& b) {
   }
 }
 
-Bound bind_layout(const Ref& r, const std::vector<Ax>& layout, const TensorLayoutOptions& o, const std::string& option) {
+Bound bind_layout(const Ref& r, const std::vector<Ax>& layout, const TensorLayoutOptions& o,
+                  const std::string& option) {
   const TensorInfo& t = r.info();
   KVT_CHECK(t.shape.size() == layout.size(), SHAPE_MISMATCH,
             "tensor " << r.label << " has shape " << json(t.shape).dump() << " (" << t.shape.size() << " axes); "
@@ -483,7 +484,8 @@ void plan_fp8(Sources& src, const TensorLayoutOptions& o, KvPlan& p) {
   p.v_scale = read_scales(src, o.v_scale, p.layers, "v_scale");
 }
 
-std::vector<Bound> plan_q(Sources& src, const TensorLayoutOptions& o, const std::vector<Ax>& kv_layout, int64_t layers) {
+std::vector<Bound> plan_q(Sources& src, const TensorLayoutOptions& o, const std::vector<Ax>& kv_layout,
+                          int64_t layers) {
   std::vector<Ax> layout;
   if (o.q_layout.empty())
     for (Ax a : kv_layout)
@@ -550,7 +552,6 @@ void layer_kv(const KvPlan& p, bool is_v, int64_t l, int64_t batch, std::vector<
   if (scale.empty()) return;
   for (float& x : out) x *= scale[static_cast<size_t>(l)];
 }
-
 
 // The integer side tensors (formats/kvdump-v1.md: /kv/q_positions, /kv/tokens, /kv/positions):
 // queries of the last T_q rows unless q_positions names theirs.

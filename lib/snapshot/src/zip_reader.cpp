@@ -11,9 +11,9 @@ namespace kvtool {
 
 using impl::kMaxDeflateRatio;
 using impl::kMaxHeader;
-using impl::type_size;
 using impl::kMaxZipEntries;
 using impl::le;
+using impl::type_size;
 
 namespace {
 

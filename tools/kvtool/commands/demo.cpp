@@ -23,14 +23,15 @@ struct DemoArgs {
   std::string dir = "kvtool-demo", model, tokenizer;
 };
 
-// The dump: a real model's when one is given or found in ../shared/models, else a synthetic one.
+// The dump: a real model's when one is given (--model, else KVTOOL_DEMO_MODEL), else a synthetic
+// one. The tokenizer defaults to tok512.bin beside the model (llama2.c's layout), when there.
 void make_dump(DemoArgs& a, const std::string& path) {
-  if (a.model.empty()) {
+  if (a.model.empty() && cli::process_env("KVTOOL_DEMO_MODEL")) a.model = cli::process_env("KVTOOL_DEMO_MODEL");
+  if (!a.model.empty() && a.tokenizer.empty()) {
+    const size_t slash = a.model.find_last_of('/');
+    const std::string beside = (slash == std::string::npos ? "" : a.model.substr(0, slash + 1)) + "tok512.bin";
     struct stat st {};
-    if (stat("../shared/models/stories260K.bin", &st) == 0) {
-      a.model = "../shared/models/stories260K.bin";
-      if (a.tokenizer.empty()) a.tokenizer = "../shared/models/tok512.bin";
-    }
+    if (stat(beside.c_str(), &st) == 0) a.tokenizer = beside;
   }
   if (!a.model.empty()) {
     ModelDumpOptions o;
@@ -134,7 +135,9 @@ cli::Command register_demo(CLI::App& app, Flags&) {
                          "A tour in --dir: dump a real model (or a synthetic one), inspect, verify, build pq, eval, "
                          "build squeeze, store put/get, load; each step printed as the command that does it");
   sub->add_option("--dir", a->dir, "working directory for the demo files")->capture_default_str();
-  sub->add_option("--model", a->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin when present)");
+  sub->add_option("--model", a->model,
+                  "llama2.c checkpoint for a real forward pass (default: $KVTOOL_DEMO_MODEL; neither: a synthetic "
+                  "dump)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: tok512.bin next to it)");
   return {sub, [a] { return run_demo(*a); }};
 }

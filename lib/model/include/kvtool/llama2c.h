@@ -1,5 +1,5 @@
 // A llama2.c-format ("legacy") checkpoint, its tokenizer, and a plain float32 forward pass that
-// exposes the post-RoPE q, k, v of every layer (../shared/models/README.md for the layout).
+// exposes the post-RoPE q, k, v of every layer (formats/llama2c.md).
 #pragma once
 #include <cstdint>
 #include <functional>

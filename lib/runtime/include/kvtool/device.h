@@ -142,7 +142,7 @@ class DeviceBackend {
                                   int64_t bits, int64_t tables, int64_t n, int64_t base, const float* q,
                                   uint32_t* codes, uint16_t* count) = 0;
 
-  // Batched PQ, a decode step's layer at a time (issue 16, item 3). reserve_pq_batches sizes the
+  // Batched PQ, a decode step's layer at a time (docs/runtime.md). reserve_pq_batches sizes the
   // backend's batch buffers once, for the largest batch and part (the pool calls it at publish);
   // product_code_top_k_batch then answers `count` queries q [count, m * dsub] of one part: query
   // i's min(top, n) best rows (within the part; score descending, row ascending, as

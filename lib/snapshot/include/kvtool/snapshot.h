@@ -25,11 +25,11 @@ struct SnapshotInfo {
   // Rows T, layers, heads, head_dim, query rows; geo.dtype is the dump dtype the source maps to
   // without --dtype (f64 and fp8 become f32: their values need it).
   DumpGeometry geo;
-  int64_t q_heads = 0;               // query heads; 0 when the snapshot has no queries
-  std::vector<int64_t> positions;    // the true position of each row; empty: not recorded
-  std::vector<int64_t> tokens;       // the token of each row; empty: not known
-  std::vector<int64_t> q_rows;       // the row (0-based, < T) of each query row
-  std::string dequantized_from;      // "fp8-e4m3" / "fp8-e5m2" when values are codes x scale
+  int64_t q_heads = 0;             // query heads; 0 when the snapshot has no queries
+  std::vector<int64_t> positions;  // the true position of each row; empty: not recorded
+  std::vector<int64_t> tokens;     // the token of each row; empty: not known
+  std::vector<int64_t> q_rows;     // the row (0-based, < T) of each query row
+  std::string dequantized_from;    // "fp8-e4m3" / "fp8-e5m2" when values are codes x scale
 };
 
 class KvSnapshot {

@@ -9,7 +9,6 @@
 
 namespace kvtool {
 
-
 // Element types a tensor file can declare. `other` is any type kvtool does not read (complex,
 // object, structured, big-endian ...): listing the file works, reading it is UNSUPPORTED_DTYPE.
 // f8_e4m3 / f8_e5m2 (safetensors F8_E4M3 / F8_E5M2) are read only through read_fp8, with scales.
