@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
   p16.iters = 10;
   p16.max_points_per_centroid = 256;
   p16.codebook_dtype = "f32";  // faiss_pq reads f32 codebooks
-  PqParams p2;                 // the published PQCache setting (the decode-step figures of docs/performance.md)
+  PqParams p2;                 // the published PQCache setting (the decode-step figures of docs/reports/performance.md)
   p2.subspaces = 2;
   p2.bits = 6;
   p2.codebook_dtype = "f32";

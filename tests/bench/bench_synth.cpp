@@ -1,4 +1,4 @@
-// Benchmark (ctest -L bench, or by hand) of the dump throughput in docs/performance.md (`kvtool synth
+// Benchmark (ctest -L bench, or by hand) of the dump throughput in docs/reports/performance.md (`kvtool synth
 // --layers 4 --kv-heads 8 --q-heads 32 --head-dim 128 --tokens 8192 --seed 1`, then `kvtool verify`)
 // against the physical limits of this machine for the same bytes, interleaved, best of N
 // (bench_common.h):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A Llama-3-8B-shaped index build (docs/performance.md, "Scale"): synthesizes the 32 layers x 8 kv heads x
+# A Llama-3-8B-shaped index build (docs/reports/performance.md, "Scale"): synthesizes the 32 layers x 8 kv heads x
 # TOKENS x d 128 fp16 dump (32,768 tokens: 4.3 GB of K/V; 32 query heads, 64 queries at the last
 # positions) once, then builds all four kinds with their defaults, one after the other, and prints
 # each build's wall time, its peak RSS, its index size and the total. The targets: all four in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Not a gate: prints eval's retained/oracle ratio and selected fraction of pq builds, for comparing
-# build options at equal code bytes (docs/quality.md's PQ loss and (m, b) tables were made with it).
+# build options at equal code bytes (docs/reports/quality-runs.md's PQ loss and (m, b) tables were made with it).
 #   pq_sweep.sh DIR DUMP PREFIX BUDGETS "BUILD ARGS" ["BUILD ARGS" ...]
 # e.g. pq_sweep.sh /tmp/q ch.h5 384 0.05,0.1,0.2 "-m 2 -b 6" "-m 2 -b 6 --loss anisotropic"
 # Output: one line per (build args, budget): dump, args, budget, selected fraction, ratio, index bytes.

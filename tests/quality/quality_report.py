@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes the tables of docs/quality.md: per shared model and index kind (default build options),
+"""Writes the tables of docs/reports/quality-runs.md: per shared model and index kind (default build options),
 at 5 / 10 / 20 % with and without a x4 rerank, the retained-mass ratio (`kvtool eval`), KL and
 top-1 agreement of decoding (`kvtool eval-decode`), index bytes as % of the K+V they cover, and
 beside each setting the exact top-k, window and static heavy-hitter selections of the same row

@@ -15,7 +15,7 @@
 # recent window of its size there at any threshold) and squeeze on babyllama361 (its 100-row
 # observation window is always included: at a 192-row prefix the rank budget adds 9 rows to a
 # window of 109). decode_gate.py fails if a gap closes, so the list cannot go stale.
-# Selections shared per KV head (--share-kv-head) are reported in docs/quality.md, not gated: on
+# Selections shared per KV head (--share-kv-head) are reported in docs/reports/quality-runs.md, not gated: on
 # cheaders the shared exact top-k itself is within 10 % of the window's KL.
 . "$(dirname "$0")/quality_lib.sh"
 M=$SHARED/models

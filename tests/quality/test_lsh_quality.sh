@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quality gate for lsh (the MagicPIG table of docs/quality.md): -K 8 -L 100, c = 2, sink 4,
+# Quality gate for lsh (the MagicPIG table of docs/reports/quality-runs.md): -K 8 -L 100, c = 2, sink 4,
 # local 64, on the three shared models (as test_pq_quality.sh). Per model (tests/quality/
 # baselines.py prints every number), the MagicPIG estimator is recomputed in numpy from the dump
 # and `kvtool export` of the artifact (query hashed with the stored projections, collisions counted

@@ -14,7 +14,7 @@
 #   half the key bytes of a row.
 # Equal index bytes: the default codebooks (f16, m and b chosen from the rows so that the bytes fit
 # in the published setting's) retain no less of the oracle on each model, at the same selected
-# fraction (both with 32 sink rows; the default sink count, 1, is docs/defaults-sweep.md "Sinks")
+# fraction (both with 32 sink rows; the default sink count, 1, is docs/reports/defaults-sweep.md "Sinks")
 # and no more raw section bytes (baselines.py --gain-over; stored bytes printed).
 . "$(dirname "$0")/quality_lib.sh"
 gate() {  # model prefix min [extra]

@@ -47,7 +47,7 @@ PqParams small_pq() {
 
 TEST_CASE("pq and clusterkv default to 1 sink row") {
   // Fewer fixed first rows than the references' 32 / 16 and more index-chosen ones retained more at
-  // equal attended rows on every shared model and prefix (docs/defaults-sweep.md, "Sinks").
+  // equal attended rows on every shared model and prefix (docs/reports/defaults-sweep.md, "Sinks").
   TempDir tmp;
   pq_dump(tmp.file("d.h5"));
   build_artifact(tmp.file("d.h5"), quiet_build(tmp.file("pq.kvi"), 1, 3), PqBuilder(small_pq()));

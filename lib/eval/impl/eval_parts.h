@@ -34,7 +34,7 @@ void advise_huge_pages(void* p, size_t bytes);
 
 // Reserves room for n elements in a buffer the loop then fills for the first time: eval's buffers
 // are tens of MiB per worker, and first touching them 4 KiB page by page cost about a tenth of
-// the run at 32K rows (measured with perf on a 2-core VM; docs/performance.md, "Scale": eval).
+// the run at 32K rows (measured with perf on a 2-core VM; docs/reports/performance.md, "Scale": eval).
 template <typename T>
 void reserve_huge(std::vector<T>& v, size_t n) {
   if (v.capacity() >= n) return;
@@ -66,7 +66,7 @@ struct DenseReference {
 
 // Dense attention of n queries at once: logits and outputs as two double-precision GEMMs (BLAS
 // dgemm), the softmax per query row with its exact maximum subtracted. Double GEMMs keep every
-// metric within rounding of a plain double loop (docs/performance.md, "Scale": eval).
+// metric within rounding of a plain double loop (docs/reports/performance.md, "Scale": eval).
 struct DenseBlock {
   std::vector<double> P, O, log_normalizer;  // [n, E], [n, d], [n]
   std::vector<double> tile;                  // a tile of K or V in double

@@ -195,7 +195,7 @@ void ReceiptMetrics::output(const DenseReference& ref, const double* kept_out, i
 bool KeptOutputs::use_gemm(const std::vector<ReceiptMetrics>& m, int64_t n, int64_t E) {
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) kept += m[static_cast<size_t>(i)].rows;
-  // Measured at 32K rows, d = 128 (pq, budgets 0.1 to 0.5; docs/performance.md, "Scale": eval): the
+  // Measured at 32K rows, d = 128 (pq, budgets 0.1 to 0.5; docs/reports/performance.md, "Scale": eval): the
   // tiled gather took 15 % less CPU than the GEMM at 10 % kept, the same at 20-30 %, more above.
   // A speed choice only: both sum the same terms, rounded differently (the gather adds rows in
   // ascending order, the GEMM as OpenBLAS blocks it), so the output errors move in their last bits.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Is clusterkv's gap in its cluster ranking or in its clusters? (docs/defaults-sweep.md, 3.2)
+"""Is clusterkv's gap in its cluster ranking or in its clusters? (docs/reports/defaults-sweep.md, 3.2)
 
 A numpy model of clusterkv's selection on a real dump (cosine k-means of each part's indexed keys
 into round(mult * 410 (n / 32768)^(1/3)) clusters, raw-mean centroids, 1 sink row, whole clusters

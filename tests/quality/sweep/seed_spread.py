@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How much of an index's decode KL is its build seed (docs/quality.md, "Build-seed spread").
+"""How much of an index's decode KL is its build seed (docs/reports/quality-runs.md, "Build-seed spread").
 For each shared model (docs/quality.md's dumps: prefix 384 / 192 / 384, 64 / 48 / 64 decode
 steps), pq and clusterkv are built with their defaults and --seed 0..SEEDS-1; one `kvtool
 eval-decode` decodes every build at budgets 0.05 / 0.1 / 0.2 with the exact top-k beside them.

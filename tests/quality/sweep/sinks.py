@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The always-included sink rows of pq and clusterkv at equal selected rows (docs/defaults-sweep.md,
+"""The always-included sink rows of pq and clusterkv at equal selected rows (docs/reports/defaults-sweep.md,
 "Sinks"). For each shared model and prefix, each kind is built with several --sink counts; every
 build is decoded (kvtool eval-decode) and evaluated (kvtool eval) at the row counts its default
 sink count selects at budgets 0.05 / 0.1 / 0.2, so each row of the table compares the same number
