@@ -34,7 +34,7 @@ void advise_huge_pages(void* p, size_t bytes);
 
 // Reserves room for n elements in a buffer the loop then fills for the first time: eval's buffers
 // are tens of MiB per worker, and first touching them 4 KiB page by page cost about a tenth of
-// the run at 32K rows (measured with perf on a 2-core VM; docs/reports/performance.md, "Scale": eval).
+// the run at 32K rows (docs/reports/performance.md, "Scale": eval).
 template <typename T>
 void reserve_huge(std::vector<T>& v, size_t n) {
   if (v.capacity() >= n) return;

@@ -138,7 +138,7 @@ std::vector<QueryOption> budget_query_options() {
 }
 
 // From near the sink/local floor to well past eval's default 0.1: where the budget kinds' curves
-// bend (docs/quality.md, "PQCache quality" and "ClusterKV quality", quote 0.05 to 0.2).
+// bend (docs/reports/quality-runs.md, "PQCache quality" and "ClusterKV quality", quote 0.05 to 0.2).
 std::vector<std::string> budget_curve() { return {"0.02", "0.05", "0.1", "0.2", "0.3"}; }
 
 std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const QuerySettings& s) {
