@@ -8,4 +8,5 @@ PYBIND11_MODULE(_kvtool, m) {
   kvtool::python::bind_dump(m);
   kvtool::python::bind_reports(m);
   kvtool::python::bind_pool(m);
+  kvtool::python::bind_kind_params(m);
 }
