@@ -10,6 +10,7 @@ import json
 import math
 import numbers
 import os
+import textwrap
 
 import numpy as np
 
@@ -196,15 +197,14 @@ def build(kind, dump, out, *, prefix=None, sink=None, local=None, layers=None, s
     dump's committed frontier), ``sink``/``local`` (default: per kind), ``layers`` ("A-B", an int or
     a (first, last) pair), ``seed``, ``threads`` (0: every CPU; the artifact does not depend on
     it), ``sign_key`` (Ed25519 PEM), ``shard`` ("I/N" or (I, N)) and ``zstd_level`` (0..19,
-    default 3). ``params`` are the kind's options with ``_`` for ``-``: pq ``subspaces``, ``bits``,
-    ``iters``, ``max_points_per_centroid``, ``loss`` ("l2" | "anisotropic"), ``anisotropic_eta``,
-    ``codebook_dtype`` ("f32" | "f16"); clusterkv ``tokens_per_cluster`` | ``clusters``,
-    ``iters``, ``centroid`` ("raw-mean" | "spherical"), ``centroid_dtype`` ("i8" | "f16" | "f32"),
-    ``dense_layers`` (list); lsh ``bits``,
-    ``tables``; squeeze ``percent_clusters``, ``coarse_percent``, ``observation_window``,
-    ``quantiles`` (list), ``iters``, ``calibration_queries`` (path), ``coarse_factor``. A name the
-    kind does not take raises UsageError. The same options and seed give the artifact the command
-    line gives, byte for byte; nothing is left at ``out`` when the build fails.
+    default 3). ``params`` are the kind's options with ``_`` for ``-``, listed below with their
+    type, default, accepted values, option and help (from each kind's parameter table,
+    lib/kinds/include/kvtool/kinds/KIND_params.def); clusterkv and squeeze also take ``kmeans``
+    ("flat" | "tree" | "auto"), ``kmeans_branching`` and ``kmeans_leaf_clusters``. A name the kind
+    does not take raises UsageError. The same options and seed give the artifact the command line
+    gives, byte for byte; nothing is left at ``out`` when the build fails.
+
+    {params}
     """
     if not isinstance(kind, str):
         raise _usage(f"kind must be a string, got {type(kind).__name__}")
@@ -232,6 +232,22 @@ def build(kind, dump, out, *, prefix=None, sink=None, local=None, layers=None, s
                          _dumps(kind_params, f"{kind} parameters"))
     return json.loads(text)
 
+
+
+def _params_doc():
+    """Each kind's build parameters as docstring text, from the tables _kvtool.kind_params() reads."""
+    lines = []
+    for kind, rows in _kvtool.kind_params():
+        lines.append(f"{kind}:")
+        for r in rows:
+            default = json.dumps(r["default"]) if r["default"] is not None else "none"
+            head = f"``{r['name']}`` ({r['type']}, default {default}; {r['bounds']}; {r['flag']}): "
+            lines.extend(textwrap.wrap(head + r["help"], 96, initial_indent="  ", subsequent_indent="      "))
+    return "\n    ".join(lines)
+
+
+if build.__doc__:  # None under python -OO
+    build.__doc__ = build.__doc__.replace("{params}", _params_doc())
 
 def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, share_kv_head=False,  # noqa: A001
          **sweep):

@@ -15,10 +15,11 @@ namespace kvtool::python {
 
 namespace py = pybind11;
 
-void bind_errors(py::module_& m);   // errors.cpp: exception translation, reasons()
-void bind_dump(py::module_& m);     // dump.cpp: DumpWriter, write_dump
-void bind_reports(py::module_& m);  // reports.cpp: inspect, verify, build, eval, query
-void bind_pool(py::module_& m);     // pool.cpp: Pool, Lease
-void bind_paged(py::module_& m);    // paged.cpp: the paged-cache planner and fp8 decode of gather_paged
+void bind_errors(py::module_& m);       // errors.cpp: exception translation, reasons()
+void bind_dump(py::module_& m);         // dump.cpp: DumpWriter, write_dump
+void bind_reports(py::module_& m);      // reports.cpp: inspect, verify, build, eval, query
+void bind_pool(py::module_& m);         // pool.cpp: Pool, Lease
+void bind_paged(py::module_& m);        // paged.cpp: the paged-cache planner and fp8 decode of gather_paged
+void bind_kind_params(py::module_& m);  // kind_params.cpp: each kind's build parameter table
 
 }  // namespace kvtool::python

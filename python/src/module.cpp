@@ -9,4 +9,5 @@ PYBIND11_MODULE(_kvtool, m) {
   kvtool::python::bind_reports(m);
   kvtool::python::bind_pool(m);
   kvtool::python::bind_paged(m);
+  kvtool::python::bind_kind_params(m);
 }

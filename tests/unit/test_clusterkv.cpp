@@ -174,7 +174,7 @@ TEST_CASE("clusterkv append: sealed windows become a new generation, a partial w
   o.prefix = 300;
   build_artifact(tmp.file("d.h5"), o, ClusterKvBuilder(p));
   ClusterKvAppendSummary j =
-      clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
+      clusterkv_append({tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, "", true}, 120, 4);
   CHECK(j.windows == 3);
   CHECK(j.to_json()["coverage"] == json({0, 660}));
   CHECK(j.uncovered_rows == 30);
@@ -195,13 +195,13 @@ TEST_CASE("clusterkv append: sealed windows become a new generation, a partial w
   CandidateReceipt rc = sel.query(1, 2, q.data(), 690, *sel.params({{"budget", "0.1"}}));
   CHECK(rc.always_included.size() == 16 + 31);  // sink + the uncovered partial window up to the position
   CHECK(reason_of([&] {
-          clusterkv_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 400, 120, 4, "", true);
+          clusterkv_append({tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 400, "", true}, 120, 4);
         }) == "USAGE");
   copy_dump(tmp.file("d.h5"), tmp.file("changed.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {
     if (l == 1 && h == 1) k[200 * 16] += 1.f;
   });
   CHECK(reason_of([&] {
-          clusterkv_append(tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 690, 120, 4, "", true);
+          clusterkv_append({tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 690, "", true}, 120, 4);
         }) == "PAYLOAD_MISMATCH");
   CHECK_FALSE(fs::exists(tmp.file("g3.kvi")));
 }
@@ -251,7 +251,7 @@ TEST_CASE("clusterkv --centroid-dtype f16: the f32 build's clusters with rounded
   check_query_and_verify(tmp, "f16.kvi");  // ranked on the f16-rounded centroids
   VerifyOptions vo;
   vo.source = tmp.file("d.h5");
-  clusterkv_append(tmp.file("f16.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
+  clusterkv_append({tmp.file("f16.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, "", true}, 120, 4);
   ArtifactReader g2(tmp.file("g2.kvi"));
   auto n16 = section_as<uint16_t>(g2, "ckv_centroids", 1, 1);
   REQUIRE(g2.find("ckv_centroids", 1, 1)->dtype == "f16");
@@ -342,7 +342,7 @@ TEST_CASE("clusterkv --centroid-dtype i8: the f32 build's clusters, verified, qu
   VerifyOptions vo;
   vo.source = tmp.file("d.h5");
   // Append keeps the old codes and exponents byte for byte.
-  clusterkv_append(tmp.file("i8.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, 120, 4, "", true);
+  clusterkv_append({tmp.file("i8.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 690, "", true}, 120, 4);
   ArtifactReader g2(tmp.file("g2.kvi"));
   auto n8 = section_as<int8_t>(g2, "ckv_centroids", 1, 1);
   auto nx = section_as<int8_t>(g2, "ckv_centroids_exp", 1, 1);
@@ -355,7 +355,7 @@ TEST_CASE("clusterkv --centroid-dtype i8: the f32 build's clusters, verified, qu
     if (s.name == "ckv_centroids") bytes[0] = 0x80;
   });
   CHECK_NOTHROW(verify_artifact(tmp.file("m128.kvi"), vo));
-  clusterkv_append(tmp.file("m128.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 690, 120, 4, "", true);
+  clusterkv_append({tmp.file("m128.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 690, "", true}, 120, 4);
   ArtifactReader m128(tmp.file("m128.kvi")), g3(tmp.file("g3.kvi"));
   const auto before = section_as<int8_t>(m128, "ckv_centroids", 1, 1),
              after = section_as<int8_t>(g3, "ckv_centroids", 1, 1);

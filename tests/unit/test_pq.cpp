@@ -218,7 +218,7 @@ TEST_CASE("pq append encodes new rows with the old codebooks and refuses a chang
   BuildOptions o = opts(tmp.file("g1.kvi"));
   o.prefix = 200;
   build_artifact(tmp.file("d.h5"), o, PqBuilder(small_pq()));
-  PqAppendSummary j = pq_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 260, "", true);
+  PqAppendSummary j = pq_append({tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 260, "", true});
   CHECK(j.append.index_generation == 2);
   ArtifactReader a(tmp.file("g1.kvi")), b(tmp.file("g2.kvi"));
   CHECK(b.manifest()["index_generation"] == 2);
@@ -235,10 +235,12 @@ TEST_CASE("pq append encodes new rows with the old codebooks and refuses a chang
   copy_dump(tmp.file("d.h5"), tmp.file("changed.h5"), {}, [](int64_t l, int64_t h, auto& k, auto&) {
     if (l == 0 && h == 1) k[150 * 16 + 3] += 1.0f;
   });
-  CHECK(reason_of([&] { pq_append(tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 260, "", true); }) ==
-        "PAYLOAD_MISMATCH");
-  CHECK(reason_of([&] { pq_append(tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 150, "", true); }) ==
-        "USAGE");
+  CHECK(reason_of([&] {
+          pq_append({tmp.file("g1.kvi"), tmp.file("changed.h5"), tmp.file("g3.kvi"), 260, "", true});
+        }) == "PAYLOAD_MISMATCH");
+  CHECK(reason_of([&] {
+          pq_append({tmp.file("g1.kvi"), tmp.file("d.h5"), tmp.file("g3.kvi"), 150, "", true});
+        }) == "USAGE");
   CHECK_FALSE(fs::exists(tmp.file("g3.kvi")));
 }
 
@@ -465,7 +467,7 @@ TEST_CASE("pq --loss anisotropic with derived eta: recorded per part, append enc
   CHECK_THROWS_AS(build_artifact(tmp.file("d.h5"), o, PqBuilder(an)), Error);
   o.prefix = 290;
   build_artifact(tmp.file("d.h5"), o, PqBuilder(an));
-  pq_append(tmp.file("a.kvi"), tmp.file("d.h5"), tmp.file("b.kvi"), 300, "", true);
+  pq_append({tmp.file("a.kvi"), tmp.file("d.h5"), tmp.file("b.kvi"), 300, "", true});
   ArtifactReader r(tmp.file("b.kvi"));
   const json& parts = r.manifest()["kind_data"]["parts"];
   const json& pm = parts[3];
@@ -553,7 +555,7 @@ TEST_CASE("pq --codebook-dtype f16: the f32 codebooks rounded, codes nearest on 
   vo.source = tmp.file("d.h5");
   CHECK_NOTHROW(verify_artifact(tmp.file("f16.kvi"), vo));
   // Append keeps the f16 codebooks byte for byte and encodes on them.
-  pq_append(tmp.file("f16.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 260, "", true);
+  pq_append({tmp.file("f16.kvi"), tmp.file("d.h5"), tmp.file("g2.kvi"), 260, "", true});
   ArtifactReader g2(tmp.file("g2.kvi"));
   CHECK(g2.find("pq_centroids", 1, 0)->dtype == "f16");
   CHECK(g2.read_section(*g2.find("pq_centroids", 1, 0)) == b.read_section(*e));

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "kind_main.h"
+#include "kvtool/append.h"
 #include "kvtool/output_path.h"
 
 namespace kvtool::cli {
@@ -42,11 +43,10 @@ Command add_build_command(CLI::App& app, BuildCommand spec, bool& as_json);
 
 // What every kind's append has in common: ART DUMP -o --prefix, the kind's options, --sign-key,
 // --json, -q; the run calls the library and prints the kind's summary (PqAppendSummary, ...): its
-// to_json() with --json, else `summary` unless -q.
-struct AppendArgs {
-  std::string artifact, dump, output, sign_key;
-  int64_t prefix = -1;
-  bool quiet = false, force = false;
+// to_json() with --json, else `summary` unless -q. The options bound to the library's
+// AppendOptions (quiet: -q) and the tool's own --force.
+struct AppendArgs : AppendOptions {
+  bool force = false;
 };
 struct AppendHelp {
   std::string about, art_help, dump_help, prefix_help;
@@ -55,8 +55,8 @@ struct AppendHelp {
 template <typename Summary>
 struct AppendCommand {
   AppendHelp help;
-  std::function<Summary(const AppendArgs&, bool quiet)> append;    // the library call
-  std::function<void(const AppendArgs&, const Summary&)> summary;  // the text output
+  std::function<Summary(const AppendOptions&)> append;                // the library call (quiet also with --json)
+  std::function<void(const AppendOptions&, const Summary&)> summary;  // the text output
 };
 // The "append" subcommand with the shared options bound to `a` (the part that is not per Summary).
 CLI::App* add_append_options(CLI::App& app, const AppendHelp& help, AppendArgs& a, bool& as_json);
@@ -68,7 +68,9 @@ Command add_append_command(CLI::App& app, AppendCommand<Summary> spec, bool& as_
             for (const std::string* in : {&a->artifact, &a->dump})  // never over an input, even with --force
               KVT_CHECK(!same_file(a->output, *in), USAGE, "-o '" << a->output << "' is the input '" << *in << "'");
             if (!a->force) refuse_existing_output(a->output);  // before any work, as every output
-            Summary s = append(*a, a->quiet || as_json);
+            AppendOptions o = *a;
+            o.quiet = a->quiet || as_json;
+            Summary s = append(o);
             if (as_json)
               print_json(s.to_json());
             else if (!a->quiet)

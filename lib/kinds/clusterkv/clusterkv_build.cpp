@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/cluster_build.h"
+#include "common/param_json.h"
 #include "kvtool/append.h"
 #include "kvtool/artifact.h"
 #include "kvtool/error.h"
@@ -51,10 +52,13 @@ std::unique_ptr<KindBuilder> ClusterKvBuilder::resolved(int64_t d, int64_t n) co
 json ClusterKvBuilder::params() const {
   json j = {{"tokens_per_cluster", p_.clusters > 0 ? json(nullptr) : json(p_.tokens_per_cluster)},
             {"clusters", p_.clusters > 0 ? json(p_.clusters) : json(nullptr)},
-            {"iters", p_.iters},
             {"centroid", rule_name(p_.centroid)},
-            {"dense_layers", p_.dense_layers},
             {"assignment", "cosine"}};
+#define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
+#define KVTOOL_PARAM_TEXT KVTOOL_MANIFEST_TEXT_PARAM
+#include "kvtool/kinds/clusterkv_params.def"
+#undef KVTOOL_PARAM
+#undef KVTOOL_PARAM_TEXT
   if (p_.centroid_dtype != "f32") j["centroid_dtype"] = p_.centroid_dtype;  // absent: f32, as before it existed
   add_kmeans_params(j, p_.kmeans);
   return j;
@@ -163,13 +167,11 @@ class ClusterKvAppender : public KindAppender {
 
 }  // namespace
 
-ClusterKvAppendSummary clusterkv_append(const std::string& artifact, const std::string& dump_path,
-                                        const std::string& output, int64_t prefix, int64_t window,
-                                        int64_t window_clusters, const std::string& sign_key, bool quiet) {
+ClusterKvAppendSummary clusterkv_append(const AppendOptions& o, int64_t window, int64_t window_clusters) {
   KVT_CHECK(window >= 1 && window_clusters >= 1 && window_clusters <= window, USAGE,
             "window must be >= 1 and window_clusters in 1..window");
   ClusterKvAppender appender(window, window_clusters);
-  return appender.summary(append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender));
+  return appender.summary(append_generation(o, appender));
 }
 
 json ClusterKvAppendSummary::to_json() const {

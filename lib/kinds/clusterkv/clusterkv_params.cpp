@@ -1,10 +1,18 @@
-// kind "clusterkv": its builder from JSON parameters (kvtool/kind_builders.h), the same names and
-// rules as `kvtool build clusterkv`'s options.
+// kind "clusterkv": its builder from JSON parameters (kvtool/kind_builders.h), the names, types and
+// defaults of its table (kvtool/kinds/clusterkv_params.def) and the k-means options, as
+// `kvtool build clusterkv`'s options.
 #include "clusterkv/clusterkv_builder.h"
+#include "common/param_json.h"
 #include "kvtool/error.h"
 #include "kvtool/kind_builders.h"
 
 namespace kvtool {
+
+CentroidRule clusterkv_parse_centroid(const std::string& text, const std::string&) { return parse_centroid_rule(text); }
+
+std::vector<int64_t> clusterkv_parse_dense_layers(const std::string& text, const std::string& what) {
+  return parse_layer_list(text, what);
+}
 
 std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params) {
   BuildParams in("clusterkv", params);
@@ -12,20 +20,22 @@ std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params) {
   // The command line's --tokens-per-cluster excludes --clusters: one rule for the cluster count.
   KVT_CHECK(!(in.has("tokens_per_cluster") && in.has("clusters")), USAGE,
             "clusterkv: give tokens_per_cluster or clusters, not both");
-  in.get("tokens_per_cluster", p.tokens_per_cluster);
-  in.get("clusters", p.clusters);
-  in.get("iters", p.iters);
-  std::string centroid = "raw-mean", dense, kmeans = "auto";
-  in.get("centroid", centroid);
+#define KVTOOL_PARAM KVTOOL_JSON_GET
+#define KVTOOL_PARAM_TEXT KVTOOL_JSON_GET_TEXT
+#include "kvtool/kinds/clusterkv_params.def"
+#undef KVTOOL_PARAM
+#undef KVTOOL_PARAM_TEXT
+  std::string kmeans = "auto";
   in.get("kmeans", kmeans);
-  in.get("centroid_dtype", p.centroid_dtype);
   in.get("kmeans_branching", p.kmeans.branching);
   in.get("kmeans_leaf_clusters", p.kmeans.leaf_clusters);
-  in.get_list_text("dense_layers", dense);
   in.finish();
-  p.centroid = parse_centroid_rule(centroid);
+#define KVTOOL_PARAM KVTOOL_PARAM_NONE
+#define KVTOOL_PARAM_TEXT KVTOOL_JSON_PARSE_TEXT
+#include "kvtool/kinds/clusterkv_params.def"
+#undef KVTOOL_PARAM
+#undef KVTOOL_PARAM_TEXT
   p.kmeans.method = parse_kmeans_method(kmeans);
-  if (!dense.empty()) p.dense_layers = parse_layer_list(dense, "dense_layers");
   return make_builder(p);
 }
 

@@ -8,6 +8,7 @@
 
 #include "kvtool/scoring.h"
 #include "common/x86_avx512.h"
+#include "common/param_json.h"
 #include "kvtool/error.h"
 #include "lsh/lsh_internal.h"
 
@@ -96,10 +97,11 @@ void segment_tables(const lsh::Segment& seg, int64_t rb, int64_t n, int64_t L, i
 }  // namespace
 
 json LshBuilder::params() const {
-  return {{"bits", p_.bits},
-          {"tables", p_.tables},
-          {"centering", "mean-of-indexed-keys"},
-          {"id_layout", lsh::kIdLayoutSegments}};
+  json j = {{"centering", "mean-of-indexed-keys"}, {"id_layout", lsh::kIdLayoutSegments}};
+#define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
+#include "kvtool/kinds/lsh_params.def"
+#undef KVTOOL_PARAM
+  return j;
 }
 
 void LshBuilder::check(int64_t) const {

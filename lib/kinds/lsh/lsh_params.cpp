@@ -1,5 +1,7 @@
-// kind "lsh": its builder from JSON parameters (kvtool/kind_builders.h), the same names as
-// `kvtool build lsh`'s long options (--bits = -K, --tables = -L).
+// kind "lsh": its builder from JSON parameters (kvtool/kind_builders.h), the names, types and
+// defaults of its table (kvtool/kinds/lsh_params.def), as `kvtool build lsh`'s long options
+// (--bits = -K, --tables = -L).
+#include "common/param_json.h"
 #include "kvtool/kind_builders.h"
 #include "lsh/lsh_builder.h"
 
@@ -8,8 +10,9 @@ namespace kvtool {
 std::unique_ptr<KindBuilder> make_lsh_builder(const json& params) {
   BuildParams in("lsh", params);
   LshParams p;
-  in.get("bits", p.bits);
-  in.get("tables", p.tables);
+#define KVTOOL_PARAM KVTOOL_JSON_GET
+#include "kvtool/kinds/lsh_params.def"
+#undef KVTOOL_PARAM
   in.finish();
   return make_builder(p);
 }

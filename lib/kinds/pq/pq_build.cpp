@@ -16,6 +16,7 @@
 #include "kvtool/error.h"
 #include "kvtool/kinds.h"
 #include "common/nearest_l2.h"
+#include "common/param_json.h"
 #include "pq/pq_aniso.h"
 #include "pq/pq_internal.h"
 
@@ -119,11 +120,10 @@ double calibrated_eta(const PartInput& in) {
 }  // namespace
 
 json PqBuilder::params() const {
-  json j = {{"subspaces", p_.subspaces},
-            {"bits", p_.bits},
-            {"iters", p_.iters},
-            {"max_points_per_centroid", p_.max_points_per_centroid},
-            {"metric", "l2-train-ip-score"}};
+  json j = {{"metric", "l2-train-ip-score"}};
+#define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
+#include "kvtool/kinds/pq_params.def"
+#undef KVTOOL_PARAM
   if (p_.loss == "anisotropic") {  // absent: loss l2, so that l2 artifacts stay as they were
     j["metric"] = "anisotropic-train-ip-score";
     j["loss"] = p_.loss;
@@ -301,10 +301,9 @@ class PqAppender : public KindAppender {
 
 }  // namespace
 
-PqAppendSummary pq_append(const std::string& artifact, const std::string& dump_path, const std::string& output,
-                          int64_t prefix, const std::string& sign_key, bool quiet) {
+PqAppendSummary pq_append(const AppendOptions& o) {
   PqAppender appender;
-  return appender.summary(append_generation(artifact, dump_path, output, prefix, sign_key, quiet, appender));
+  return appender.summary(append_generation(o, appender));
 }
 
 json PqAppendSummary::to_json() const {

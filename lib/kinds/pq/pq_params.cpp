@@ -1,5 +1,6 @@
-// kind "pq": its builder from JSON parameters (kvtool/kind_builders.h), the same names as
-// `kvtool build pq`'s options.
+// kind "pq": its builder from JSON parameters (kvtool/kind_builders.h), the names, types and
+// defaults of its table (kvtool/kinds/pq_params.def), as `kvtool build pq`'s options.
+#include "common/param_json.h"
 #include "kvtool/kind_builders.h"
 #include "pq/pq_builder.h"
 
@@ -8,13 +9,9 @@ namespace kvtool {
 std::unique_ptr<KindBuilder> make_pq_builder(const json& params) {
   BuildParams in("pq", params);
   PqParams p;
-  in.get("subspaces", p.subspaces);
-  in.get("bits", p.bits);
-  in.get("iters", p.iters);
-  in.get("max_points_per_centroid", p.max_points_per_centroid);
-  in.get("loss", p.loss);
-  in.get("anisotropic_eta", p.anisotropic_eta);
-  in.get("codebook_dtype", p.codebook_dtype);
+#define KVTOOL_PARAM KVTOOL_JSON_GET
+#include "kvtool/kinds/pq_params.def"
+#undef KVTOOL_PARAM
   in.finish();
   return make_builder(p);
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/cluster_build.h"
+#include "common/param_json.h"
 #include "kvtool/artifact.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
@@ -53,16 +54,15 @@ SqueezeBuilder::SqueezeBuilder(SqueezeParams p) : p_(std::move(p)) {
 }
 
 json SqueezeBuilder::params() const {
-  json j = {{"percent_clusters", p_.percent_clusters},
-            {"coarse_percent", p_.coarse_percent},
-            {"observation_window", p_.observation_window},
-            {"quantiles", p_.quantiles},
-            {"iters", p_.iters},
-            {"coarse_factor", p_.coarse_factor},
-            {"assignment", "cosine"},
+  json j = {{"assignment", "cosine"},
             {"centroid", "raw-mean"},
             {"calibration", p_.calibration_queries.empty() ? "dump /kv/q in the observation window" : "file"},
             {"calibration_sha256", calibration_sha256_}};
+#define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
+#define KVTOOL_PARAM_TEXT KVTOOL_MANIFEST_TEXT_PARAM
+#include "kvtool/kinds/squeeze_params.def"
+#undef KVTOOL_PARAM
+#undef KVTOOL_PARAM_TEXT
   add_kmeans_params(j, p_.kmeans);
   return j;
 }

@@ -45,25 +45,24 @@ json append_parts(const ArtifactReader& old, const DumpReader& dump, const Appen
 
 }  // namespace
 
-AppendSummary append_generation(const std::string& artifact, const std::string& dump_path, const std::string& output,
-                                int64_t prefix, const std::string& sign_key, bool quiet, KindAppender& kind) {
-  ArtifactReader old(artifact);
+AppendSummary append_generation(const AppendOptions& o, KindAppender& kind) {
+  ArtifactReader old(o.artifact);
   KVT_CHECK(old.kind() == kind.kind(), USAGE,
-            "'" << artifact << "' is a " << old.kind() << " artifact, not " << kind.kind());
+            "'" << o.artifact << "' is a " << old.kind() << " artifact, not " << kind.kind());
   admit_artifact(old, {});  // what is appended to (and re-signed) passes what verify checks
-  DumpReader dump(dump_path);
+  DumpReader dump(o.dump);
   check_source(old.source(), dump, false);  // rows under the old coverage must be unchanged
   const int64_t frontier = dump.info().committed_frontier;
-  const int64_t P = prefix < 0 ? frontier : prefix;
+  const int64_t P = o.prefix < 0 ? frontier : o.prefix;
   KVT_CHECK(P <= frontier, USAGE, "prefix " << P << " is beyond the dump's committed frontier " << frontier);
   const AppendPlan plan = kind.plan(old, P);
   SourceBinding binding = bind_source(dump, plan.coverage_end);
   const json& m = old.manifest();
   const int64_t gen = m["index_generation"].get<int64_t>() + 1;
   std::unique_ptr<SigningKey> key;
-  if (!sign_key.empty()) key = std::make_unique<SigningKey>(SigningKey::load(sign_key));
-  ArtifactWriter w(output, m["params"].value("zstd_level", 3));
-  json parts = append_parts(old, dump, plan, gen, quiet, kind, w);
+  if (!o.sign_key.empty()) key = std::make_unique<SigningKey>(SigningKey::load(o.sign_key));
+  ArtifactWriter w(o.output, m["params"].value("zstd_level", 3));
+  json parts = append_parts(old, dump, plan, gen, o.quiet, kind, w);
 
   ManifestCore core;
   core.kind = kind.kind();
@@ -77,7 +76,7 @@ AppendSummary append_generation(const std::string& artifact, const std::string& 
   gens.push_back(kind.generation(gen));
   core.kind_data["generations"] = gens;
   Digest md = w.finish(core, key.get());
-  return {output, to_hex(md), gen, plan.coverage_end, static_cast<int64_t>(parts.size())};
+  return {o.output, to_hex(md), gen, plan.coverage_end, static_cast<int64_t>(parts.size())};
 }
 
 json AppendSummary::to_json() const {

@@ -1,16 +1,20 @@
-// kvtool-lsh build (= kvtool build lsh). Logic: lib/kinds/lsh.
+// kvtool-lsh build (= kvtool build lsh). Logic: lib/kinds/lsh; the build options: the table
+// kvtool/kinds/lsh_params.def.
 #include "kind_commands.h"
 #include "kvtool/kinds/lsh.h"
+#include "param_options.h"
 
 namespace kvtool::cli {
 
 void add_lsh_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
-  auto p = std::make_shared<LshParams>();
-  auto options = [p](CLI::App* c) {
-    c->add_option("--bits,-K", p->bits, "bits per table code, 1..16")->capture_default_str();
-    c->add_option("--tables,-L", p->tables, "number of tables")->capture_default_str();
+  auto params = std::make_shared<LshParams>();
+  auto options = [params](CLI::App* c) {
+    LshParams& p = *params;
+#define KVTOOL_PARAM KVTOOL_CLI_OPTION
+#include "kvtool/kinds/lsh_params.def"
+#undef KVTOOL_PARAM
   };
-  auto make = [p] { return make_builder(*p); };
+  auto make = [params] { return make_builder(*params); };
   cmds.push_back(add_build_command(
       app, {"Center keys, hash them with K-bit SimHash into L tables of CSR buckets", "kvdump v1 file", options, make},
       as_json));

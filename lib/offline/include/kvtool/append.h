@@ -57,10 +57,19 @@ struct AppendSummary {
   json to_json() const;
 };
 
-// Writes `output`: the artifact at `artifact` with a new index generation covering the dump up to
-// `prefix` (-1: the dump's committed frontier). Refuses a dump whose rows under the old coverage
-// differ. Returns the summary; nothing is left at `output` on failure.
-AppendSummary append_generation(const std::string& artifact, const std::string& dump, const std::string& output,
-                                int64_t prefix, const std::string& sign_key, bool quiet, KindAppender& kind);
+// What an append reads, writes and signs: the same for every kind (a kind's own choices, as
+// clusterkv's window, are further arguments of its append function).
+struct AppendOptions {
+  std::string artifact;  // the existing artifact
+  std::string dump;      // the dump it was built from, grown since
+  std::string output;    // the new artifact; nothing is left there on failure
+  int64_t prefix = -1;   // the new coverage reaches up to here (-1: the dump's committed frontier)
+  std::string sign_key;  // Ed25519 PEM to sign with; empty: unsigned
+  bool quiet = false;    // no progress
+};
+
+// Writes `o.output`: the artifact at `o.artifact` with a new index generation covering the dump up
+// to `o.prefix`. Refuses a dump whose rows under the old coverage differ. Returns the summary.
+AppendSummary append_generation(const AppendOptions& o, KindAppender& kind);
 
 }  // namespace kvtool

@@ -8,6 +8,7 @@
 
 #include "kvtool/append.h"
 #include "kvtool/builder.h"
+#include "kvtool/kinds/param_table.h"
 #include "kvtool/kinds/kmeans_options.h"
 #include "kvtool/layers.h"  // parse_layer_list: dense_layers
 
@@ -15,19 +16,25 @@ namespace kvtool {
 
 enum class CentroidRule { raw_mean, spherical };
 
+// The fields, their defaults and what they mean: kvtool/kinds/clusterkv_params.def.
+// tokens_per_cluster and clusters both 0: the count chosen from the part size
+// (clusterkv_default_clusters). i8 centroids: formats/kinds-v1.md §4.3.
 struct ClusterKvParams {
-  // clusters = max(1, round(indexed rows / tokens_per_cluster)); > 0 clusters: a fixed count
-  // instead; both 0: chosen from the part size (clusterkv_default_clusters).
-  int64_t tokens_per_cluster = 0;
-  int64_t clusters = 0;
-  int64_t iters = 20;  // Lloyd iterations (fixed count, as the reference)
-  CentroidRule centroid = CentroidRule::raw_mean;
-  // Stored centroids: "f32", "f16" (half the bytes) or "i8" (d + 1 bytes: i8 codes and a power-of-two
-  // scale per centroid; formats/kinds-v1.md §4.3).
-  std::string centroid_dtype = "i8";
-  std::vector<int64_t> dense_layers;  // layers left unindexed (queries return all their rows)
-  KmeansOptions kmeans;               // flat, tree or automatic (kvtool/kinds/kmeans_options.h)
+#define KVTOOL_PARAM KVTOOL_PARAM_FIELD
+#define KVTOOL_PARAM_TEXT KVTOOL_PARAM_FIELD
+#include "kvtool/kinds/clusterkv_params.def"
+#undef KVTOOL_PARAM
+#undef KVTOOL_PARAM_TEXT
+  KmeansOptions kmeans;  // flat, tree or automatic (kvtool/kinds/kmeans_options.h)
 };
+
+// The parsers of the table's text rows: clusterkv_parse_centroid ("raw-mean" | "spherical"),
+// clusterkv_parse_dense_layers (a layer list, kvtool/layers.h); USAGE naming `what` otherwise.
+#define KVTOOL_PARAM KVTOOL_PARAM_NONE
+#define KVTOOL_PARAM_TEXT KVTOOL_PARAM_TEXT_PARSER
+#include "kvtool/kinds/clusterkv_params.def"
+#undef KVTOOL_PARAM
+#undef KVTOOL_PARAM_TEXT
 
 CentroidRule parse_centroid_rule(const std::string& s);  // "raw-mean" | "spherical"; USAGE otherwise
 
@@ -42,8 +49,6 @@ struct ClusterKvAppendSummary {
   int64_t uncovered_rows = 0;  // rows up to the prefix left for a later append (a partial window)
   json to_json() const;        // the append's JSON with these two fields added
 };
-ClusterKvAppendSummary clusterkv_append(const std::string& artifact, const std::string& dump, const std::string& output,
-                                        int64_t prefix, int64_t window, int64_t window_clusters,
-                                        const std::string& sign_key, bool quiet);
+ClusterKvAppendSummary clusterkv_append(const AppendOptions& o, int64_t window, int64_t window_clusters);
 
 }  // namespace kvtool

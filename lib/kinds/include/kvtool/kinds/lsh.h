@@ -5,12 +5,15 @@
 #include <memory>
 
 #include "kvtool/builder.h"
+#include "kvtool/kinds/param_table.h"
 
 namespace kvtool {
 
+// The fields (K = bits, L = tables), their defaults and what they mean: kvtool/kinds/lsh_params.def.
 struct LshParams {
-  int64_t bits = 10;     // K, 1..16
-  int64_t tables = 150;  // L
+#define KVTOOL_PARAM KVTOOL_PARAM_FIELD
+#include "kvtool/kinds/lsh_params.def"
+#undef KVTOOL_PARAM
 };
 
 // The lsh builder of `p` (as kvtool/kind_builders.h's make_builder("lsh", params) from JSON).

@@ -7,19 +7,16 @@
 
 #include "kvtool/append.h"
 #include "kvtool/builder.h"
+#include "kvtool/kinds/param_table.h"
 
 namespace kvtool {
 
+// The fields, their defaults and what they mean: kvtool/kinds/pq_params.def. subspaces and bits 0:
+// chosen from the part size (pq_default_shape); codes are uint8 up to 8 bits, uint16 above.
 struct PqParams {
-  // m (must divide d) and b (1..16; codes uint8 up to 8, uint16 above); 0: chosen from the part
-  // size (pq_default_shape).
-  int64_t subspaces = 0;
-  int64_t bits = 0;
-  int64_t iters = 25;                     // Lloyd iterations per subspace (fixed count, the stopping rule)
-  int64_t max_points_per_centroid = 256;  // training sample cap per centroid (FAISS's rule)
-  std::string loss = "l2";                // "l2" | "anisotropic" (score-aware, lib/kinds/pq/pq_aniso.h)
-  std::string codebook_dtype = "f16";     // stored codebooks: "f32" or "f16" (half the bytes, f16-rounded)
-  double anisotropic_eta = 0;  // h_par / h_perp of loss "anisotropic"; 0: derived per part from the dump's queries
+#define KVTOOL_PARAM KVTOOL_PARAM_FIELD
+#include "kvtool/kinds/pq_params.def"
+#undef KVTOOL_PARAM
 };
 
 // The pq builder of `p` (as kvtool/kind_builders.h's make_builder("pq", params) from JSON).
@@ -34,7 +31,6 @@ struct PqAppendSummary {
   int64_t rows_encoded_per_part = 0;  // new rows encoded, averaged over the parts
   json to_json() const;               // the append's JSON with these two fields added
 };
-PqAppendSummary pq_append(const std::string& artifact, const std::string& dump, const std::string& output,
-                          int64_t prefix, const std::string& sign_key, bool quiet);
+PqAppendSummary pq_append(const AppendOptions& o);
 
 }  // namespace kvtool

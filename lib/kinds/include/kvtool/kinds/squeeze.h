@@ -8,24 +8,33 @@
 #include <vector>
 
 #include "kvtool/builder.h"
+#include "kvtool/kinds/param_table.h"
 #include "kvtool/kinds/kmeans_options.h"
 
 namespace kvtool {
 
+// The fields, their defaults and what they mean: kvtool/kinds/squeeze_params.def. Fine clusters =
+// max(1, floor(percent_clusters/100 · indexed rows)), coarse groups = max(1, round(coarse_percent/100 ·
+// fine clusters)); coarse_factor is for the query rule "factor". calibration_queries (optional,
+// instead of the dump's observation window): float32 [L, H_q, N, d], row-major, of the dump's L, H_q
+// and d (N inferred from the count); the caller reads them (the CLI's --calibration-queries file),
+// and the SHA-256 of their little-endian bytes goes in the params.
 struct SqueezeParams {
-  double percent_clusters = 5.0;     // fine clusters = max(1, floor(percent/100 · indexed rows))
-  double coarse_percent = 25.0;      // coarse groups = max(1, round(percent/100 · fine clusters))
-  int64_t observation_window = 100;  // last rows of the prefix: not clustered, their queries calibrate
-  std::vector<double> quantiles{0.5, 0.7, 0.8, 0.9};
-  int64_t iters = 20;
-  double coarse_factor = 0.5;  // query rule "factor": keep groups scoring >= coarse_factor x the threshold
-  // Optional calibration queries instead of the dump's observation window: float32 [L, H_q, N, d],
-  // row-major, of the dump's L, H_q and d (N inferred from the count). The caller reads them (the
-  // CLI's --calibration-queries file: calibration_from_bytes); the SHA-256 of their little-endian
-  // bytes goes in the params.
-  std::vector<float> calibration_queries;
+#define KVTOOL_PARAM KVTOOL_PARAM_FIELD
+#define KVTOOL_PARAM_TEXT KVTOOL_PARAM_FIELD
+#include "kvtool/kinds/squeeze_params.def"
+#undef KVTOOL_PARAM
+#undef KVTOOL_PARAM_TEXT
   KmeansOptions kmeans;  // both levels: flat, tree or automatic (kvtool/kinds/kmeans_options.h)
 };
+
+// The parsers of the table's text rows: squeeze_parse_quantiles (parse_quantiles) and
+// squeeze_parse_calibration_queries (calibration_from_bytes, `what` naming the source).
+#define KVTOOL_PARAM KVTOOL_PARAM_NONE
+#define KVTOOL_PARAM_TEXT KVTOOL_PARAM_TEXT_PARSER
+#include "kvtool/kinds/squeeze_params.def"
+#undef KVTOOL_PARAM
+#undef KVTOOL_PARAM_TEXT
 
 // The squeeze builder of `p` (as kvtool/kind_builders.h's make_builder("squeeze", params) from JSON).
 std::unique_ptr<KindBuilder> make_builder(const SqueezeParams& p);
