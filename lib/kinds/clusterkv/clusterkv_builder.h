@@ -18,14 +18,14 @@ namespace kvtool {
 // loses to a recent-window selection). round(410 (n / 32768)^(1/3)), within [1, n], for f32 and
 // f16 centroids. i8 centroids (d + 1 bytes, against f16's 2d) take the count that the f16 count's
 // raw part bytes buy (each cluster also costs 8 bytes of sizes and prefix sums):
-// round(410 (n / 32768)^(1/3) (2d + 8) / (d + 9)) (docs/defaults-sweep.md 3.2, "i8 centroids").
+// round(410 (n / 32768)^(1/3) (2d + 8) / (d + 9)) (docs/reports/defaults-sweep.md 3.2, "i8 centroids").
 int64_t clusterkv_default_clusters(int64_t n, int64_t d, const std::string& centroid_dtype);
 
 class ClusterKvBuilder : public KindBuilder {
  public:
   explicit ClusterKvBuilder(ClusterKvParams p) : p_(std::move(p)) {}
   std::string kind() const override { return "clusterkv"; }
-  // 1, not the reference's 16 (as pq: docs/defaults-sweep.md, "Sinks").
+  // 1, not the reference's 16 (as pq: docs/reports/defaults-sweep.md, "Sinks").
   int64_t default_sink() const override { return 1; }
   int64_t default_local() const override { return 0; }
   json params() const override;

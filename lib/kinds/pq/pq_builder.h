@@ -26,7 +26,7 @@ class PqBuilder : public KindBuilder {
   std::string kind() const override { return "pq"; }
   // 1, not the reference's 32: at equal attended rows, fewer fixed first rows and more index-chosen
   // ones retained more on every shared model and prefix; the one kept guards a model whose sink is
-  // one extreme first token (docs/defaults-sweep.md, "Sinks").
+  // one extreme first token (docs/reports/defaults-sweep.md, "Sinks").
   int64_t default_sink() const override { return 1; }
   int64_t default_local() const override { return 0; }
   json params() const override;

@@ -77,7 +77,7 @@ class PqSelector : public PartSelector {
   void group_pairs(const uint8_t* codes) {
     // Scoring pairs instead of rows pays while pairs are fewer than rows by enough to cover
     // listing the kept pairs' rows: tests/bench/bench_pairs.cpp measures the break-even near 1.6
-    // rows a pair (b 7 and 8, 32K and 128K rows; docs/performance.md). Speed only: both paths give
+    // rows a pair (b 7 and 8, 32K and 128K rows; docs/reports/performance.md). Speed only: both paths give
     // the same answer bit for bit.
     std::vector<uint32_t> pair(static_cast<size_t>(n_)), distinct;
     std::vector<uint8_t> seen(size_t{1} << (2 * lay_.bits), 0);
