@@ -182,8 +182,10 @@ ImportSummary import_snapshot(KvSnapshot& snap, const ImportOptions& o, const st
   DumpWriter w(out, spec, o.overwrite);
   write_layers(snap, spec, w);
   if (s.geo.q_tokens > 0) w.write_q_positions(s.q_rows);
-  if (!s.tokens.empty()) w.write_tokens(s.tokens);
+  // Positions before tokens: the order llama.cpp state imports always wrote them in (HDF5 keeps the
+  // creation order, so the same dump is the same bytes).
   if (!s.positions.empty()) w.write_positions(s.positions);
+  if (!s.tokens.empty()) w.write_tokens(s.tokens);
   w.commit();
 
   ImportSummary r;
