@@ -61,14 +61,16 @@ const char* source_type(const std::string& source) {
 #define KVTOOL_ABOVE(lo, hi) std::string("(" #lo ", " #hi "]")
 #define KVTOOL_ONE_OF(...) one_of({__VA_ARGS__})
 #define KVTOOL_NOTE(text) std::string(text)
-#define KVTOOL_PARAM(kind, name, type, def, bounds, manifest, cli, flag, help) \
+#define ROW_PARAM(kind, name, type, def, bounds, manifest, cli, flag, help) \
   rows.append(row(#name, type_label<type>(), py::cast(P{}.name), bounds, flag, help));
-#define KVTOOL_PARAM_TEXT(kind, name, type, def, text_def, source, bounds, manifest, cli, flag, help) \
+#define ROW_TEXT(kind, name, type, def, text_def, source, bounds, manifest, cli, flag, help) \
   rows.append(row(#name, source_type(#source), text_default(text_def, #source, P{}.name), bounds, flag, help));
 
 py::list pq_rows() {
   using P = PqParams;
   py::list rows;
+#define KVTOOL_PARAM ROW_PARAM
+#define KVTOOL_PARAM_TEXT ROW_TEXT
 #include "kvtool/kinds/pq_params.def"
   return rows;
 }
@@ -76,6 +78,8 @@ py::list pq_rows() {
 py::list clusterkv_rows() {
   using P = ClusterKvParams;
   py::list rows;
+#define KVTOOL_PARAM ROW_PARAM
+#define KVTOOL_PARAM_TEXT ROW_TEXT
 #include "kvtool/kinds/clusterkv_params.def"
   return rows;
 }
@@ -83,6 +87,8 @@ py::list clusterkv_rows() {
 py::list lsh_rows() {
   using P = LshParams;
   py::list rows;
+#define KVTOOL_PARAM ROW_PARAM
+#define KVTOOL_PARAM_TEXT ROW_TEXT
 #include "kvtool/kinds/lsh_params.def"
   return rows;
 }
@@ -90,12 +96,11 @@ py::list lsh_rows() {
 py::list squeeze_rows() {
   using P = SqueezeParams;
   py::list rows;
+#define KVTOOL_PARAM ROW_PARAM
+#define KVTOOL_PARAM_TEXT ROW_TEXT
 #include "kvtool/kinds/squeeze_params.def"
   return rows;
 }
-
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
 
 // [(kind, [row dict, ...]), ...] in kvtool/kinds.def's order.
 py::list kind_params() {

@@ -80,27 +80,35 @@ void check_text_row(const char* name, Parse parse, const Bounds& b) {
   }
 #define KVTOOL_NOTE(text) \
   Bounds { Bounds::note }
-#define KVTOOL_PARAM(kind, name, type, def, bounds, ...) check_row<P, type>(#name, &P::name, bounds);
-#define KVTOOL_PARAM_TEXT(kind, name, type, def, text_def, source, bounds, ...) \
-  check_text_row(                                                               \
+#define CHECK_PARAM(kind, name, type, def, bounds, ...) check_row<P, type>(#name, &P::name, bounds);
+#define CHECK_TEXT(kind, name, type, def, text_def, source, bounds, ...) \
+  check_text_row(                                                        \
       #name, [](const std::string& t) { return kind##_parse_##name(t, #name); }, bounds);
 
 TEST_CASE("pq's parameter table: the builder accepts its bounds and defaults") {
   using P = PqParams;
+#define KVTOOL_PARAM CHECK_PARAM
+#define KVTOOL_PARAM_TEXT CHECK_TEXT
 #include "kvtool/kinds/pq_params.def"
 }
 
 TEST_CASE("clusterkv's parameter table: the builder accepts its bounds and defaults") {
   using P = ClusterKvParams;
+#define KVTOOL_PARAM CHECK_PARAM
+#define KVTOOL_PARAM_TEXT CHECK_TEXT
 #include "kvtool/kinds/clusterkv_params.def"
 }
 
 TEST_CASE("lsh's parameter table: the builder accepts its bounds and defaults") {
   using P = LshParams;
+#define KVTOOL_PARAM CHECK_PARAM
+#define KVTOOL_PARAM_TEXT CHECK_TEXT
 #include "kvtool/kinds/lsh_params.def"
 }
 
 TEST_CASE("squeeze's parameter table: the builder accepts its bounds and defaults") {
   using P = SqueezeParams;
+#define KVTOOL_PARAM CHECK_PARAM
+#define KVTOOL_PARAM_TEXT CHECK_TEXT
 #include "kvtool/kinds/squeeze_params.def"
 }

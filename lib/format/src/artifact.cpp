@@ -24,13 +24,7 @@ namespace kvtool {
 
 namespace {
 
-using kvi_internal::align_up;
-using kvi_internal::checked_mul;
-using kvi_internal::delta_code;
-using kvi_internal::delta_dtype;
-using kvi_internal::get_u16;
-using kvi_internal::get_u32;
-using kvi_internal::get_u64;
+using namespace kvi_internal;  // the internals this file shares (declared in its private header)
 
 constexpr uint32_t kZstdMagic = 0xFD2FB528u;
 

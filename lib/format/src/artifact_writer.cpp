@@ -18,14 +18,7 @@ namespace kvtool {
 
 namespace {
 
-using kvi_internal::align_up;
-using kvi_internal::checked_mul;
-using kvi_internal::delta_code;
-using kvi_internal::delta_dtype;
-using kvi_internal::get_u64;
-using kvi_internal::put_u16;
-using kvi_internal::put_u32;
-using kvi_internal::put_u64;
+using namespace kvi_internal;  // the internals this file shares (declared in its private header)
 
 void make_header(uint8_t* h, uint64_t file_size) {
   std::memset(h, 0, kKviHeaderSize);

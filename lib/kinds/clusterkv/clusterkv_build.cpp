@@ -57,8 +57,6 @@ json ClusterKvBuilder::params() const {
 #define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
 #define KVTOOL_PARAM_TEXT KVTOOL_MANIFEST_TEXT_PARAM
 #include "kvtool/kinds/clusterkv_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
   if (p_.centroid_dtype != "f32") j["centroid_dtype"] = p_.centroid_dtype;  // absent: f32, as before it existed
   add_kmeans_params(j, p_.kmeans);
   return j;

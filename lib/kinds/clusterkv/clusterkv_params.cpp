@@ -23,18 +23,10 @@ std::unique_ptr<KindBuilder> make_clusterkv_builder(const json& params) {
 #define KVTOOL_PARAM KVTOOL_JSON_GET
 #define KVTOOL_PARAM_TEXT KVTOOL_JSON_GET_TEXT
 #include "kvtool/kinds/clusterkv_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
-  std::string kmeans = "auto";
-  in.get("kmeans", kmeans);
-  in.get("kmeans_branching", p.kmeans.branching);
-  in.get("kmeans_leaf_clusters", p.kmeans.leaf_clusters);
+  const std::string kmeans = read_kmeans_options(in, p.kmeans);
   in.finish();
-#define KVTOOL_PARAM KVTOOL_PARAM_NONE
 #define KVTOOL_PARAM_TEXT KVTOOL_JSON_PARSE_TEXT
 #include "kvtool/kinds/clusterkv_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
   p.kmeans.method = parse_kmeans_method(kmeans);
   return make_builder(p);
 }

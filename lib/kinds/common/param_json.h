@@ -8,15 +8,32 @@
 //   #define KVTOOL_PARAM_TEXT KVTOOL_JSON_GET_TEXT
 //   #include "kvtool/kinds/KIND_params.def"
 //   in.finish();                                     no unknown name
-//   #define KVTOOL_PARAM KVTOOL_PARAM_NONE           each given text parsed as the command line's
-//   #define KVTOOL_PARAM_TEXT KVTOOL_JSON_PARSE_TEXT
+//   #define KVTOOL_PARAM_TEXT KVTOOL_JSON_PARSE_TEXT  each given text parsed as the command line's
 //   #include "kvtool/kinds/KIND_params.def"
 // The manifest params, with json `j` and the params `p_` in scope (the builder's params()):
 //   #define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
 //   #define KVTOOL_PARAM_TEXT KVTOOL_MANIFEST_TEXT_PARAM
 // writes every `recorded` row; the builder writes its `custom` rows itself.
 #pragma once
+#include <string>
+
+#include "kvtool/kind_builders.h"
+#include "kvtool/kinds/kmeans_options.h"
 #include "kvtool/kinds/param_table.h"
+
+namespace kvtool {
+
+// The k-means options of the clustering kinds (clusterkv, squeeze), read before in.finish(); the
+// method's text is returned to be parsed after it (parse_kmeans_method), as the command line does.
+inline std::string read_kmeans_options(BuildParams& in, KmeansOptions& k) {
+  std::string method = "auto";
+  in.get("kmeans", method);
+  in.get("kmeans_branching", k.branching);
+  in.get("kmeans_leaf_clusters", k.leaf_clusters);
+  return method;
+}
+
+}  // namespace kvtool
 
 #define KVTOOL_JSON_GET(kind, name, type, def, ...) in.get(#name, p.name);
 #define KVTOOL_JSON_GET_TEXT(kind, name, type, def, text_def, source, ...) \

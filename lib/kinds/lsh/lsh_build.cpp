@@ -100,7 +100,6 @@ json LshBuilder::params() const {
   json j = {{"centering", "mean-of-indexed-keys"}, {"id_layout", lsh::kIdLayoutSegments}};
 #define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
 #include "kvtool/kinds/lsh_params.def"
-#undef KVTOOL_PARAM
   return j;
 }
 

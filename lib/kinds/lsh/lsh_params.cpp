@@ -12,7 +12,6 @@ std::unique_ptr<KindBuilder> make_lsh_builder(const json& params) {
   LshParams p;
 #define KVTOOL_PARAM KVTOOL_JSON_GET
 #include "kvtool/kinds/lsh_params.def"
-#undef KVTOOL_PARAM
   in.finish();
   return make_builder(p);
 }

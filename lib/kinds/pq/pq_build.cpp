@@ -123,7 +123,6 @@ json PqBuilder::params() const {
   json j = {{"metric", "l2-train-ip-score"}};
 #define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
 #include "kvtool/kinds/pq_params.def"
-#undef KVTOOL_PARAM
   if (p_.loss == "anisotropic") {  // absent: loss l2, so that l2 artifacts stay as they were
     j["metric"] = "anisotropic-train-ip-score";
     j["loss"] = p_.loss;

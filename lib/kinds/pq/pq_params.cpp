@@ -11,7 +11,6 @@ std::unique_ptr<KindBuilder> make_pq_builder(const json& params) {
   PqParams p;
 #define KVTOOL_PARAM KVTOOL_JSON_GET
 #include "kvtool/kinds/pq_params.def"
-#undef KVTOOL_PARAM
   in.finish();
   return make_builder(p);
 }

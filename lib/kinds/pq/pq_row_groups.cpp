@@ -9,15 +9,7 @@
 
 namespace kvtool::scoring {
 
-using detail::collect;
-using detail::radix_sort;
-using detail::room;
-using detail::sample_bound;
-using detail::sample_rank;
-using detail::score_key;
-using detail::selection_scratch;
-using detail::SelectionScratch;
-using detail::sort_by_score_key;
+using namespace detail;  // the internals this file shares (declared in its private header)
 
 namespace {
 

@@ -61,8 +61,6 @@ json SqueezeBuilder::params() const {
 #define KVTOOL_PARAM KVTOOL_MANIFEST_PARAM
 #define KVTOOL_PARAM_TEXT KVTOOL_MANIFEST_TEXT_PARAM
 #include "kvtool/kinds/squeeze_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
   add_kmeans_params(j, p_.kmeans);
   return j;
 }

@@ -32,18 +32,6 @@ bool has_llama_options(const std::string& gguf, const LlamaStateOptions& l) {
 
 }  // namespace
 
-json FileInspection::to_json() const {
-  if (dump) return dump->to_json();
-  if (artifact) return artifact->to_json();
-  return state ? state->to_json() : json::object();
-}
-
-json FileVerification::to_json() const {
-  if (dump) return dump->to_json();
-  if (artifact) return artifact->to_json();
-  return state ? state->to_json() : json::object();
-}
-
 FileInspection inspect_file(const std::string& path, const InspectOptions& o) {
   FileInspection r;
   r.kind = known_kind(path);

@@ -15,11 +15,8 @@ Command add_build(CLI::App& app, bool& as_json) {
   struct Args {
     ClusterKvParams p;
     struct Texts {  // the table's text rows (centroid, dense_layers), parsed by make
-#define KVTOOL_PARAM KVTOOL_PARAM_NONE
 #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_FIELD
 #include "kvtool/kinds/clusterkv_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
     } t;
     std::string kmeans = "auto";
   };
@@ -30,19 +27,14 @@ Command add_build(CLI::App& app, bool& as_json) {
 #define KVTOOL_PARAM KVTOOL_CLI_OPTION
 #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_OPTION
 #include "kvtool/kinds/clusterkv_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
     c->get_option("--tokens-per-cluster")->excludes(c->get_option("--clusters"));  // one rule for the count
     add_kmeans_options(c, a->kmeans, a->p.kmeans);
   };
   auto make = [a] {
     ClusterKvParams& p = a->p;
     const Args::Texts& t = a->t;
-#define KVTOOL_PARAM KVTOOL_PARAM_NONE
 #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_PARSE
 #include "kvtool/kinds/clusterkv_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
     p.kmeans.method = parse_kmeans_method(a->kmeans);
     return make_builder(p);
   };

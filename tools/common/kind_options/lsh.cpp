@@ -12,7 +12,6 @@ void add_lsh_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) 
     LshParams& p = *params;
 #define KVTOOL_PARAM KVTOOL_CLI_OPTION
 #include "kvtool/kinds/lsh_params.def"
-#undef KVTOOL_PARAM
   };
   auto make = [params] { return make_builder(*params); };
   cmds.push_back(add_build_command(

@@ -4,7 +4,6 @@
 // In a kind's options file:
 //
 //   struct Texts {                       // the text rows' texts
-//   #define KVTOOL_PARAM KVTOOL_PARAM_NONE
 //   #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_FIELD
 //   #include "kvtool/kinds/KIND_params.def"
 //   ...
@@ -13,7 +12,6 @@
 //   #define KVTOOL_PARAM KVTOOL_CLI_OPTION
 //   #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_OPTION
 //   // once the command line is parsed: each given text parsed into p
-//   #define KVTOOL_PARAM KVTOOL_PARAM_NONE
 //   #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_PARSE
 #pragma once
 #include <fstream>

@@ -17,7 +17,6 @@ void add_pq_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_json) {
          PqParams& p = *params;
 #define KVTOOL_PARAM KVTOOL_CLI_OPTION
 #include "kvtool/kinds/pq_params.def"
-#undef KVTOOL_PARAM
        },
        [params] { return make_builder(*params); }},
       as_json));

@@ -11,11 +11,8 @@ void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_js
   struct Args {
     SqueezeParams p;
     struct Texts {  // the table's text rows (quantiles, the calibration queries' path), parsed by make
-#define KVTOOL_PARAM KVTOOL_PARAM_NONE
 #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_FIELD
 #include "kvtool/kinds/squeeze_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
     } t;
     std::string kmeans = "auto";
   };
@@ -26,18 +23,13 @@ void add_squeeze_commands(CLI::App& app, std::vector<Command>& cmds, bool& as_js
 #define KVTOOL_PARAM KVTOOL_CLI_OPTION
 #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_OPTION
 #include "kvtool/kinds/squeeze_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
     add_kmeans_options(c, a->kmeans, a->p.kmeans);
   };
   auto make = [a] {
     SqueezeParams& p = a->p;
     const Args::Texts& t = a->t;
-#define KVTOOL_PARAM KVTOOL_PARAM_NONE
 #define KVTOOL_PARAM_TEXT KVTOOL_CLI_TEXT_PARSE
 #include "kvtool/kinds/squeeze_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
     p.kmeans.method = parse_kmeans_method(a->kmeans);
     return make_builder(p);
   };

@@ -170,21 +170,22 @@ struct InspectOptions {
   std::string gguf;         // llama.cpp state files: the model's GGUF ("" = none: per layer only)
   LlamaStateOptions llama;  // llama.cpp state files: the sequence and rotation
 };
-struct FileInspection {
+// The report of whichever kind the file is: one of the three is set, and to_json() is its JSON.
+template <typename Dump, typename Artifact, typename State>
+struct FileReport {
   FileKind kind = FileKind::unknown;
-  std::optional<DumpInspection> dump;
-  std::optional<ArtifactInspection> artifact;
-  std::optional<LlamaStateInspection> state;
-  json to_json() const;
+  std::optional<Dump> dump;
+  std::optional<Artifact> artifact;
+  std::optional<State> state;
+  json to_json() const {
+    if (dump) return dump->to_json();
+    if (artifact) return artifact->to_json();
+    return state ? state->to_json() : json::object();
+  }
 };
+using FileInspection = FileReport<DumpInspection, ArtifactInspection, LlamaStateInspection>;
 FileInspection inspect_file(const std::string& path, const InspectOptions& o);
-struct FileVerification {
-  FileKind kind = FileKind::unknown;
-  std::optional<DumpVerification> dump;
-  std::optional<ArtifactVerification> artifact;
-  std::optional<LlamaStateVerification> state;
-  json to_json() const;
-};
+using FileVerification = FileReport<DumpVerification, ArtifactVerification, LlamaStateVerification>;
 FileVerification verify_file(const std::string& path, const VerifyOptions& o);
 
 // Writes every section as an HDF5 dataset (plus the manifest as a root attribute), atomically.

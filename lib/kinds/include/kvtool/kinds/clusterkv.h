@@ -23,18 +23,13 @@ struct ClusterKvParams {
 #define KVTOOL_PARAM KVTOOL_PARAM_FIELD
 #define KVTOOL_PARAM_TEXT KVTOOL_PARAM_FIELD
 #include "kvtool/kinds/clusterkv_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
   KmeansOptions kmeans;  // flat, tree or automatic (kvtool/kinds/kmeans_options.h)
 };
 
 // The parsers of the table's text rows: clusterkv_parse_centroid ("raw-mean" | "spherical"),
 // clusterkv_parse_dense_layers (a layer list, kvtool/layers.h); USAGE naming `what` otherwise.
-#define KVTOOL_PARAM KVTOOL_PARAM_NONE
 #define KVTOOL_PARAM_TEXT KVTOOL_PARAM_TEXT_PARSER
 #include "kvtool/kinds/clusterkv_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
 
 CentroidRule parse_centroid_rule(const std::string& s);  // "raw-mean" | "spherical"; USAGE otherwise
 

@@ -13,7 +13,6 @@ namespace kvtool {
 struct LshParams {
 #define KVTOOL_PARAM KVTOOL_PARAM_FIELD
 #include "kvtool/kinds/lsh_params.def"
-#undef KVTOOL_PARAM
 };
 
 // The lsh builder of `p` (as kvtool/kind_builders.h's make_builder("lsh", params) from JSON).

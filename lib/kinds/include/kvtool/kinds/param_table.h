@@ -29,6 +29,11 @@
 // the text arrives in JSON: text (a string), list (a list of numbers or a string,
 // BuildParams::get_list_text) or bytes (JSON binary; on the command line the option names a file
 // the tool reads).
+//
+// An expansion site defines the row macro(s) it needs and includes the table, which expands an
+// undefined one to nothing and undefines both at its end:
+//   #define KVTOOL_PARAM_TEXT KVTOOL_PARAM_TEXT_PARSER
+//   #include "kvtool/kinds/KIND_params.def"
 #pragma once
 #include <string>
 
@@ -37,4 +42,3 @@
 // Declares the parser of a text row.
 #define KVTOOL_PARAM_TEXT_PARSER(kind, name, type, ...) \
   type kind##_parse_##name(const std::string& text, const std::string& what);
-#define KVTOOL_PARAM_NONE(...)

@@ -16,7 +16,6 @@ namespace kvtool {
 struct PqParams {
 #define KVTOOL_PARAM KVTOOL_PARAM_FIELD
 #include "kvtool/kinds/pq_params.def"
-#undef KVTOOL_PARAM
 };
 
 // The pq builder of `p` (as kvtool/kind_builders.h's make_builder("pq", params) from JSON).

@@ -23,18 +23,13 @@ struct SqueezeParams {
 #define KVTOOL_PARAM KVTOOL_PARAM_FIELD
 #define KVTOOL_PARAM_TEXT KVTOOL_PARAM_FIELD
 #include "kvtool/kinds/squeeze_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
   KmeansOptions kmeans;  // both levels: flat, tree or automatic (kvtool/kinds/kmeans_options.h)
 };
 
 // The parsers of the table's text rows: squeeze_parse_quantiles (parse_quantiles) and
 // squeeze_parse_calibration_queries (calibration_from_bytes, `what` naming the source).
-#define KVTOOL_PARAM KVTOOL_PARAM_NONE
 #define KVTOOL_PARAM_TEXT KVTOOL_PARAM_TEXT_PARSER
 #include "kvtool/kinds/squeeze_params.def"
-#undef KVTOOL_PARAM
-#undef KVTOOL_PARAM_TEXT
 
 // The squeeze builder of `p` (as kvtool/kind_builders.h's make_builder("squeeze", params) from JSON).
 std::unique_ptr<KindBuilder> make_builder(const SqueezeParams& p);
