@@ -177,7 +177,7 @@ std::string publish(Pool& p, const std::string& key, const std::string& artifact
   KVT_CHECK(!device || p.device_available(), DEVICE_UNAVAILABLE,
             "device=True: this pool has no device tier (Pool(device=True))");
   r.device = device;
-  return p.publish(r).to_json().dump();
+  return json_text(p.publish(r).to_json());
 }
 
 }  // namespace
@@ -211,7 +211,7 @@ void bind_pool(py::module_& m) {
             return p.retire(key, wait);
           },
           py::arg("key"), py::arg("wait"))
-      .def("stats", [](Pool& p) { return p.stats().to_json().dump(); })
+      .def("stats", [](Pool& p) { return json_text(p.stats().to_json()); })
       .def("keys", &Pool::keys)
       .def_property_readonly("device_available", &Pool::device_available);
 }

@@ -29,7 +29,7 @@ py::tuple receipt_tuple(const CandidateReceipt& rc) {
   std::copy(rc.candidates.begin(), rc.candidates.end(), ids.mutable_data());
   py::array_t<float> scores(static_cast<py::ssize_t>(rc.scores.size()));
   std::copy(rc.scores.begin(), rc.scores.end(), scores.mutable_data());
-  return py::make_tuple(rc.to_json().dump(), ids, scores);
+  return py::make_tuple(json_text(rc.to_json()), ids, scores);
 }
 
 std::vector<PublicKeyRaw> trusted_key_files(const std::vector<std::string>& paths) {

@@ -52,7 +52,7 @@ std::string inspect(const std::string& path, int top_channels, bool unchecked) {
   InspectOptions o;
   o.top_channels = top_channels;
   o.admit = !unchecked;
-  return inspect_file(path, o).to_json().dump();
+  return json_text(inspect_file(path, o).to_json());
 }
 
 std::string verify(const std::string& path, const std::string& source, bool strict_snapshot,
@@ -68,7 +68,7 @@ std::string verify(const std::string& path, const std::string& source, bool stri
   KVT_CHECK(!o.require_signature || !o.trusted_keys.empty(), USAGE,
             "require_signature needs trusted_keys: a signature only means something when it is checked against a "
             "key you trust");
-  return verify_file(path, o).to_json().dump();
+  return json_text(verify_file(path, o).to_json());
 }
 
 // `options`: the common builder options as JSON (output, prefix, sink, local, layer_first,
@@ -114,7 +114,7 @@ std::string build(const std::string& kind, const std::string& dump, const std::s
   } catch (const json::exception& e) {
     KVT_THROW(USAGE, "bad build option: " << e.what());
   }
-  return build_artifact(dump, o, *builder).to_json().dump();
+  return json_text(build_artifact(dump, o, *builder).to_json());
 }
 
 py::dict record_dict(const EvalRecord& r) {
@@ -152,7 +152,7 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
     eo.positions = PositionSample::parse(positions, positions_seed);
     eo.share_kv_head = share_kv_head;
     eo.quiet = true;
-    text = evaluate(r, d, eo, want_records ? &records : nullptr).to_json().dump();
+    text = json_text(evaluate(r, d, eo, want_records ? &records : nullptr).to_json());
   }
   py::object recs = py::none();
   if (want_records) {
@@ -185,7 +185,7 @@ std::string eval_decode(const std::vector<std::string>& artifacts, const std::st
   o.window_sinks = window_sinks;
   o.share_kv_head = share_kv_head;
   DumpReader d(source);
-  return kvtool::eval_decode(artifacts, d, o).to_json(tok.get()).dump();
+  return json_text(kvtool::eval_decode(artifacts, d, o).to_json(tok.get()));
 }
 
 // The dumped query at `position` of (layer, q_head), as `kvtool query --position` reads it.

@@ -1,5 +1,6 @@
 // The C API: statuses, per-thread reasons, NULL arguments, the same answers as the C++ pool.
 #include <algorithm>
+#include <limits>
 #include <catch2/catch.hpp>
 #include <string>
 #include <thread>
@@ -223,6 +224,23 @@ TEST_CASE("c api: rerank proposes F x the budget and keeps the exact top rows ov
   for (const char* bad : {"budget=12,rerank=0.5", "budget=12,rerank=2000", "budget=12,rerank=nan"})
     CHECK(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, bad, keys.data(), E, ids, 64, &n) ==
           KVTOOL_ERR_USAGE);
+  // The largest row budget (2^53) times the largest factor is beyond int64: every indexed row is
+  // proposed and kept, none lost to an overflow.
+  std::vector<int64_t> all(static_cast<size_t>(E));
+  REQUIRE(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, "budget=9007199254740992,rerank=1024",
+                                  keys.data(), E, all.data(), E, &n) == KVTOOL_OK);
+  CHECK(n == ix.count());
+  BudgetParams huge;
+  huge.budget = Budget::parse("9007199254740992");
+  huge.rerank = 1024;
+  CHECK(huge.proposal().rows(ix.count()) == ix.count());
+  CHECK(huge.receipt(ix.count())["proposed_rows"] == ix.count());
+  // A NaN in the host keys would rank arbitrarily: refused by name.
+  std::vector<float> nan_keys = keys;
+  nan_keys[static_cast<size_t>((ix.begin() + 3) * d)] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, "budget=12,rerank=1024", nan_keys.data(), E, ids,
+                                64, &n) != KVTOOL_OK);
+  CHECK(std::string(kvtool_last_reason()) == "NON_FINITE");
   kvtool_query_params* qp = nullptr;
   REQUIRE(kvtool_lease_params(lease, "budget=12,rerank=2", &qp) == KVTOOL_OK);
   const int64_t heads[1] = {q_head}, pos[1] = {E - 1};

@@ -47,19 +47,36 @@ struct Bytes {
   }
 };
 
-// GGUF v3 metadata only (no tensors): string and u32 keys.
+// GGUF v3 metadata only (no tensors): string and u32 keys, and values of any type as raw bytes.
 struct Gguf {
   std::vector<std::pair<std::string, std::string>> strs;
   std::vector<std::pair<std::string, uint32_t>> nums;
+  struct Raw {
+    std::string key;
+    uint32_t type;
+    std::vector<uint8_t> value;
+  };
+  std::vector<Raw> raw;
   std::vector<uint8_t> bytes() const {
     Bytes o;
     o.b = {'G', 'G', 'U', 'F'};
-    o.put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(strs.size() + nums.size());
+    o.put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(strs.size() + nums.size() + raw.size());
     for (const auto& [k, v] : strs) o.str64(k).put<uint32_t>(8).str64(v);
     for (const auto& [k, v] : nums) o.str64(k).put<uint32_t>(4).put<uint32_t>(v);
+    for (const auto& r : raw) {
+      o.str64(r.key).put<uint32_t>(r.type);
+      o.b.insert(o.b.end(), r.value.begin(), r.value.end());
+    }
     return o.b;
   }
 };
+
+template <typename T>
+std::vector<uint8_t> raw_of(T v) {
+  std::vector<uint8_t> b(sizeof(T));
+  std::memcpy(b.data(), &v, sizeof(T));
+  return b;
+}
 
 Gguf llama_gguf(uint32_t layers, uint32_t heads, uint32_t kv_heads, uint32_t head_dim) {
   Gguf g;
@@ -297,4 +314,64 @@ TEST_CASE("llama state: hostile files get reason codes and no output", "[llama_s
   write_bytes(t.file("s.bin"), nan);
   CHECK(reason_of([&] { verify_llama_state(t.file("s.bin"), &m, {}, "", std::nullopt); }) == "NON_FINITE");
   CHECK(inspect_llama_state(t.file("s.bin"), &m, {}).health[2].nonfinite_k == 1);  // layer 1, head 0
+}
+
+TEST_CASE("llama state: GGUF metadata is read as llama.cpp reads it (types, enums, ranges)", "[llama_state]") {
+  TempDir t;
+  const std::string p = t.file("m.gguf");
+  auto reason = [&](const Gguf& g) {
+    write_bytes(p, g.bytes());
+    return reason_of([&] { read_gguf_model(p); });
+  };
+  auto with = [](const std::string& key, uint32_t type, std::vector<uint8_t> v) {
+    Gguf g = llama_gguf(3, 8, 2, 16);
+    g.raw.push_back({key, type, std::move(v)});
+    return g;
+  };
+  constexpr uint32_t U32 = 4, F32 = 6, BOOL = 7;
+  CHECK(reason(with("llama.rope.freq_base", BOOL, {1})) == "BAD_MODEL");  // once theta 1
+  CHECK(reason(with("llama.rope.freq_base", U32, raw_of<uint32_t>(500000))) == "BAD_MODEL");
+  write_bytes(p, with("llama.rope.freq_base", F32, raw_of<float>(500000.f)).bytes());
+  CHECK(read_gguf_model(p).rope_theta == 500000.0);
+  CHECK(reason(with("llama.rope.dimension_count", U32, raw_of<uint32_t>(7))) == "BAD_MODEL");   // odd
+  CHECK(reason(with("llama.rope.dimension_count", U32, raw_of<uint32_t>(18))) == "BAD_MODEL");  // > head_dim
+  CHECK(reason(with("llama.block_count", F32, raw_of<float>(3.f))) == "BAD_MODEL");             // not an integer
+  write_bytes(p, with("llama.rope.dimension_count", U32, raw_of<uint32_t>(8)).bytes());
+  const GgufModel partial = read_gguf_model(p);
+  CHECK(partial.rope_dims == 8);
+  CHECK(partial.rope_config().find("\"rotated_dims\":8") != std::string::npos);  // recorded, not only "partial"
+  for (const std::string& bad : {std::string("foo"), std::string(), std::string("\xff\xfe"), std::string(70000, 'y')}) {
+    Gguf g = llama_gguf(3, 8, 2, 16);
+    g.strs.push_back({"llama.rope.scaling.type", bad});
+    INFO("scaling of " << bad.size() << " bytes");
+    CHECK(reason(g) == "BAD_MODEL");
+  }
+  Gguf yarn = llama_gguf(3, 8, 2, 16);
+  yarn.strs.push_back({"llama.rope.scaling.type", "yarn"});
+  write_bytes(p, yarn.bytes());
+  CHECK(read_gguf_model(p).rope_scaling == "yarn");
+}
+
+TEST_CASE("llama state: sequence ids are llama.cpp's [0, 256), each sequence in one stream", "[llama_state]") {
+  TempDir t;
+  const std::string s = t.file("s.bin");
+  auto reason = [&](const std::vector<uint8_t>& b) {
+    write_bytes(s, b);
+    return reason_of([&] { inspect_llama_state(s, nullptr, {}); });
+  };
+  CHECK(reason(ggsq({{0, {0}}, {1, {300}}}, 2, 8, false, 0, kv_value)) == "BAD_STATE_FILE");
+  CHECK(reason(ggsq({{0, {-1}}}, 2, 8, false, 0, kv_value)) == "BAD_STATE_FILE");
+  std::vector<int32_t> many(257);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>(i % 256);
+  CHECK(reason(ggsq({{0, many}}, 2, 8, false, 0, kv_value)) == "BAD_STATE_FILE");
+  CHECK(reason(ggsq({{0, {0, 255}}}, 2, 8, false, 0, kv_value)) == "OK");
+  // Two streams, sequence 0 in both: damaged whichever sequence is read.
+  const std::vector<uint8_t> one = ggsq({{0, {0}}}, 2, 8, false, 0, kv_value);
+  const size_t head = 12 + 4;  // magic, version, n_token = 1, the token
+  Bytes two;
+  two.b.assign(one.begin(), one.begin() + static_cast<long>(head));
+  two.put<uint32_t>(2);
+  const std::vector<uint8_t> stream(one.begin() + static_cast<long>(head + 4), one.end());
+  for (int k = 0; k < 2; ++k) two.b.insert(two.b.end(), stream.begin(), stream.end());
+  CHECK(reason(two.b) == "BAD_STATE_FILE");
 }

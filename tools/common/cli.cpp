@@ -21,9 +21,10 @@ namespace {
 void print_error(const std::string& tool, const std::string& reason, const std::string& msg, bool as_json) {
   // The library names no flags; the commands that write an output take --force to replace it.
   const std::string hint = reason == "OUTPUT_EXISTS" ? " (--force replaces it)" : "";
-  std::cerr << tool << ": error [" << reason << "]: " << msg << hint << "\n";
+  std::cerr << tool << ": error [" << reason << "]: " << printable(msg) << hint << "\n";
   if (as_json)
-    std::cout << json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}}.dump(
+    std::cout << json_text(
+                     json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}},
                      2)
               << std::endl;
 }
@@ -113,7 +114,7 @@ int run_chosen(const std::vector<Command>& cmds) {
   return 2;
 }
 
-void print_json(const json& j) { std::cout << j.dump(2) << std::endl; }
+void print_json(const json& j) { std::cout << json_text(j, 2) << std::endl; }
 
 void add_identity_options(CLI::App* cmd, IdentityOptions& o) {
   cmd->add_option("--tenant", o.tenant_namespace, "tenant namespace recorded in the dump")->capture_default_str();

@@ -24,6 +24,42 @@ std::optional<Reason> reason_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+
+// The length of the UTF-8 sequence at s[i] (2 to 4), or 0 when it is not one (overlong forms,
+// surrogates and code points above U+10FFFF included).
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  const size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+  if (n == 0 || c > 0xF4 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(k) & 0xC0) != 0x80) return 0;
+  if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) >= 0xA0) || (c == 0xF0 && b(1) < 0x90) ||
+      (c == 0xF4 && b(1) >= 0x90))
+    return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t n = utf8_length(s, i);
+      out.append(n ? s.substr(i, n) : std::string_view("?"));
+      i += n ? n : 1;
+      continue;
+    }
+    out.push_back((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F ? '?' : static_cast<char>(c));
+    ++i;
+  }
+  return out;
+}
+
 Error error_from_exception(std::exception_ptr e) {
   try {
     std::rethrow_exception(e);

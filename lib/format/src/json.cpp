@@ -110,6 +110,8 @@ void write_canonical(std::string& out, const json& j) {
 
 }  // namespace
 
+std::string json_text(const json& j, int indent) { return j.dump(indent, ' ', false, json::error_handler_t::replace); }
+
 std::string canonical_json(const json& j) {
   std::string out;
   write_canonical(out, j);

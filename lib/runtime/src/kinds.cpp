@@ -55,7 +55,8 @@ const std::vector<KindSpec>& registry() {
 constexpr double kMaxBudgetRows = 9007199254740992.0;
 
 int64_t Budget::rows(int64_t indexed) const {
-  if (!fraction) return std::min<int64_t>(static_cast<int64_t>(value), indexed);
+  // Compared as doubles first: a proposal (budget x rerank) may be beyond int64.
+  if (!fraction) return value >= static_cast<double>(indexed) ? indexed : static_cast<int64_t>(value);
   return std::min<int64_t>(indexed, static_cast<int64_t>(std::llround(value * static_cast<double>(indexed))));
 }
 
@@ -122,7 +123,9 @@ json BudgetParams::setting() const {
 
 Budget BudgetParams::proposal() const {
   Budget b = budget;
-  b.value = budget.fraction ? std::min(1.0, budget.value * rerank) : std::floor(budget.value * rerank);
+  // A row count stays a budget a dump can have (at most 2^53 rows, as Budget::parse allows).
+  b.value = budget.fraction ? std::min(1.0, budget.value * rerank)
+                            : std::min(kMaxBudgetRows, std::floor(budget.value * rerank));
   return b;
 }
 

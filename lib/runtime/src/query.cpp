@@ -115,7 +115,14 @@ void rerank_selection(Selection& out, const float* q, const KeyRows& keys, int64
   score.resize(static_cast<size_t>(n));
   best.resize(static_cast<size_t>(std::min(keep, n)));
   scoring::dot_scores_f64(q, keys.data, out.ids.data(), n, keys.d, 1.0, exact.data());
-  for (int64_t i = 0; i < n; ++i) score[static_cast<size_t>(i)] = static_cast<float>(exact[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < n; ++i) {
+    // A NaN or Inf score (a non-finite key, or a dot product beyond float's range; the query is
+    // checked on entry) would rank arbitrarily: the keys are refused rather than ranked.
+    score[static_cast<size_t>(i)] = static_cast<float>(exact[static_cast<size_t>(i)]);
+    KVT_CHECK(std::isfinite(score[static_cast<size_t>(i)]), NON_FINITE,
+              "rerank: the host key of row " << out.ids[static_cast<size_t>(i)]
+                                             << " gives a non-finite score (NaN or Inf in the keys passed)");
+  }
   const int64_t kept = scoring::top_k_into(score.data(), n, keep, best.data());
   std::vector<int64_t> ids(static_cast<size_t>(kept));
   out.scores.resize(static_cast<size_t>(kept));

@@ -61,6 +61,7 @@ class StateReader {
 
  private:
   void parse_stream(uint32_t s, const GgufModel* model);
+  void check_one_stream_per_sequence() const;
   void parse_tensor(StateTensor& t, uint32_t cells, bool v, bool v_trans, int64_t layer, const GgufModel* model);
   ByteReader r_;
   StateFile f_;

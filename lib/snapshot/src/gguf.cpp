@@ -18,8 +18,16 @@ namespace {
 
 enum GgufType : uint32_t { U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64, COUNT };
 
-// A kept value: a number, a string, or a short array of numbers (per-layer head counts).
-using Value = std::variant<double, std::string, std::vector<double>>;
+// A kept value: a number (with its GGUF type: a bool or an integer is not a float), a string, or a
+// short array of numbers (per-layer head counts). A string too long to keep is kept as its length.
+struct Number {
+  double value = 0;
+  uint32_t type = 0;
+};
+struct LongString {
+  uint64_t bytes = 0;
+};
+using Value = std::variant<Number, std::string, std::vector<double>, LongString>;
 
 constexpr uint64_t kMaxKeys = uint64_t(1) << 20;
 constexpr uint64_t kMaxKeptString = 1 << 16;
@@ -56,12 +64,14 @@ double read_scalar(impl::ByteReader& r, uint32_t t) {
   }
 }
 
-// A string (u64 length, bytes): returned when short enough to keep, else skipped.
-std::optional<std::string> read_string(impl::ByteReader& r, const char* field) {
+// A string (u64 length, bytes): returned when short enough to keep, else skipped (its length in
+// `skipped`).
+std::optional<std::string> read_string(impl::ByteReader& r, const char* field, uint64_t* skipped = nullptr) {
   const uint64_t n = r.u64(field);
   r.need(n, field);
   if (n > kMaxKeptString) {
     r.skip(n, field);
+    if (skipped) *skipped = n;
     return std::nullopt;
   }
   std::string s(static_cast<size_t>(n), '\0');
@@ -72,11 +82,12 @@ std::optional<std::string> read_string(impl::ByteReader& r, const char* field) {
 std::optional<Value> read_value(impl::ByteReader& r, uint32_t type, const std::string& key) {
   KVT_CHECK(type < COUNT, BAD_MODEL, r.what() << ": key '" << excerpt(key) << "' has unknown value type " << type);
   if (type == STR) {
-    auto s = read_string(r, "a string value");
-    if (!s) return std::nullopt;
+    uint64_t skipped = 0;
+    auto s = read_string(r, "a string value", &skipped);
+    if (!s) return Value(LongString{skipped});
     return Value(*s);
   }
-  if (type != ARR) return Value(read_scalar(r, type));
+  if (type != ARR) return Value(Number{read_scalar(r, type), type});
   const uint32_t et = r.u32("an array's element type");
   const uint64_t n = r.u64("an array's length");
   KVT_CHECK(et < COUNT && et != ARR, BAD_MODEL,
@@ -132,6 +143,9 @@ class Meta {
   std::string str(const std::string& k) const {
     auto it = kv_.find(k);
     if (it == kv_.end()) return "";
+    if (const auto* l = std::get_if<LongString>(&it->second))
+      KVT_THROW(BAD_MODEL, what_ << ": '" << k << "' is a string of " << l->bytes << " bytes, longer than any value "
+                                 << "kvtool reads (" << kMaxKeptString << ")");
     KVT_CHECK(std::holds_alternative<std::string>(it->second), BAD_MODEL, what_ << ": '" << k << "' is not a string");
     return std::get<std::string>(it->second);
   }
@@ -146,18 +160,31 @@ class Meta {
                 what_ << ": '" << k << "' differs between layers; kvtool imports caches with one geometry per layer");
       x = a->front();
     } else {
-      KVT_CHECK(std::holds_alternative<double>(it->second), BAD_MODEL, what_ << ": '" << k << "' is not a number");
-      x = std::get<double>(it->second);
+      const auto* n = std::get_if<Number>(&it->second);
+      KVT_CHECK(n && n->type != BOOL && n->type != F32 && n->type != F64, BAD_MODEL,
+                what_ << ": '" << k << "' is not an integer");
+      x = n->value;
     }
     KVT_CHECK(x >= 1 && x <= 1e9 && x == static_cast<double>(static_cast<int64_t>(x)), BAD_MODEL,
               what_ << ": '" << k << "' = " << x << " is not a positive integer");
     return static_cast<int64_t>(x);
   }
+  // A float, as llama.cpp reads one (gguf_get_val_f32: the key must hold a float32; float64 too).
   double number(const std::string& k, double def) const {
     auto it = kv_.find(k);
     if (it == kv_.end()) return def;
-    KVT_CHECK(std::holds_alternative<double>(it->second), BAD_MODEL, what_ << ": '" << k << "' is not a number");
-    return std::get<double>(it->second);
+    const auto* n = std::get_if<Number>(&it->second);
+    KVT_CHECK(n && (n->type == F32 || n->type == F64), BAD_MODEL,
+              what_ << ": '" << k << "' is not a float (llama.cpp reads it as float32)");
+    return n->value;
+  }
+  // Any number (a bool or an integer included), for keys kvtool only tests against zero.
+  double any_number(const std::string& k, double def) const {
+    auto it = kv_.find(k);
+    if (it == kv_.end()) return def;
+    const auto* n = std::get_if<Number>(&it->second);
+    KVT_CHECK(n, BAD_MODEL, what_ << ": '" << k << "' is not a number");
+    return n->value;
   }
 
  private:
@@ -186,7 +213,7 @@ void refuse_unsupported_caches(const Meta& m, const std::string& a, const std::s
   KVT_CHECK(!m.has(a + ".attention.kv_lora_rank"), UNSUPPORTED_CACHE,
             what << " is an MLA model (" << a << ".attention.kv_lora_rank): its cache holds one latent per token, "
                  << "not K and V per head");
-  KVT_CHECK(!m.has(a + ".attention.sliding_window") || m.number(a + ".attention.sliding_window", 0) == 0,
+  KVT_CHECK(!m.has(a + ".attention.sliding_window") || m.any_number(a + ".attention.sliding_window", 0) == 0,
             UNSUPPORTED_CACHE,
             what << " has sliding-window layers (" << a << ".attention.sliding_window): llama.cpp keeps them in a "
                  << "second cache with other rows, which kvtool does not import");
@@ -199,8 +226,9 @@ void refuse_unsupported_caches(const Meta& m, const std::string& a, const std::s
 std::string GgufModel::rope_config() const {
   if (rope_pairing.empty()) return "";
   if (rope_pairing == "interleaved" && rope_scaling == "none") return llama_rope_config(head_dim, rope_theta);
-  return canonical_json(
-      json{{"theta", rope_theta}, {"scaling", rope_scaling}, {"pairing", rope_pairing}, {"head_dim", head_dim}});
+  json j{{"theta", rope_theta}, {"scaling", rope_scaling}, {"pairing", rope_pairing}, {"head_dim", head_dim}};
+  if (rope_dims != head_dim) j["rotated_dims"] = rope_dims;  // partial RoPE: how many channels rotate
+  return canonical_json(j);
 }
 
 json GgufModel::to_json() const {
@@ -243,12 +271,20 @@ GgufModel read_gguf_model(const std::string& path) {
   g.rope_theta = m.number(a + ".rope.freq_base", 10000.0);
   KVT_CHECK(std::isfinite(g.rope_theta) && g.rope_theta > 0, BAD_MODEL,
             r.what() << ": " << a << ".rope.freq_base = " << g.rope_theta << " is not a positive number");
-  KVT_CHECK(m.count(a + ".rope.dimension_count", g.head_dim) <= g.head_dim, BAD_MODEL,
-            r.what() << ": " << a << ".rope.dimension_count exceeds head_dim " << g.head_dim);
+  const int64_t rot = m.count(a + ".rope.dimension_count", g.head_dim);
+  KVT_CHECK(rot <= g.head_dim && rot % 2 == 0, BAD_MODEL,
+            r.what() << ": " << a << ".rope.dimension_count = " << rot << " is not an even count of at most head_dim "
+                     << g.head_dim << " (RoPE rotates pairs)");
   g.rope_scaling = m.has(a + ".rope.scaling.type") ? m.str(a + ".rope.scaling.type") : "none";
+  // llama_rope_scaling_type_from_string (src/llama-model.cpp at the version formats/llama-state.md
+  // names) knows these; anything else llama.cpp itself refuses to load.
+  static const std::set<std::string> scalings = {"none", "linear", "yarn", "longrope"};
+  KVT_CHECK(scalings.count(g.rope_scaling) > 0, BAD_MODEL,
+            r.what() << ": " << a << ".rope.scaling.type '" << excerpt(g.rope_scaling, 64)
+                     << "' is not a RoPE scaling llama.cpp knows (none, linear, yarn, longrope)");
   g.rope_pairing = rope_pairing(a);
-  if (m.count(a + ".rope.dimension_count", g.head_dim) != g.head_dim && !g.rope_pairing.empty())
-    g.rope_pairing += "-partial";  // only the first dimension_count channels rotate
+  g.rope_dims = rot;
+  if (rot != g.head_dim && !g.rope_pairing.empty()) g.rope_pairing += "-partial";  // only the first rot channels rotate
   return g;
 }
 

@@ -16,7 +16,9 @@ namespace {
 constexpr uint32_t kMagicSeq = 0x67677371u;      // "ggsq"
 constexpr uint32_t kMagicSession = 0x6767736eu;  // "ggsn"
 constexpr uint32_t kMaxStreams = 1 << 16;
-constexpr uint32_t kMaxSeqPerCell = 1 << 16;
+// LLAMA_MAX_SEQ (src/llama-cparams.h): llama_kv_cache::state_read_meta refuses a seq_id outside
+// [0, n_seq_max) and n_seq_max is at most this, so no file llama.cpp can read holds another.
+constexpr int32_t kMaxSeq = 256;
 
 // ggml_type ids (ggml/include/ggml.h) of the cache types kvtool decodes.
 std::optional<GgmlType> ggml_type(int32_t id) {
@@ -101,9 +103,24 @@ StateReader::StateReader(const std::string& path, const GgufModel* model) : r_(p
             r_.what() << " claims " << n_stream << " streams");
   f_.streams.resize(n_stream);
   for (uint32_t s = 0; s < n_stream; ++s) parse_stream(s, model);
+  check_one_stream_per_sequence();
   KVT_CHECK(r_.remaining() == 0, BAD_STATE_FILE,
             r_.what() << " has " << r_.remaining() << " bytes after its last stream (a second cache, as sliding-window "
                       << "or hybrid models write, or a damaged file)");
+}
+
+// A sequence lives in one stream (llama.cpp maps seq_id to a stream): a file whose sequence has
+// cells in two is damaged, whichever sequence is read.
+void StateReader::check_one_stream_per_sequence() const {
+  int64_t stream_of[kMaxSeq];
+  std::fill(std::begin(stream_of), std::end(stream_of), -1);
+  for (const StateCell& c : f_.cells)
+    for (int32_t id : c.seqs) {
+      int64_t& at = stream_of[id];
+      KVT_CHECK(at < 0 || at == c.stream, BAD_STATE_FILE,
+                r_.what() << ": sequence " << id << " has cells in two streams (" << at << " and " << c.stream << ")");
+      at = c.stream;
+    }
 }
 
 void StateReader::parse_stream(uint32_t s, const GgufModel* model) {
@@ -118,10 +135,15 @@ void StateReader::parse_stream(uint32_t s, const GgufModel* model) {
     c.index = i;
     c.pos = r_.i32("a cell's position");
     const uint32_t n_seq = r_.u32("a cell's sequence count");
-    KVT_CHECK(n_seq <= kMaxSeqPerCell && n_seq <= r_.remaining() / 4, BAD_STATE_FILE,
-              r_.what() << ": cell " << i << " claims " << n_seq << " sequences");
+    KVT_CHECK(
+        n_seq <= static_cast<uint32_t>(kMaxSeq) && n_seq <= r_.remaining() / 4, BAD_STATE_FILE,
+        r_.what() << ": cell " << i << " claims " << n_seq << " sequences (llama.cpp holds at most " << kMaxSeq << ")");
     c.seqs.resize(n_seq);
     r_.read(c.seqs.data(), uint64_t(n_seq) * 4, "a cell's sequence ids");
+    for (int32_t id : c.seqs)
+      KVT_CHECK(id >= 0 && id < kMaxSeq, BAD_STATE_FILE,
+                r_.what() << ": cell " << i << " of stream " << s << " names sequence " << id << ", outside [0, "
+                          << kMaxSeq << ") (llama.cpp's LLAMA_MAX_SEQ)");
     f_.cells.push_back(std::move(c));
   }
   const uint32_t v_trans = r_.u32("v_trans");

@@ -60,6 +60,11 @@ inline std::string excerpt(std::string_view s, size_t max = 200) {
   return std::string(s.substr(0, max)) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
+// Text from input as a terminal may show it: control bytes (but newline and tab), DEL and bytes that
+// are not UTF-8 become '?', so a file's or a path's bytes cannot move the cursor or recolour the
+// screen. The one rule for every message and string kvtool prints from input.
+std::string printable(std::string_view s);
+
 // The one mapping of any exception to an Error (tools and the C API alike): an Error as it is,
 // std::bad_alloc as OUT_OF_MEMORY, anything else as INTERNAL.
 Error error_from_exception(std::exception_ptr e);

@@ -27,6 +27,10 @@ inline constexpr size_t kJsonMaxDepth = 64;
 // Size limit of JSON read from files, the kvi manifest limit (formats/kvi-v1.md).
 inline constexpr size_t kJsonMaxBytes = 64ull << 20;
 
+// JSON text for people and programs to read (--json, Python's reports): bytes that are not UTF-8 —
+// a path or a file's string may hold any — become U+FFFD instead of failing the serialiser.
+std::string json_text(const json& j, int indent = -1);
+
 // Canonical form. Floats use the shortest round-trip digits (std::to_chars) laid out as nlohmann's
 // serialiser lays them out: positional with ".0" for an integral value when the decimal exponent
 // is in [-4, 15), otherwise "d.ddde+XX"; non-finite numbers become null.

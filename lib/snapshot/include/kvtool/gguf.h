@@ -15,10 +15,11 @@ struct GgufModel {
   std::string path, arch, name;
   int64_t layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   double rope_theta = 10000.0;
-  std::string rope_pairing;  // "interleaved" (llama.cpp NORM), "half" (NEOX); "" when unknown
-  std::string rope_scaling = "none";
-  std::string rope_config() const;  // canonical JSON; "" when the pairing is unknown
-  std::string sha256;               // of the whole file, filled by model_sha256()
+  std::string rope_pairing;           // "interleaved" (llama.cpp NORM), "half" (NEOX); "" when unknown
+  std::string rope_scaling = "none";  // none | linear | yarn | longrope (what llama.cpp knows)
+  int64_t rope_dims = 0;              // channels RoPE rotates (rope.dimension_count; head_dim by default)
+  std::string rope_config() const;    // canonical JSON; "" when the pairing is unknown
+  std::string sha256;                 // of the whole file, filled by model_sha256()
   json to_json() const;
 };
 GgufModel read_gguf_model(const std::string& path);
