@@ -352,7 +352,7 @@ TEST_CASE("llama state: GGUF metadata is read as llama.cpp reads it (types, enum
   CHECK(read_gguf_model(p).rope_scaling == "yarn");
 }
 
-TEST_CASE("llama state: sequence ids are llama.cpp's [0, 256), each sequence in one stream", "[llama_state]") {
+TEST_CASE("llama state: sequence ids are llama.cpp's 0 to 255, each sequence in one stream", "[llama_state]") {
   TempDir t;
   const std::string s = t.file("s.bin");
   auto reason = [&](const std::vector<uint8_t>& b) {
