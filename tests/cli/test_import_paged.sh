@@ -278,6 +278,9 @@ hostile 1 UNSUPPORTED_CACHE --layout 2,N,S,H,d --kv 'u8_{layer}.npy' --fp8 e5m2 
 hostile 1 BAD_ATTRIBUTE "${FP8[@]}" --k-scale k_scale --v-scale 0
 hostile 1 BAD_ATTRIBUTE "${FP8[@]}" --k-scale -0.5 --v-scale 1
 hostile 1 SHAPE_MISMATCH "${FP8[@]}" --k-scale bt.npy --v-scale 1
+# A scale is a decimal number or a tensor: "0x10" (strtof's 16) and "inf" name no tensor.
+hostile 2 USAGE "${FP8[@]}" --k-scale 0x10 --v-scale 1
+hostile 2 USAGE "${FP8[@]}" --k-scale inf --v-scale 1
 hostile 2 USAGE "${FA[@]}" --block-table bt.npy --num-tokens 13 --k-scale 1 --v-scale 1
 hostile 2 USAGE "${FA[@]}" --block-table bt.npy --num-tokens 13 --fp8 e4m3
 hostile 2 USAGE --layout 2,N,S,H,d --kv 'u8_{layer}.npy' --fp8 e3m4 --block-table bt.npy --num-tokens 13

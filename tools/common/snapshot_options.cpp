@@ -36,7 +36,8 @@ void print_state(const LlamaStateInspection& s) {
   std::cout << "  streams, cells     " << s.streams << ", " << s.cells << "\n";
   std::cout << "  sequence ids       " << json(s.seq_ids).dump() << "\n";
   if (!s.seq_id) {
-    std::cout << "  (several sequences: choose one with --seq-id for rows and health)\n";
+    std::cout << (s.seq_ids.empty() ? "  (no sequence: the cache is empty)\n"
+                                    : "  (several sequences: choose one with --seq-id for rows and health)\n");
     return;
   }
   std::cout << "  sequence read      " << *s.seq_id << ": " << s.rows << " rows, positions " << s.pos_min << ".."

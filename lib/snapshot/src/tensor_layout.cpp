@@ -431,7 +431,10 @@ std::vector<float> read_scales(Sources& src, const std::string& text, int64_t la
   std::vector<float> s;
   char* end = nullptr;
   const float f = std::strtof(text.c_str(), &end);
-  if (end == text.c_str() + text.size()) {
+  // A decimal number only: strtof also reads hex ("0x10" as 16), "inf" and "nan", which no one
+  // means as a scale; such text is taken as a tensor reference (and refused if it names none).
+  const bool decimal = !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  if (decimal && end == text.c_str() + text.size()) {
     s.assign(static_cast<size_t>(layers), f);
   } else if (text.find("{layer}") == std::string::npos) {
     const Ref r = src.require(text, -1, opt);
