@@ -119,7 +119,8 @@ class Lease:
         """One receipt per row of ``Q`` ([n, d]; row i is a query of head ``q_heads[i]``), all at
         ``position`` in ``layer``, from this lease's generation, in one call with the GIL released.
         Equal to n calls of :meth:`query`. ``keys``, ``settings``: as :meth:`query` (``keys``
-        [kv_heads, E, d] serves heads of different kv heads).
+        [kv_heads, E, d] serves heads of different kv heads; with them ``rerank`` applies, as in
+        :meth:`query`, while :meth:`select` refuses it).
         """
         try:
             heads = [_int(h, "q_heads[i]") for h in q_heads]

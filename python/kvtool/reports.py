@@ -291,7 +291,8 @@ def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sin
     ``tokenizer``: the model's llama2.c tokenizer; each result then has ``"diverge_text"`` (the
     greedy text both runs produced, then dense's and sparse's next token), as ``--tokenizer``.
     ``sweep``: the kinds' query options as for :func:`eval` (``budget=[0.05, 0.1]``,
-    ``quantile=0.8``, ``min_collisions=2``); a name no kind takes is ignored by kinds without it.
+    ``quantile=0.8``, ``min_collisions=2``); kinds ignore the names they do not take, and a name
+    no kind takes raises UsageError.
     """
     if isinstance(artifacts, (str, bytes, os.PathLike)):
         artifacts = [artifacts]

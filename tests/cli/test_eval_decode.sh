@@ -78,6 +78,15 @@ expect_exit 0 "$KVTOOL" query pq.kvi --source s.h5 --layer 1 --q-head 0 --positi
 contains "$WORK/out" '"proposed_rows": 32'
 expect_reason 2 USAGE "$KVTOOL" query lsh.kvi --source s.h5 --layer 1 --q-head 0 --position 170 --rerank 4
 expect_reason 2 USAGE "$KVTOOL" eval pq.kvi --source s.h5 --rerank 0.5
+# Numbers reach the kind as the user wrote them: "nan" is named as given (once 'null'), hex and
+# infinity are not decimal numbers.
+for bad in nan 0x10 inf; do
+  expect_reason 2 USAGE "$KVTOOL" query pq.kvi --source s.h5 --layer 1 --q-head 0 --position 170 --rerank $bad
+  contains "$WORK/err" "rerank='$bad'"
+  expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 2 \
+    --rerank $bad
+done
+expect_reason 2 USAGE "$KVTOOL" eval squeeze.kvi --source s.h5 --quantile nan
 
 # One selection per KV head (--share-kv-head): the union a grouped-query engine fetches is the
 # selection itself (stories260K: 2 query heads per KV head), the shared top-k and heavy-hitter

@@ -55,6 +55,15 @@ check raw2td_f32 2td.h5
 (ulimit -n 40 && "$KVTOOL" import rawt2d_many_f16/* --format lmcache-raw --memory-format KV_T2D "${GEO[@]}" \
   --src-dtype f16 --chunk-tokens 1 --meta meta.json -o many.h5 -q) || fail "111 chunk files under ulimit -n 40"
 check rawt2d_many_f16 many.h5
+# A chunk named twice (or under a second name) would import its rows at two token ranges.
+set -- raw2ltd_bf16/*
+ln -s "$(pwd)/$1" again.bin
+for twice in "$1" again.bin; do
+  expect_reason 2 USAGE "$KVTOOL" import "$@" "$twice" --format lmcache-raw --memory-format KV_2LTD "${GEO[@]}" \
+    --src-dtype bf16 --chunk-tokens 16 --meta meta.json -o twice.h5
+  contains "$WORK/err" "given twice"
+  [ ! -e twice.h5 ] || fail "a chunk named twice left twice.h5"
+done
 # The same bytes read with the wrong memory format are not the same K/V (the test can fail).
 "$KVTOOL" import raw2td_f32/* --format lmcache-raw --memory-format KV_T2D "${GEO[@]}" --src-dtype f32 \
   --chunk-tokens 16 --meta meta.json -o wrong.h5 -q || fail "KV_T2D over KV_2TD bytes should import"

@@ -295,6 +295,12 @@ def test_eval_decode():
     got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=4, budget=0.1, baselines="heavy",
                              share_kv_head=True)
     check(got == want and got["share_kv_head"] is True, f"eval_decode shared: {got} != {want}")
+    # A query option no kind takes is a misspelling, not a setting some other kind might want.
+    try:
+        kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=2, budgte=0.1)
+        check(False, "eval_decode took budgte=")
+    except kvtool.UsageError as e:
+        check("budgte" in str(e), f"misspelt keyword: {e}")
     # The divergence as text, as --tokenizer.
     tok = os.path.join(os.path.dirname(model), "tok512.bin")
     want = cli_json("eval-decode", "m.pq.kvi", "--llama2c", model, "--tokenizer", tok, "--source", "m.h5", "--steps",

@@ -375,3 +375,34 @@ TEST_CASE("llama state: sequence ids are llama.cpp's 0 to 255, each sequence in 
   for (int k = 0; k < 2; ++k) two.b.insert(two.b.end(), stream.begin(), stream.end());
   CHECK(reason(two.b) == "BAD_STATE_FILE");
 }
+
+TEST_CASE("llama state: token ids inside the vocabulary, rotation only where llama.cpp rotates", "[llama_state]") {
+  TempDir t;
+  auto with_vocab = [](uint32_t head_dim, uint64_t vocab) {
+    Gguf g = llama_gguf(2, 1, 1, head_dim);
+    Bytes a;
+    a.put<uint32_t>(8).put<uint64_t>(vocab);  // an array of strings: tokenizer.ggml.tokens
+    for (uint64_t i = 0; i < vocab; ++i) a.str64("t" + std::to_string(i));
+    g.raw.push_back({"tokenizer.ggml.tokens", 9, a.b});
+    return g;
+  };
+  const json meta{{"model_artifact_sha256", std::string(64, 'a')}};
+  const std::string s = t.file("s.bin");
+  write_bytes(s, ggsq({{0, {0}}, {1, {0}}, {2, {0}}}, 2, 64, false, 1, kv_value));  // tokens 100, 101, 102
+  auto import_reason = [&](const Gguf& g, LlamaStateOptions o, const std::string& out) {
+    write_bytes(t.file("m.gguf"), g.bytes());
+    const GgufModel m = read_gguf_model(t.file("m.gguf"));
+    return reason_of([&] { import_llama_state(s, m, o, meta, std::nullopt, out, false); });
+  };
+  write_bytes(t.file("m.gguf"), with_vocab(64, 103).bytes());
+  CHECK(read_gguf_model(t.file("m.gguf")).vocab_size == 103);
+  CHECK(import_reason(with_vocab(64, 103), {}, t.file("ok.h5")) == "OK");
+  CHECK(DumpReader(t.file("ok.h5")).tokens() == std::vector<int64_t>{100, 101, 102});
+  CHECK(import_reason(with_vocab(64, 102), {}, t.file("out.h5")) == "BAD_STATE_FILE");  // 102 is not a token
+  CHECK_FALSE(exists(t.file("out.h5")));
+  LlamaStateOptions on;
+  on.rotation = LlamaRotation::on;  // an f16 cache: llama.cpp rotates only quantized ones
+  CHECK(import_reason(with_vocab(64, 103), on, t.file("out.h5")) == "USAGE");
+  CHECK_FALSE(exists(t.file("out.h5")));
+  CHECK(reason_of([&] { inspect_llama_state(s, nullptr, on); }) == "USAGE");  // no model: no block size
+}

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -27,6 +28,55 @@ void print_error(const std::string& tool, const std::string& reason, const std::
                      json{{"schema_version", kJsonSchemaVersion}, {"ok", false}, {"reason", reason}, {"message", msg}},
                      2)
               << std::endl;
+}
+
+// std::cout through printable() while it lives (when `on`), a line at a time, so that nothing a
+// command prints can carry a control character or a byte that is not UTF-8 to the terminal.
+class PrintableStdout : public std::streambuf {
+ public:
+  explicit PrintableStdout(bool on) : out_(on ? std::cout.rdbuf(this) : nullptr) {}
+  ~PrintableStdout() override {
+    if (!out_) return;
+    sync();
+    std::cout.rdbuf(out_);
+  }
+  PrintableStdout(const PrintableStdout&) = delete;
+  PrintableStdout& operator=(const PrintableStdout&) = delete;
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    line_.push_back(traits_type::to_char_type(c));
+    if (line_.back() == '\n') emit();
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    for (std::streamsize i = 0; i < n; ++i) overflow(traits_type::to_int_type(s[i]));
+    return n;
+  }
+  int sync() override {
+    emit();
+    return out_->pubsync();
+  }
+
+ private:
+  void emit() {
+    const std::string p = printable(line_);
+    out_->sputn(p.data(), static_cast<std::streamsize>(p.size()));
+    line_.clear();
+  }
+  std::streambuf* out_;
+  std::string line_;
+};
+
+// Whether the command line holds --json (before a "--" that ends the options).
+bool asks_for_json(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") return false;
+    if (a == "--json") return true;
+  }
+  return false;
 }
 
 // Options of every program, accepted before or after the subcommand: --config FILE (config.h reads
@@ -91,19 +141,24 @@ int run(const std::string& tool, CLI::App& app, int argc, char** argv, const boo
     } catch (const CLI::CallForVersion& e) {
       return app.exit(e);
     } catch (const CLI::ParseError& e) {
-      std::cerr << tool << ": error [USAGE]: " << e.what() << "\n";
+      // CLI11's message quotes the arguments it could not place, any bytes included; --json was
+      // perhaps not reached by the parser, so it is looked for among the arguments.
+      print_error(tool, "USAGE", e.what(), asks_for_json(argc, argv));
       std::cerr << "Run '" << tool << " --help' for usage.\n";
       return static_cast<int>(ExitCode::usage);
     }
     if (verbose) {
       set_hdf5_error_stacks(true);
-      if (!config.empty()) std::cerr << tool << ": note: settings from config file '" << config << "'\n";
+      if (!config.empty()) std::cerr << tool << ": note: settings from config file '" << printable(config) << "'\n";
     }
     apply_read_budget_from_env();
+    // Text output may quote paths and strings of files: it reaches the terminal through printable(),
+    // as every error does. --json output is json_text(), already safe and kept byte for byte.
+    PrintableStdout text_only(!(json_errors && *json_errors));
     return body();
   } catch (...) {
     Error e = error_from_exception(std::current_exception());
-    print_error(tool, e.reason_name(), e.what(), json_errors && *json_errors);
+    print_error(tool, e.reason_name(), e.what(), (json_errors && *json_errors) || asks_for_json(argc, argv));
     return static_cast<int>(e.exit_code());
   }
 }
@@ -115,6 +170,20 @@ int run_chosen(const std::vector<Command>& cmds) {
 }
 
 void print_json(const json& j) { std::cout << json_text(j, 2) << std::endl; }
+
+std::string strprintf(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list again;
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  std::string out(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
+  std::vsnprintf(out.data(), out.size(), format, again);
+  va_end(again);
+  out.pop_back();
+  return out;
+}
 
 void add_identity_options(CLI::App* cmd, IdentityOptions& o) {
   cmd->add_option("--tenant", o.tenant_namespace, "tenant namespace recorded in the dump")->capture_default_str();
@@ -324,19 +393,22 @@ void print_eval(const EvalReport& r) {
     std::replace(l.begin(), l.end(), '/', ' ');
     return l;
   };
-  std::printf("  %-12s %9s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s%s\n", sampling || centroids ? "setting" : "budget",
-              "sel.frac", "kv.union", "retained", "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err",
-              "rows bytes", sampling ? "  est.err  sampled" : "", centroids ? "  centroids" : "");
+  std::cout << cli::strprintf("  %-12s %9s %9s %9s %9s %9s %8s %9s %9s %10s %12s%s%s\n",
+                              sampling || centroids ? "setting" : "budget", "sel.frac", "kv.union", "retained",
+                              "ret.p10", "oracle", "ratio", "recall", "out.err", "rel.err", "rows bytes",
+                              sampling ? "  est.err  sampled" : "", centroids ? "  centroids" : "");
   for (const auto& s : r.settings) {
     const EvalStats& b = s.overall;
-    std::printf("  %-12s %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f", label(s).c_str(),
-                b.selected_fraction_mean, b.selected_fraction_kv_union_mean, b.retained_mass_mean, b.retained_mass_p10,
-                b.oracle_retained_mass_mean, b.quality_ratio, b.recall_support_mean, b.output_error_mean,
-                b.relative_output_error_mean, b.selected_row_bytes_mean);
+    std::cout << cli::strprintf("  %-12s %9.4f %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %10.4f %12.0f",
+                                label(s).c_str(), b.selected_fraction_mean, b.selected_fraction_kv_union_mean,
+                                b.retained_mass_mean, b.retained_mass_p10, b.oracle_retained_mass_mean, b.quality_ratio,
+                                b.recall_support_mean, b.output_error_mean, b.relative_output_error_mean,
+                                b.selected_row_bytes_mean);
     if (sampling)
-      std::printf("  %7.4f  %7.4f", b.estimator_output_error_mean.value_or(0), b.sampled_fraction_mean.value_or(0));
-    if (centroids) std::printf("  %9.1f", b.centroids_scored_mean.value_or(0));
-    std::printf("\n");
+      std::cout << cli::strprintf("  %7.4f  %7.4f", b.estimator_output_error_mean.value_or(0),
+                                  b.sampled_fraction_mean.value_or(0));
+    if (centroids) std::cout << cli::strprintf("  %9.1f", b.centroids_scored_mean.value_or(0));
+    std::cout << cli::strprintf("\n");
   }
   if (sampling)
     std::cout << "  out.err: top-k renormalization over the sampled set; est.err: importance-sampling estimator\n";
@@ -348,7 +420,8 @@ void print_eval(const EvalReport& r) {
             << ", selected full-row bytes " << r.selected_row_bytes_per_row << " per row per head\n";
   std::cout << "  per layer (" << label(s0) << "):";
   for (const auto& [layer, st] : s0.per_layer)
-    std::printf(" L%lld %.3f/%.3f", static_cast<long long>(layer), st.retained_mass_mean, st.oracle_retained_mass_mean);
+    std::cout << cli::strprintf(" L%lld %.3f/%.3f", static_cast<long long>(layer), st.retained_mass_mean,
+                                st.oracle_retained_mass_mean);
   std::cout << "  (retained/oracle)\n";
 }
 
@@ -359,20 +432,23 @@ void print_compare(const CompareReport& r) {
   for (const auto& a : r.artifacts) w = std::max(w, a.report.artifact.size());
   for (const auto& a : r.artifacts) {
     const EvalReport& e = a.report;
-    std::printf("  %-*s %s, covered rows [0, %lld) (%lld indexed), %llu query positions, index %s = %.4f of K+V\n",
-                static_cast<int>(w), e.artifact.c_str(), e.kind.c_str(), static_cast<long long>(e.coverage_end),
-                static_cast<long long>(e.indexed_rows), static_cast<unsigned long long>(e.query_positions),
-                human_bytes(e.index.stored).c_str(), e.index.stored_fraction());
+    std::cout << cli::strprintf(
+        "  %-*s %s, covered rows [0, %lld) (%lld indexed), %llu query positions, index %s = %.4f of K+V\n",
+        static_cast<int>(w), e.artifact.c_str(), e.kind.c_str(), static_cast<long long>(e.coverage_end),
+        static_cast<long long>(e.indexed_rows), static_cast<unsigned long long>(e.query_positions),
+        human_bytes(e.index.stored).c_str(), e.index.stored_fraction());
   }
-  std::printf("\n  %-*s %-9s %-12s %9s %9s %9s %9s %8s %9s %9s %12s\n", static_cast<int>(w), "artifact", "kind",
-              "setting", "sel.frac", "kv.union", "retained", "oracle", "ratio", "out.err", "rel.err", "index bytes");
+  std::cout << cli::strprintf("\n  %-*s %-9s %-12s %9s %9s %9s %9s %8s %9s %9s %12s\n", static_cast<int>(w), "artifact",
+                              "kind", "setting", "sel.frac", "kv.union", "retained", "oracle", "ratio", "out.err",
+                              "rel.err", "index bytes");
   for (const auto& a : r.artifacts)
     for (const auto& s : a.report.settings) {
       const EvalStats& b = s.overall;
-      std::printf("  %-*s %-9s %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %12llu\n", static_cast<int>(w),
-                  a.report.artifact.c_str(), a.report.kind.c_str(), s.label.c_str(), b.selected_fraction_mean,
-                  b.selected_fraction_kv_union_mean, b.retained_mass_mean, b.oracle_retained_mass_mean, b.quality_ratio,
-                  b.output_error_mean, b.relative_output_error_mean, static_cast<unsigned long long>(s.index_bytes));
+      std::cout << cli::strprintf(
+          "  %-*s %-9s %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %12llu\n", static_cast<int>(w),
+          a.report.artifact.c_str(), a.report.kind.c_str(), s.label.c_str(), b.selected_fraction_mean,
+          b.selected_fraction_kv_union_mean, b.retained_mass_mean, b.oracle_retained_mass_mean, b.quality_ratio,
+          b.output_error_mean, b.relative_output_error_mean, static_cast<unsigned long long>(s.index_bytes));
     }
   std::cout << "  oracle: dense top-k with each query's selected row count; ratio = retained / oracle; out.err = "
                "|o_R - o|, rel.err = out.err / |o| (mean over queries); kv.union: per KV head, the union of its "

@@ -32,6 +32,9 @@ struct Command {
 int run_chosen(const std::vector<Command>& cmds);
 
 void print_json(const json& j);
+// printf's formatting into a string, for text that goes through std::cout (which run() keeps
+// printable; std::printf would pass it by).
+std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 // Identity attributes for produced dumps (--tenant, --*-generation, --frontier).
 void add_identity_options(CLI::App* cmd, IdentityOptions& o);
 

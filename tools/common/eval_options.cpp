@@ -17,10 +17,12 @@ void SweepFlags::add(CLI::App* sub, const Defaults& d) {
   sub->add_option("--min-collisions", min_collisions,
                   "lsh: collision threshold(s) c (default " + d.min_collisions + ")");
   sub->add_option("--quantile", quantiles,
-                  "squeeze: quantile(s) to evaluate, hierarchical and flat (default " + d.quantile + ")");
+                  "squeeze: quantile(s) to evaluate, hierarchical and flat (default " + d.quantile + ")")
+      ->type_name("FLOAT");
   sub->add_option("--rerank", reranks,
                   "pq, clusterkv: rerank factor(s) F: the index proposes F x budget rows, exact q.k over the dump's "
-                  "keys keeps the budget; 1 is no rerank (default 1)");
+                  "keys keeps the budget; 1 is no rerank (default 1)")
+      ->type_name("FLOAT");
   sub->add_flag("--share-kv-head", share_kv_head,
                 "one selection per KV head: the rows chosen for the mean of its query heads' queries (what a "
                 "grouped-query engine fetches once for the group), each query head measured against its own dense "
@@ -47,8 +49,8 @@ std::map<std::string, std::vector<std::string>> SweepFlags::flag_values() const 
     all["budget"].push_back(b);
   }
   for (int64_t c : min_collisions) all["min_collisions"].push_back(std::to_string(c));
-  for (double q : quantiles) all["quantile"].push_back(json(q).dump());
-  for (double f : reranks) all["rerank"].push_back(json(f).dump());
+  for (const auto& q : quantiles) all["quantile"].push_back(q);
+  for (const auto& f : reranks) all["rerank"].push_back(f);
   return all;
 }
 

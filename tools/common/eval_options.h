@@ -15,9 +15,9 @@ struct SweepFlags {
   std::string csv, plot;  // --csv, --plot: what each command writes there is its own
   std::vector<std::string> budgets;
   std::vector<int64_t> min_collisions;
-  std::vector<double> quantiles;
-  std::vector<double> reranks;       // --rerank F: budget kinds' rerank factors (1: none)
-  std::vector<std::string> options;  // --option NAME=VALUE: one more swept value of that option
+  std::vector<std::string> quantiles;  // as given: the kind parses them (USAGE naming the option)
+  std::vector<std::string> reranks;    // --rerank F: budget kinds' rerank factors (1: none)
+  std::vector<std::string> options;    // --option NAME=VALUE: one more swept value of that option
   std::string positions = "all";
   uint64_t positions_seed = 0;
   int threads = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <utility>
 
 #include "impl/eval_parts.h"
@@ -401,6 +402,20 @@ int64_t decode_steps(const Session& ss, int64_t E) {
   return N;
 }
 
+// Every swept name must be some kind's query option: the sweep spans artifacts of several kinds,
+// so a kind ignores the others' names, but a name no kind takes is a misspelling (USAGE).
+void check_sweep_names(const std::map<std::string, std::vector<std::string>>& sweep) {
+  std::set<std::string> known;
+  for (const auto& name : kind_names())
+    for (const auto& qo : find_kind(name)->query_options) known.insert(qo.name);
+  for (const auto& [name, values] : sweep) {
+    if (known.count(name)) continue;
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    KVT_THROW(USAGE, "query option '" << printable(name) << "' is not taken by any kind (" << list << ")");
+  }
+}
+
 // The settings of the artifact's kind that the sweep names (options of other kinds ignored).
 std::vector<eval::Setting> decode_settings(const ArtifactReader& r, const KindSpec& kind, const EvalDecodeOptions& o) {
   EvalOptions eo;
@@ -531,6 +546,7 @@ EvalDecodeReport eval_decode(const std::vector<std::string>& artifacts, const Du
   for (size_t i = 0; i < artifacts.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       KVT_CHECK(artifacts[i] != artifacts[j], USAGE, "artifact '" << artifacts[i] << "' is named twice");
+  check_sweep_names(opt.sweep);
   Session ss(dump, opt);
   bind_decoder(ss.dec, dump);
   EvalDecodeReport rep;

@@ -43,19 +43,35 @@ size_t utf8_length(std::string_view s, size_t i) {
 
 }  // namespace
 
+size_t utf8_decode(std::string_view s, size_t i, uint32_t& code_point) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) {
+    code_point = c;
+    return 1;
+  }
+  const size_t n = utf8_length(s, i);
+  if (n == 0) return 0;
+  code_point = c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) code_point = (code_point << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  return n;
+}
+
+bool is_terminal_control(uint32_t cp) {
+  return (cp < 0x20 && cp != '\n' && cp != '\t') || (cp >= 0x7F && cp <= 0x9F) || cp == 0x200E || cp == 0x200F ||
+         (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
 std::string printable(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t n = utf8_length(s, i);
-      out.append(n ? s.substr(i, n) : std::string_view("?"));
-      i += n ? n : 1;
-      continue;
-    }
-    out.push_back((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F ? '?' : static_cast<char>(c));
-    ++i;
+    uint32_t cp = 0;
+    const size_t n = utf8_decode(s, i, cp);
+    if (n == 0 || is_terminal_control(cp))
+      out.push_back('?');
+    else
+      out.append(s.substr(i, n));
+    i += n ? n : 1;
   }
   return out;
 }

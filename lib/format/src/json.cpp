@@ -1,6 +1,8 @@
 #include "kvtool/json.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
@@ -110,7 +112,26 @@ void write_canonical(std::string& out, const json& j) {
 
 }  // namespace
 
-std::string json_text(const json& j, int indent) { return j.dump(indent, ' ', false, json::error_handler_t::replace); }
+std::string json_text(const json& j, int indent) {
+  const std::string raw = j.dump(indent, ' ', false, json::error_handler_t::replace);
+  // The dump is valid UTF-8 and escapes C0; what a terminal still acts on (DEL, C1, bidirectional
+  // controls, line separators) can only sit inside strings, where \uXXXX means the same.
+  std::string out;
+  out.reserve(raw.size());
+  for (size_t i = 0; i < raw.size();) {
+    uint32_t cp = 0;
+    const size_t n = std::max<size_t>(1, utf8_decode(raw, i, cp));
+    if (is_terminal_control(cp)) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(cp));
+      out += esc;
+    } else {
+      out.append(raw, i, n);
+    }
+    i += n;
+  }
+  return out;
+}
 
 std::string canonical_json(const json& j) {
   std::string out;

@@ -138,9 +138,16 @@ constexpr double kSynthRopeTheta = 10000.0;
 void check_synth_options(const SynthOptions& o, const IdentityOptions& ident) {
   KVT_CHECK(o.layers >= 1 && o.kv_heads >= 1 && o.q_heads >= 1 && o.tokens >= 1 && o.head_dim >= 2, USAGE,
             "synth geometry must be positive (head dim >= 2)");
+  // The bounds every dump reader holds a dump to (identity.h): synth writes no dump kvtool refuses.
+  KVT_CHECK(o.layers <= kMaxDumpLayers && o.kv_heads <= kMaxDumpHeads && o.q_heads <= kMaxDumpHeads &&
+                o.head_dim <= kMaxDumpHeadDim && o.tokens <= kMaxDumpTokens,
+            USAGE,
+            "synth geometry beyond what a dump may hold (layers " << kMaxDumpLayers << ", heads " << kMaxDumpHeads
+                                                                  << ", head_dim " << kMaxDumpHeadDim
+                                                                  << ", tokens 2^31)");
   KVT_CHECK(o.head_dim % 2 == 0, USAGE, "head_dim must be even (RoPE rotates pairs)");
   KVT_CHECK(o.q_heads % o.kv_heads == 0, USAGE, "q_heads must be a multiple of kv_heads");
-  KVT_CHECK(o.query_count >= 0, USAGE, "query_count must be >= 0");
+  KVT_CHECK(o.query_count >= 0 && o.query_count <= kMaxDumpTokens, USAGE, "query_count must be in [0, 2^31]");
   check_frontier(ident, o.tokens);
 }
 

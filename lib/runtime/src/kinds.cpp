@@ -165,8 +165,10 @@ T parse_whole(const std::string& name, const std::string& text, const char* what
   } catch (...) {
     pos = 0;
   }
-  KVT_CHECK(!text.empty() && pos == text.size() && std::isfinite(static_cast<double>(v)), USAGE,
-            "query option " << name << "='" << text << "' is not " << what);
+  // Decimal text only: stoll/stod also read leading blanks, and stod hex ("0x10") and "inf"/"nan".
+  const bool decimal = !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  KVT_CHECK(decimal && pos == text.size() && std::isfinite(static_cast<double>(v)), USAGE,
+            "query option " << printable(name) << "='" << printable(text) << "' is not " << what);
   return v;
 }
 }  // namespace
@@ -177,13 +179,14 @@ int64_t parse_int_option(const std::string& name, const std::string& text) {
 }
 
 double parse_double_option(const std::string& name, const std::string& text) {
-  return parse_whole<double>(name, text, "a number", [](const std::string& t, size_t* p) { return std::stod(t, p); });
+  return parse_whole<double>(name, text, "a finite decimal number",
+                             [](const std::string& t, size_t* p) { return std::stod(t, p); });
 }
 
 bool parse_bool_option(const std::string& name, const std::string& text) {
   if (text == "true" || text == "1") return true;
   if (text == "false" || text == "0") return false;
-  KVT_THROW(USAGE, "query option " << name << "='" << text << "' is not true or false");
+  KVT_THROW(USAGE, "query option " << printable(name) << "='" << printable(text) << "' is not true or false");
 }
 
 QuerySettings parse_query_settings(const std::string& text) {

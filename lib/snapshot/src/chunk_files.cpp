@@ -9,6 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <utility>
+
+#include <sys/stat.h>
 
 #include "impl/readers.h"
 #include "kvtool/error.h"
@@ -96,6 +100,20 @@ void read_piece(const Plan& p, const Piece& c, int64_t layer, int64_t kv, std::v
   }
 }
 
+// Each file holds its own token range: one named twice (the same path, or two names of one file)
+// would import its rows twice, at the positions of two ranges.
+void refuse_repeated_inputs(const std::vector<std::string>& inputs, const char* noun) {
+  std::map<std::pair<dev_t, ino_t>, size_t> seen;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    struct stat st {};
+    if (::stat(inputs[i].c_str(), &st) != 0) continue;  // the reader names a missing file
+    auto [it, fresh] = seen.emplace(std::make_pair(st.st_dev, st.st_ino), i);
+    KVT_CHECK(fresh, USAGE,
+              noun << " file '" << printable(inputs[i]) << "' (input " << i + 1 << ") is the file of input "
+                   << it->second + 1 << ": each " << noun << " holds its own rows, so no file may be given twice");
+  }
+}
+
 }  // namespace
 
 Plan plan_chunks(const std::vector<std::string>& inputs, const ChunkOptions& o) {
@@ -110,6 +128,7 @@ Plan plan_chunks(const std::vector<std::string>& inputs, const ChunkOptions& o) 
   KVT_CHECK(!sglang || o.chunk_tokens == 0, USAGE,
             "chunk_tokens is for the LMCache formats; SGLang pages have page_size");
   KVT_CHECK(o.chunk_tokens <= kMaxDumpTokens, USAGE, "chunk_tokens " << o.chunk_tokens << " is beyond 2^31");
+  refuse_repeated_inputs(inputs, sglang ? "page" : "chunk");
   Plan p;
   p.format = o.format;
   p.memory_format = o.memory_format;

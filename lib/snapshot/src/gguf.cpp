@@ -27,7 +27,10 @@ struct Number {
 struct LongString {
   uint64_t bytes = 0;
 };
-using Value = std::variant<Number, std::string, std::vector<double>, LongString>;
+struct StringArray {  // its strings skipped, their count kept (tokenizer.ggml.tokens: the vocabulary size)
+  uint64_t count = 0;
+};
+using Value = std::variant<Number, std::string, std::vector<double>, LongString, StringArray>;
 
 constexpr uint64_t kMaxKeys = uint64_t(1) << 20;
 constexpr uint64_t kMaxKeptString = 1 << 16;
@@ -96,7 +99,7 @@ std::optional<Value> read_value(impl::ByteReader& r, uint32_t type, const std::s
     KVT_CHECK(n <= r.remaining() / 8, TRUNCATED,
               r.what() << ": array '" << excerpt(key) << "' claims " << n << " strings");
     for (uint64_t i = 0; i < n; ++i) read_string(r, "a string in an array");
-    return std::nullopt;
+    return Value(StringArray{n});
   }
   const uint64_t es = scalar_size(et);
   KVT_CHECK(n <= r.remaining() / es, TRUNCATED,
@@ -168,6 +171,16 @@ class Meta {
     KVT_CHECK(x >= 1 && x <= 1e9 && x == static_cast<double>(static_cast<int64_t>(x)), BAD_MODEL,
               what_ << ": '" << k << "' = " << x << " is not a positive integer");
     return static_cast<int64_t>(x);
+  }
+  // The length of an array of strings (0 when absent).
+  int64_t string_count(const std::string& k) const {
+    auto it = kv_.find(k);
+    if (it == kv_.end()) return 0;
+    const auto* a = std::get_if<StringArray>(&it->second);
+    KVT_CHECK(a, BAD_MODEL, what_ << ": '" << k << "' is not an array of strings");
+    KVT_CHECK(a->count <= uint64_t(INT32_MAX), BAD_MODEL,
+              what_ << ": '" << k << "' holds " << a->count << " strings, more than llama.cpp's int32 token ids reach");
+    return static_cast<int64_t>(a->count);
   }
   // A float, as llama.cpp reads one (gguf_get_val_f32: the key must hold a float32; float64 too).
   double number(const std::string& k, double def) const {
@@ -284,6 +297,7 @@ GgufModel read_gguf_model(const std::string& path) {
                      << "' is not a RoPE scaling llama.cpp knows (none, linear, yarn, longrope)");
   g.rope_pairing = rope_pairing(a);
   g.rope_dims = rot;
+  g.vocab_size = m.string_count("tokenizer.ggml.tokens");
   if (rot != g.head_dim && !g.rope_pairing.empty()) g.rope_pairing += "-partial";  // only the first rot channels rotate
   return g;
 }

@@ -83,7 +83,15 @@ struct Rotation {
 };
 
 Rotation rotation_for(const impl::StateStream& st, int64_t layer, const GgufModel* m, LlamaRotation r) {
+  KVT_CHECK(m || r != LlamaRotation::on, USAGE,
+            "llama_rotation on needs the model (gguf): its head_dim sets the rotation's block size");
   if (!m || r == LlamaRotation::off) return {};
+  const bool quantized =
+      st.k[static_cast<size_t>(layer)].type.quantized || st.v[static_cast<size_t>(layer)].type.quantized;
+  KVT_CHECK(quantized || r != LlamaRotation::on, USAGE,
+            "llama_rotation on: layer " << layer << "'s K and V are " << st.k[static_cast<size_t>(layer)].type.name
+                                        << "/" << st.v[static_cast<size_t>(layer)].type.name
+                                        << ", and llama.cpp rotates only quantized caches");
   const bool fits = m->head_dim % 64 == 0;
   KVT_CHECK(fits || r != LlamaRotation::on, USAGE,
             "llama_rotation on: head_dim " << m->head_dim << " is not a multiple of 64, so llama.cpp never rotates it");
@@ -305,6 +313,15 @@ Queries open_queries(const LlamaStateOptions& o, const GgufModel& m, const Chose
   return q;
 }
 
+// Token ids a dump may record: llama.cpp's ids are [0, n_vocab) (the GGUF's tokenizer.ggml.tokens).
+void check_token_ids(const std::vector<int64_t>& tokens, int64_t vocab) {
+  for (size_t i = 0; i < tokens.size(); ++i)
+    KVT_CHECK(
+        tokens[i] >= 0 && (vocab == 0 || tokens[i] < vocab), BAD_STATE_FILE,
+        "token " << tokens[i] << " at row " << i << " is outside the model's vocabulary "
+                 << (vocab ? "of " + std::to_string(vocab) + " tokens" : std::string("(ids are never negative)")));
+}
+
 // A state file's chosen sequence as a KvSnapshot (rows in position order, their true positions,
 // the file's tokens when they are this sequence's, one per row; formats/llama-state.md).
 class LlamaStateSnapshot final : public KvSnapshot {
@@ -326,8 +343,10 @@ class LlamaStateSnapshot final : public KvSnapshot {
     info_.positions = c_.positions;
     info_.q_rows = q_.rows;
     // Tokens only when the file's list is this sequence's, one per row (formats/llama-state.md).
-    if (s.seq_ids.size() == 1 && static_cast<int64_t>(f.tokens.size()) == s.rows)
+    if (s.seq_ids.size() == 1 && static_cast<int64_t>(f.tokens.size()) == s.rows) {
       info_.tokens.assign(f.tokens.begin(), f.tokens.end());
+      check_token_ids(info_.tokens, m_.vocab_size);
+    }
     info_.format = "llama.cpp " + f.magic;
     const LlamaLayerInfo& l0 = s.layers.front();
     info_.source_dtype = l0.k_type == l0.v_type ? l0.k_type : l0.k_type + "/" + l0.v_type;

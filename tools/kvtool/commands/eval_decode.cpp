@@ -32,26 +32,28 @@ void print_divergences(const json& results) {
     const auto& t = r["diverge_text"];
     std::string common = t["common"].get<std::string>();
     if (common.size() > 60) common = "..." + common.substr(common.size() - 60);
-    std::printf("%s %s %s at step %lld: \"%s\" then dense \"%s\", sparse \"%s\"\n",
-                r["artifact"].get<std::string>().c_str(), r["kind"].get<std::string>().c_str(),
-                r["setting"].get<std::string>().c_str(), static_cast<long long>(r["diverge_step"].get<int64_t>()),
-                common.c_str(), t["dense"].get<std::string>().c_str(), t["sparse"].get<std::string>().c_str());
+    std::cout << cli::strprintf("%s %s %s at step %lld: \"%s\" then dense \"%s\", sparse \"%s\"\n",
+                                r["artifact"].get<std::string>().c_str(), r["kind"].get<std::string>().c_str(),
+                                r["setting"].get<std::string>().c_str(),
+                                static_cast<long long>(r["diverge_step"].get<int64_t>()), common.c_str(),
+                                t["dense"].get<std::string>().c_str(), t["sparse"].get<std::string>().c_str());
   }
 }
 
 void print_decode(const EvalDecodeReport& rep) {
-  std::printf("%-28s %-9s %-10s %6s %6s %9s %9s %6s %9s %9s %7s\n", "artifact", "kind", "setting", "frac", "kv∪",
-              "mean KL", "max KL", "top-1", "ppl", "ppl dense", "diverge");
+  std::cout << cli::strprintf("%-28s %-9s %-10s %6s %6s %9s %9s %6s %9s %9s %7s\n", "artifact", "kind", "setting",
+                              "frac", "kv∪", "mean KL", "max KL", "top-1", "ppl", "ppl dense", "diverge");
   for (const auto& r : rep.results) {
     const std::string div = r.diverge_step < 0 ? "-" : std::to_string(r.diverge_step);
-    std::printf("%-28s %-9s %-10s %6.3f %6.3f %9.4g %9.4g %6.3f %9.4f %9.4f %7s\n",
-                r.artifact.substr(r.artifact.size() > 28 ? r.artifact.size() - 28 : 0).c_str(), r.kind.c_str(),
-                r.setting.c_str(), r.selected_fraction, r.selected_fraction_kv_union, r.mean_kl, r.max_kl,
-                r.top1_agreement, r.ppl_sparse, r.ppl_dense, div.c_str());
+    std::cout << cli::strprintf("%-28s %-9s %-10s %6.3f %6.3f %9.4g %9.4g %6.3f %9.4f %9.4f %7s\n",
+                                r.artifact.substr(r.artifact.size() > 28 ? r.artifact.size() - 28 : 0).c_str(),
+                                r.kind.c_str(), r.setting.c_str(), r.selected_fraction, r.selected_fraction_kv_union,
+                                r.mean_kl, r.max_kl, r.top1_agreement, r.ppl_sparse, r.ppl_dense, div.c_str());
   }
   if (!rep.results.empty())
-    std::printf("%lld decode steps, teacher forced; diverge: first step where free-running greedy decoding differs\n",
-                static_cast<long long>(rep.results.front().steps));
+    std::cout << cli::strprintf(
+        "%lld decode steps, teacher forced; diverge: first step where free-running greedy decoding differs\n",
+        static_cast<long long>(rep.results.front().steps));
 }
 
 int run_eval_decode(EvalDecodeArgs& a, const Flags& flags) {
@@ -101,14 +103,16 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
                   "budgets of pq / clusterkv (default 0.1); squeeze ranks to a budget with -o rank_budget=B");
   sub->add_option("--rerank", a->sweep.reranks,
                   "pq, clusterkv rerank factors F: the index proposes F x budget rows, exact q.k over the prefix keys "
-                  "keeps the budget (1: none, the default)");
+                  "keeps the budget (1: none, the default)")
+      ->type_name("FLOAT");
   sub->add_flag("--share-kv-head", a->opt.share_kv_head,
                 "one selection per KV head per step, from the mean of its query heads' queries (the rows a "
                 "grouped-query engine fetches once for the group); the topk and heavy baselines share theirs too");
   sub->add_option("--min-collisions", a->sweep.min_collisions, "lsh collision thresholds; default the artifact's");
   sub->add_option("-o,--option", a->sweep.options,
                   "a query option of a kind as NAME=VALUE (e.g. rank_budget=0.1 for squeeze); repeat to sweep");
-  sub->add_option("--quantile", a->sweep.quantiles, "squeeze quantiles; default every calibrated one");
+  sub->add_option("--quantile", a->sweep.quantiles, "squeeze quantiles; default every calibrated one")
+      ->type_name("FLOAT");
   sub->add_option("--baseline", a->opt.baselines,
                   "also decode with a selection of the same row count: window (sinks + most recent rows), topk "
                   "(exact top rows by q.k at each step), heavy (a static heavy-hitter set: the rows with the most "

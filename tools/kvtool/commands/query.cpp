@@ -18,7 +18,7 @@ namespace {
 struct QueryArgs {
   std::string art, source, vector, budget = "0.1";
   int64_t layer = 0, q_head = 0, position = -1, min_collisions = 2;
-  double quantile = -1, rerank = 1;
+  std::string quantile, rerank;  // as given: the kind parses them (USAGE naming the option)
   bool flat = false;
   std::vector<std::string> options;  // --option NAME=VALUE, passed to the kind as given
   CLI::Option *position_opt = nullptr, *budget_opt = nullptr, *min_collisions_opt = nullptr, *quantile_opt = nullptr,
@@ -52,11 +52,11 @@ QuerySettings query_settings(const QueryArgs& a, const KindSpec& kind) {
   QuerySettings s;
   if (a.budget_opt->count() > 0) s["budget"] = a.budget;
   if (a.min_collisions_opt->count() > 0) s["min_collisions"] = std::to_string(a.min_collisions);
-  if (a.quantile_opt->count() > 0) s["quantile"] = json(a.quantile).dump();
+  if (a.quantile_opt->count() > 0) s["quantile"] = a.quantile;
   if (a.flat) s["flat"] = "true";
   s = settings_for(kind, s);
-  if (a.rerank_opt->count() > 0) s["rerank"] = json(a.rerank).dump();  // a kind without it: USAGE
-  for (const auto& o : a.options)  // named explicitly: a name the kind does not take is USAGE
+  if (a.rerank_opt->count() > 0) s["rerank"] = a.rerank;  // a kind without it: USAGE
+  for (const auto& o : a.options)                         // named explicitly: a name the kind does not take is USAGE
     for (const auto& [name, value] : parse_query_settings(o)) s[name] = value;
   return s;
 }
@@ -70,7 +70,7 @@ void print_receipt(const CandidateReceipt& rc) {
   if (rc.centroids_scored >= 0) std::cout << "centroids scored: " << rc.centroids_scored << "\n";
   if (!rc.inclusion.empty()) {
     std::cout << "inclusion probabilities:";
-    for (double u : rc.inclusion) std::printf(" %.4g", u);
+    for (double u : rc.inclusion) std::cout << cli::strprintf(" %.4g", u);
     std::cout << "\n";
   }
   std::cout << "candidates:";
@@ -128,13 +128,15 @@ cli::Command register_query(CLI::App& app, Flags& flags) {
                       ->capture_default_str();
   a->rerank_opt = sub->add_option("--rerank", a->rerank,
                                   "pq, clusterkv: the index proposes F x budget rows, exact q.k over the dump's keys "
-                                  "keeps the budget (as an engine holding full K in host memory)");
+                                  "keeps the budget (as an engine holding full K in host memory)")
+                      ->type_name("FLOAT");
   a->min_collisions_opt =
       sub->add_option("--min-collisions", a->min_collisions, "lsh: emit rows colliding in at least c tables")
           ->capture_default_str();
   a->quantile_opt =
       sub->add_option("--quantile", a->quantile,
-                      "squeeze: calibrated quantile whose threshold to apply (default: the first calibrated)");
+                      "squeeze: calibrated quantile whose threshold to apply (default: the first calibrated)")
+          ->type_name("FLOAT");
   sub->add_option(
       "-o,--option", a->options,
       "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); may be repeated");

@@ -16,7 +16,7 @@ cli::Command register_reasons(CLI::App& app, Flags& flags) {
               cli::print_json({{"schema_version", kJsonSchemaVersion}, {"reasons", arr}});
             else
               for (const auto& r : all_reasons())
-                std::printf("%-28s %d  %s\n", r.code, static_cast<int>(r.exit), r.meaning);
+                std::cout << cli::strprintf("%-28s %d  %s\n", r.code, static_cast<int>(r.exit), r.meaning);
             return 0;
           }};
 }

@@ -60,10 +60,17 @@ inline std::string excerpt(std::string_view s, size_t max = 200) {
   return std::string(s.substr(0, max)) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
-// Text from input as a terminal may show it: control bytes (but newline and tab), DEL and bytes that
-// are not UTF-8 become '?', so a file's or a path's bytes cannot move the cursor or recolour the
-// screen. The one rule for every message and string kvtool prints from input.
+// Text from input as a terminal may show it: control characters (C0 but newline and tab, DEL, C1
+// such as U+009B CSI, the bidirectional overrides and isolates, the line and paragraph separators)
+// and bytes that are not UTF-8 become '?', so a file's or a path's bytes cannot move the cursor,
+// recolour the screen or reorder what is shown. The one rule for every message and string kvtool
+// prints from input.
 std::string printable(std::string_view s);
+// The length of the valid UTF-8 sequence at s[i] (1 to 4) and its code point; 0 when the bytes
+// there are not UTF-8 (overlong forms, surrogates, above U+10FFFF, cut short).
+size_t utf8_decode(std::string_view s, size_t i, uint32_t& code_point);
+// Whether printable() replaces this code point (what json_text() escapes as \uXXXX as well).
+bool is_terminal_control(uint32_t code_point);
 
 // The one mapping of any exception to an Error (tools and the C API alike): an Error as it is,
 // std::bad_alloc as OUT_OF_MEMORY, anything else as INTERNAL.

@@ -90,8 +90,9 @@ KVTOOL_C_API int kvtool_lease_query(const kvtool_lease* lease, int64_t layer, in
 /* kvtool_lease_query with the host keys of the query's kv head: `keys` [key_rows, head_dim] floats,
  * rows [0, key_rows) of the prefix (at least the coverage end). Needed by "rerank=F" (pq,
  * clusterkv: the index proposes F x the budget's rows, exact q.k over these keys keeps the budget;
- * without keys it is KVTOOL_ERR_USAGE); lsh uses them for its inclusion probabilities. Batches
- * refuse rerank. */
+ * without keys it is KVTOOL_ERR_USAGE); lsh uses them for its inclusion probabilities.
+ * kvtool_lease_query_batch takes no keys, so it refuses rerank (KVTOOL_ERR_USAGE): rerank a decode
+ * step with one kvtool_lease_query_keys per query (what Python's Lease.query_batch does). */
 KVTOOL_C_API int kvtool_lease_query_keys(const kvtool_lease* lease, int64_t layer, int64_t q_head, const float* q,
                                          int64_t position, const char* options, const float* keys, int64_t key_rows,
                                          int64_t* ids, int64_t capacity, int64_t* count);

@@ -18,6 +18,7 @@ struct GgufModel {
   std::string rope_pairing;           // "interleaved" (llama.cpp NORM), "half" (NEOX); "" when unknown
   std::string rope_scaling = "none";  // none | linear | yarn | longrope (what llama.cpp knows)
   int64_t rope_dims = 0;              // channels RoPE rotates (rope.dimension_count; head_dim by default)
+  int64_t vocab_size = 0;             // entries of tokenizer.ggml.tokens (llama.cpp's n_vocab); 0 when absent
   std::string rope_config() const;    // canonical JSON; "" when the pairing is unknown
   std::string sha256;                 // of the whole file, filled by model_sha256()
   json to_json() const;
