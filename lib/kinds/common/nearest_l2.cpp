@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/blas.h"
+#include "kvtool/blas.h"
 #include "common/x86_avx512.h"
 
 namespace kvtool {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "impl/byte_reader.h"
+#include "kvtool/byte_reader.h"
 #include "kvtool/llama_state.h"
 
 namespace kvtool::impl {

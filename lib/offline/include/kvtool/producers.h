@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvtool/dump.h"
 #include "kvtool/llama2c.h"
@@ -22,6 +23,23 @@ struct IdentityOptions {
 // BOS, then the prompt's tokens teacher-forced, then greedy decoding; `tokens` positions in total.
 ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const IdentityOptions& ident,
                              const std::string& out_path, bool overwrite = true);
+
+// A GGUF model (kvtool/gguf_model.h): `prompt` prefilled in one batch, then greedy decoding up to
+// `tokens` positions in total (0: the prompt's length).
+struct GgufDumpOptions {
+  std::string model_path;
+  std::vector<int32_t> prompt;
+  int64_t tokens = 0;
+  bool queries = false;
+  int threads = 1;
+  bool llama_cpp_activations = false;  // GgufDecoderOptions::llama_cpp_activations
+};
+ModelDumpResult dump_gguf(const GgufDumpOptions& opt, DType dtype, const IdentityOptions& ident,
+                          const std::string& out_path, bool overwrite = true);
+// Token ids given to `dump --gguf`: a JSON array of integers (--token-ids), or the tokens recorded in
+// a dump or in a llama.cpp state file read with the model `gguf` (--tokens-from).
+std::vector<int32_t> read_token_ids(const std::string& json_path);
+std::vector<int32_t> tokens_from(const std::string& path, const std::string& gguf);
 
 struct SynthOptions {
   int64_t layers = 2, kv_heads = 2, q_heads = 4, head_dim = 64, tokens = 1024;

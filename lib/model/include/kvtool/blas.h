@@ -1,4 +1,4 @@
-// The BLAS calls the kinds make directly: Fortran BLAS (OpenBLAS through FAISS's link), the same
+// The BLAS calls kvtool makes directly (the kinds, the GGUF forward pass): Fortran BLAS (OpenBLAS), the same
 // entry point FAISS itself calls, declared once here.
 #pragma once
 

@@ -1,7 +1,7 @@
 // A sequential little-endian reader over one regular file that knows the file's size: every read
 // is checked against what is left before it happens, so a header's claim can never make kvtool
 // read past the end or allocate more than the file holds. Used by the GGUF and llama.cpp state
-// readers (formats/llama-state.md).
+// readers (formats/llama-state.md, formats/gguf.md).
 #pragma once
 #include <cerrno>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include "kvtool/error.h"
 #include "kvtool/random_access_file.h"
 
-namespace kvtool::impl {
+namespace kvtool {
 
 class ByteReader {
  public:
@@ -68,4 +68,4 @@ class ByteReader {
   uint64_t off_ = 0;
 };
 
-}  // namespace kvtool::impl
+}  // namespace kvtool
