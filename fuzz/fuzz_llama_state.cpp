@@ -1,5 +1,6 @@
 // fuzz_llama_state: bytes as a llama.cpp state file (ggsq / ggsn, formats/llama-state.md) or, when
-// they start with "GGUF", as a model's GGUF header: the structure checks, then inspect (which
+// they start with "GGUF", as a model's GGUF file (its metadata for the state reader; its tensor
+// infos, weights and two tokens of the forward pass): the structure checks, then inspect (which
 // decodes every layer of the sequence read) with and without a model. The bytes go to a file in
 // /dev/shm because the readers take a path.
 #include <unistd.h>
@@ -9,8 +10,10 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "fuzz_common.h"
+#include "kvtool/gguf_model.h"
 #include "kvtool/llama_state.h"
 #include "kvtool/report.h"
 
@@ -48,6 +51,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) {
     try {
       kvtool::read_gguf_model(tmp.path);
+    } catch (...) {
+      kvtool::fuzz::on_exception(std::current_exception());
+    }
+    try {  // the tensor infos and the forward pass (kvtool/gguf_model.h) over two tokens
+      kvtool::GgufDecoder model(tmp.path, kvtool::GgufDecoderOptions{});
+      const int32_t tokens[2] = {0, model.config().vocab - 1};
+      std::vector<float> logits;
+      model.prefill(tokens, 2, 0, nullptr, nullptr, nullptr, logits);
     } catch (...) {
       kvtool::fuzz::on_exception(std::current_exception());
     }

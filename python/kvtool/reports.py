@@ -277,18 +277,19 @@ def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, sh
     return result
 
 
-def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sinks=4, share_kv_head=False,
-                tokenizer=None, **sweep):
-    """Decode ``source``'s tokens with the llama2.c model ``llama2c`` (the checkpoint that produced
-    the dump) densely and with each artifact's sparse attention through a runtime pool; returns
-    what ``kvtool eval-decode ART... --llama2c M --source DUMP --json`` prints, as a dict (one entry
+def eval_decode(artifacts, source, *, llama2c=None, gguf=None, steps=0, baselines=(), window_sinks=4,
+                share_kv_head=False, tokenizer=None, **sweep):
+    """Decode ``source``'s tokens with the model that produced the dump — the llama2.c checkpoint
+    ``llama2c`` or the GGUF model ``gguf`` (llama, qwen2; ``kvtool dump --gguf``), one of them —
+    densely and with each artifact's sparse attention through a runtime pool; returns what
+    ``kvtool eval-decode ART... --llama2c M --source DUMP --json`` prints, as a dict (one entry
     of ``"results"`` per artifact and setting: selected fraction and its union per KV head, mean
     and max KL(dense || sparse), top-1 agreement, perplexities, first greedy divergence or None).
 
     ``artifacts``: a path or a list of paths. ``steps``: decode steps (0: up to 64 the dump holds).
     ``baselines``: any of ``"window"``, ``"topk"`` and ``"heavy"``, each a row per setting with its
     row count. ``share_kv_head=True``: one selection per KV head, as ``--share-kv-head``.
-    ``tokenizer``: the model's llama2.c tokenizer; each result then has ``"diverge_text"`` (the
+    ``tokenizer`` (with ``llama2c``): the model's llama2.c tokenizer; each result then has ``"diverge_text"`` (the
     greedy text both runs produced, then dense's and sparse's next token), as ``--tokenizer``.
     ``sweep``: the kinds' query options as for :func:`eval` (``budget=[0.05, 0.1]``,
     ``quantile=0.8``, ``min_collisions=2``); kinds ignore the names they do not take, and a name
@@ -307,8 +308,13 @@ def eval_decode(artifacts, source, *, llama2c, steps=0, baselines=(), window_sin
     for name, v in (("steps", steps), ("window_sinks", window_sinks)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 2**31:
             raise _usage(f"{name}: an integer in 0..2^31, not {v!r}")
+    if (llama2c is None) == (gguf is None):
+        raise _usage("give the model that produced the dump: llama2c= or gguf=, one of them")
+    if gguf is not None and tokenizer is not None:
+        raise _usage("tokenizer= is a llama2.c tokenizer; it goes with llama2c=")
+    model = _path(llama2c, "llama2c") if gguf is None else _path(gguf, "gguf")
     lists = _sweep_lists(sweep)
-    text = _kvtool.eval_decode(paths, _path(source, "source"), _path(llama2c, "llama2c"), steps, lists,
+    text = _kvtool.eval_decode(paths, _path(source, "source"), model, steps, lists,
                                list(baselines), window_sinks, _flag(share_kv_head, "share_kv_head"),
                                "" if tokenizer is None else _path(tokenizer, "tokenizer"))
     return json.loads(text)

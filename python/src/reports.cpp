@@ -164,21 +164,21 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
 }
 
 std::string eval_decode(const std::vector<std::string>& artifacts, const std::string& source,
-                        const std::string& llama2c, int64_t steps,
+                        const std::string& model, int64_t steps,
                         const std::map<std::string, std::vector<std::string>>& sweep,
                         const std::vector<std::string>& baselines, int64_t window_sinks, bool share_kv_head,
                         const std::string& tokenizer) {
   py::gil_scoped_release nogil;
   if (auto it = sweep.find("budget"); it != sweep.end())
     for (const auto& b : it->second) Budget::parse(b);  // USAGE for a bad budget, as the CLI
-  require_file(llama2c, "llama2c model");
+  require_file(model, "model");  // a llama2.c checkpoint or a GGUF file (kvtool/decoding_model.h)
   std::unique_ptr<Llama2cTokenizer> tok;  // read before the decoding, as the CLI does
   if (!tokenizer.empty()) {
     require_file(tokenizer, "tokenizer");
-    tok = std::make_unique<Llama2cTokenizer>(tokenizer, Llama2cModel(llama2c).config().vocab_size);
+    tok = std::make_unique<Llama2cTokenizer>(tokenizer, Llama2cModel(model).config().vocab_size);
   }
   EvalDecodeOptions o;
-  o.model_path = llama2c;
+  o.model_path = model;
   o.steps = steps;
   o.sweep = sweep;
   o.baselines = baselines;
@@ -257,7 +257,7 @@ void bind_reports(py::module_& m) {
   m.def("eval", &eval, py::arg("artifact"), py::arg("dump"), py::arg("sweep"), py::arg("records"),
         py::arg("positions") = "all", py::arg("positions_seed") = 0, py::arg("share_kv_head") = false,
         "(JSON text of `kvtool eval --json`, list of record dicts or None).");
-  m.def("eval_decode", &eval_decode, py::arg("artifacts"), py::arg("source"), py::arg("llama2c"), py::arg("steps"),
+  m.def("eval_decode", &eval_decode, py::arg("artifacts"), py::arg("source"), py::arg("model"), py::arg("steps"),
         py::arg("sweep"), py::arg("baselines"), py::arg("window_sinks"), py::arg("share_kv_head") = false,
         py::arg("tokenizer") = "", "JSON text of `kvtool eval-decode --json` (--tokenizer when not empty).");
   m.def("query", &query, py::arg("artifact"), py::arg("source"), py::arg("layer"), py::arg("q_head"),

@@ -71,6 +71,17 @@ done
 "$KVTOOL" dump --gguf s.gguf --tokens-from s.h5 -o from.h5 -q || fail "dump --tokens-from a dump"
 [ "$(max_rel s.h5 from.h5)" = 0 ] || below "$(max_rel s.h5 from.h5)" 1e-5 || fail "--tokens-from differs"
 
+# eval-decode --gguf: every row selected is dense decoding, exactly.
+"$KVTOOL" build pq s.gguf.h5 --prefix 192 -o s.pq.kvi -q || fail "build pq on the GGUF dump"
+"$KVTOOL" eval-decode s.pq.kvi --gguf s.gguf --source s.gguf.h5 --steps 16 --budget 100% --budget 0.1 --json -q >ed.json ||
+  fail "eval-decode --gguf"
+$PY -c "
+import json, sys
+r = [x for x in json.load(open('ed.json'))['results'] if x['budget'] == 1.0]
+sys.exit(0 if len(r) == 1 and r[0]['mean_kl'] == 0 and r[0]['top1_agreement'] == 1 else 'eval-decode 100%%: %s' % r)" ||
+  fail "eval-decode --gguf at 100 % is not dense decoding"
+expect_reason 1 MODEL_MISMATCH "$KVTOOL" eval-decode s.pq.kvi --gguf c.gguf --source s.gguf.h5 --steps 4
+
 # --- 2. random-weight architectures: dequantization is gguf-py's, bit for bit -----------------------
 echo '[1, 5, 100, 200, 300, 17, 42, 99, 311, 400, 12, 7, 8, 9, 10, 11, 260, 261, 3, 4]' >prompt.json
 SHAPES="smollm2 llama3 qwen2"

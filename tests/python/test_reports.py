@@ -295,6 +295,21 @@ def test_eval_decode():
     got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=4, budget=0.1, baselines="heavy",
                              share_kv_head=True)
     check(got == want and got["share_kv_head"] is True, f"eval_decode shared: {got} != {want}")
+    # The same model as a GGUF file (kvtool dump --gguf): gguf= as --gguf, one model or the other.
+    conv = os.path.join(os.environ.get("KVTOOL_SOURCE", "."), "tests", "llamacpp", "llama2c_to_gguf.py")
+    subprocess.run(["/usr/bin/python3", conv, model, "-o", "m.gguf"], check=True)
+    cli("dump", "--gguf", "m.gguf", "--tokens-from", "m.h5", "--queries", "-o", "g.h5", "-q")
+    cli("build", "pq", "g.h5", "--prefix", 96, "-o", "g.pq.kvi", "-q")
+    want = cli_json("eval-decode", "g.pq.kvi", "--gguf", "m.gguf", "--source", "g.h5", "--steps", 8, "--budget", "100%",
+                    "--json", "-q")
+    got = kvtool.eval_decode("g.pq.kvi", "g.h5", gguf="m.gguf", steps=8, budget="100%")
+    check(got == want and got["results"][0]["mean_kl"] == 0, f"eval_decode gguf: {got} != {want}")
+    for bad in (dict(), dict(llama2c=model, gguf="m.gguf")):
+        try:
+            kvtool.eval_decode("g.pq.kvi", "g.h5", steps=2, **bad)
+            check(False, f"eval_decode took {bad}")
+        except kvtool.UsageError:
+            pass
     # A query option no kind takes is a misspelling, not a setting some other kind might want.
     try:
         kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=2, budgte=0.1)

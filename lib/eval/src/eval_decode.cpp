@@ -13,6 +13,7 @@
 #include "kvtool/admission.h"
 #include "kvtool/dump.h"
 #include "kvtool/error.h"
+#include "kvtool/decoding_model.h"
 #include "kvtool/llama2c.h"
 #include "kvtool/pool.h"
 #include "kvtool/progress.h"
@@ -47,22 +48,23 @@ double kl_divergence(const std::vector<double>& lp, const std::vector<double>& l
 
 // The model and what every run replays: the dump's tokens.
 struct Decoder {
-  Llama2cModel model;
+  std::unique_ptr<DecodingModel> model;
   std::vector<int32_t> tokens;
   int64_t layers = 0, kv_heads = 0, q_heads = 0, head_dim = 0, group = 1;
-  explicit Decoder(const std::string& path) : model(path) {}
+  Decoder(const std::string& path, int threads)
+      : model(open_decoding_model(path, GgufDecoderOptions{threads, false})) {}
 };
 
 // Checks that `dump` was produced by the model (same checkpoint, geometry, positions 0..T-1, tokens
 // in its vocabulary) and reads its tokens.
 void bind_decoder(Decoder& dec, const DumpReader& dump) {
   const auto& info = dump.info();
-  const auto& c = dec.model.config();
-  KVT_CHECK(info.id.model_artifact_sha256 == dec.model.sha256_hex(), MODEL_MISMATCH,
-            "the dump was produced by model " << info.id.model_artifact_sha256 << ", not by this checkpoint ("
-                                              << dec.model.sha256_hex() << ")");
-  KVT_CHECK(info.geo.layers == c.n_layers && info.geo.kv_heads == c.n_kv_heads && info.geo.head_dim == c.head_dim() &&
-                info.geo.q_heads == c.n_heads,
+  const DecodingShape c = dec.model->shape();
+  KVT_CHECK(info.id.model_artifact_sha256 == dec.model->sha256_hex(), MODEL_MISMATCH,
+            "the dump was produced by model " << info.id.model_artifact_sha256 << ", not by this model file ("
+                                              << dec.model->sha256_hex() << ")");
+  KVT_CHECK(info.geo.layers == c.layers && info.geo.kv_heads == c.kv_heads && info.geo.head_dim == c.head_dim &&
+                info.geo.q_heads == c.heads,
             MODEL_MISMATCH, "the dump's geometry differs from the model's");
   KVT_CHECK(info.has_tokens, USAGE, "the dump has no /kv/tokens: eval-decode replays the dump's tokens");
   if (info.has_positions) {
@@ -72,14 +74,14 @@ void bind_decoder(Decoder& dec, const DumpReader& dump) {
                 "eval-decode needs a dump whose row i is position i (row " << i << " is position " << pos[i] << ")");
   }
   for (int64_t t : dump.tokens()) {
-    KVT_CHECK(t >= 0 && t < c.vocab_size, MODEL_MISMATCH, "dump token " << t << " is outside the model's vocabulary");
+    KVT_CHECK(t >= 0 && t < c.vocab, MODEL_MISMATCH, "dump token " << t << " is outside the model's vocabulary");
     dec.tokens.push_back(static_cast<int32_t>(t));
   }
-  dec.layers = c.n_layers;
-  dec.kv_heads = c.n_kv_heads;
-  dec.q_heads = c.n_heads;
-  dec.head_dim = c.head_dim();
-  dec.group = c.n_heads / c.n_kv_heads;
+  dec.layers = c.layers;
+  dec.kv_heads = c.kv_heads;
+  dec.q_heads = c.heads;
+  dec.head_dim = c.head_dim;
+  dec.group = c.heads / c.kv_heads;
 }
 
 // The dense reference of one prefix: its prefilled cache, the teacher-forced next-token
@@ -87,7 +89,7 @@ void bind_decoder(Decoder& dec, const DumpReader& dump) {
 // greedy[s + 1] is step s's argmax).
 struct DenseRun {
   int64_t E = 0, N = 0;
-  Llama2cModel::Cache prefill;
+  std::any prefill;
   std::vector<std::vector<double>> logp;
   std::vector<int32_t> greedy;
   double ppl = 0;
@@ -98,20 +100,19 @@ DenseRun dense_run(Decoder& dec, int64_t E, int64_t N) {
   r.E = E;
   r.N = N;
   std::vector<float> q, k, v, logits;
-  dec.model.reset();
-  for (int64_t p = 0; p < E; ++p) dec.model.forward(dec.tokens[p], static_cast<int32_t>(p), q, k, v, logits);
-  r.prefill = dec.model.save_cache();
+  dec.model->prefill(dec.tokens, static_cast<int32_t>(E), logits);
+  r.prefill = dec.model->save_cache();
   r.greedy.push_back(argmax(logits));
   double nll = 0;
   for (int64_t s = 0; s < N; ++s) {
-    dec.model.forward(dec.tokens[E + s], static_cast<int32_t>(E + s), q, k, v, logits);
+    dec.model->forward(dec.tokens[E + s], static_cast<int32_t>(E + s), q, k, v, logits);
     r.logp.push_back(log_softmax(logits));
     nll -= r.logp.back()[dec.tokens[E + s + 1]];
   }
   r.ppl = std::exp(nll / static_cast<double>(N));
-  dec.model.restore_cache(r.prefill);
+  dec.model->restore_cache(r.prefill);
   for (int64_t s = 0; s < N; ++s) {
-    dec.model.forward(r.greedy.back(), static_cast<int32_t>(E + s), q, k, v, logits);
+    dec.model->forward(r.greedy.back(), static_cast<int32_t>(E + s), q, k, v, logits);
     r.greedy.push_back(argmax(logits));
   }
   return r;
@@ -289,9 +290,9 @@ std::vector<std::vector<double>> accumulated_attention(Decoder& dec, const Prefi
     return false;  // dense: the prefill is only observed
   };
   std::vector<float> q, k, v, logits;
-  dec.model.reset();
+  dec.model->reset();
   for (int64_t pos = 0; pos < E; ++pos)
-    dec.model.forward(dec.tokens[pos], static_cast<int32_t>(pos), q, k, v, logits, observe);
+    dec.model->forward(dec.tokens[pos], static_cast<int32_t>(pos), q, k, v, logits, observe);
   return acc;
 }
 
@@ -338,12 +339,12 @@ void sparse_run(Decoder& dec, const DenseRun& dense, const AttentionSelect& sele
     return sparse;
   };
   std::vector<float> q, k, v, logits;
-  dec.model.restore_cache(dense.prefill);
+  dec.model->restore_cache(dense.prefill);
   double kl_sum = 0, nll = 0;
   int64_t agree = 0;
   for (int64_t s = 0; s < dense.N; ++s) {
     const int64_t p = dense.E + s;
-    dec.model.forward(dec.tokens[p], static_cast<int32_t>(p), q, k, v, logits, counted);
+    dec.model->forward(dec.tokens[p], static_cast<int32_t>(p), q, k, v, logits, counted);
     const auto lp = log_softmax(logits);
     const double kl = kl_divergence(dense.logp[s], lp);
     kl_sum += kl;
@@ -360,11 +361,11 @@ void sparse_run(Decoder& dec, const DenseRun& dense, const AttentionSelect& sele
   res.ppl_sparse = std::exp(nll / N);
   res.selected_fraction = tally.fraction();
   res.selected_fraction_kv_union = tally.union_fraction();
-  dec.model.restore_cache(dense.prefill);
+  dec.model->restore_cache(dense.prefill);
   res.diverge_step = -1;
   res.greedy_common.assign(1, dense.greedy[0]);  // the prefill is dense in both runs
   for (int64_t s = 0; s < dense.N && res.diverge_step < 0; ++s) {
-    dec.model.forward(dense.greedy[s], static_cast<int32_t>(dense.E + s), q, k, v, logits, select);
+    dec.model->forward(dense.greedy[s], static_cast<int32_t>(dense.E + s), q, k, v, logits, select);
     const int32_t next = argmax(logits);
     if (next == dense.greedy[s + 1]) {
       res.greedy_common.push_back(next);
@@ -386,7 +387,7 @@ struct Session {
   std::map<int64_t, DenseRun> dense;                                // by prefix rows
   std::map<int64_t, PrefixKeys> keys;                               // by prefix rows
   std::map<int64_t, std::vector<std::vector<double>>> accumulated;  // by prefix rows (heavy baseline)
-  Session(const DumpReader& d, const EvalDecodeOptions& o) : dump(d), opt(o), dec(o.model_path) {}
+  Session(const DumpReader& d, const EvalDecodeOptions& o) : dump(d), opt(o), dec(o.model_path, o.threads) {}
 };
 
 // Decode steps for a prefix of E rows: the dump must hold the steps' tokens and their targets.
@@ -551,7 +552,7 @@ EvalDecodeReport eval_decode(const std::vector<std::string>& artifacts, const Du
   bind_decoder(ss.dec, dump);
   EvalDecodeReport rep;
   rep.source = dump.path();
-  rep.model_sha256 = ss.dec.model.sha256_hex();
+  rep.model_sha256 = ss.dec.model->sha256_hex();
   rep.share_kv_head = opt.share_kv_head;
   Progress progress("kvtool eval-decode", static_cast<int64_t>(artifacts.size()), opt.quiet);
   for (const auto& a : artifacts) evaluate_artifact(ss, a, rep.results, progress);

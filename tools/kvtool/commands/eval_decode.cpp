@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "env.h"
 #include "eval_options.h"
 #include "eval_output.h"
 #include "kvtool/dump.h"
@@ -19,7 +20,7 @@ namespace {
 
 struct EvalDecodeArgs {
   std::vector<std::string> arts;
-  std::string source, tokenizer;
+  std::string source, tokenizer, gguf;
   EvalDecodeOptions opt;
   cli::SweepFlags sweep;  // --budget, --min-collisions, --quantile; --csv, --plot
 };
@@ -57,6 +58,12 @@ void print_decode(const EvalDecodeReport& rep) {
 }
 
 int run_eval_decode(EvalDecodeArgs& a, const Flags& flags) {
+  KVT_CHECK(a.opt.model_path.empty() != a.gguf.empty(), USAGE,
+            "give the model that produced --source: --llama2c M.bin or --gguf M.gguf");
+  KVT_CHECK(a.gguf.empty() || a.tokenizer.empty(), USAGE,
+            "--tokenizer is a llama2.c tokenizer; it goes with --llama2c");
+  if (!a.gguf.empty()) a.opt.model_path = a.gguf;
+  a.opt.threads = a.sweep.threads > 0 ? a.sweep.threads : cli::default_threads();
   std::vector<std::string> inputs = a.arts;
   inputs.push_back(a.source);
   inputs.push_back(a.opt.model_path);
@@ -88,10 +95,12 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
   auto a = std::make_shared<EvalDecodeArgs>();
   auto* sub = app.add_subcommand(
       "eval-decode",
-      "What sparse attention through the runtime pool does to a llama2.c model's decoding: KL, top-1 agreement, "
-      "perplexity and divergence against dense attention, per artifact and budget");
+      "What sparse attention through the runtime pool does to a model's decoding (llama2.c or GGUF llama/qwen2): "
+      "KL, top-1 agreement, perplexity and divergence against dense attention, per artifact and budget");
   sub->add_option("ART", a->arts, "artifacts (.kvi) built on --source")->required();
-  sub->add_option("--llama2c", a->opt.model_path, "the llama2.c checkpoint (.bin) that produced --source")->required();
+  auto* l2c = sub->add_option("--llama2c", a->opt.model_path, "the llama2.c checkpoint (.bin) that produced --source");
+  sub->add_option("--gguf", a->gguf, "the GGUF model (llama, qwen2) that produced --source (kvtool dump --gguf)")
+      ->excludes(l2c);
   sub->add_option("--tokenizer", a->tokenizer,
                   "the model's llama2.c tokenizer (.bin): also print where greedy decoding diverges as text "
                   "(JSON: diverge_text)");

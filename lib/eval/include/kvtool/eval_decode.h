@@ -18,7 +18,10 @@ class DumpReader;
 class Llama2cTokenizer;
 
 struct EvalDecodeOptions {
-  std::string model_path;  // llama2.c checkpoint the dump was produced with (its SHA-256 must match)
+  // The model the dump was produced with (its SHA-256 must match): a llama2.c checkpoint or a GGUF
+  // file (kvtool/decoding_model.h).
+  std::string model_path;
+  int threads = 1;  // a GGUF model's batched prefill
   // Decode steps after the prefix; 0: min(64, the dump's tokens after the prefix - 1).
   int64_t steps = 0;
   // Swept values per query option of each artifact's kind, as EvalOptions::sweep (an option the
