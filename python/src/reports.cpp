@@ -163,15 +163,14 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
   return py::make_tuple(text, recs);
 }
 
-std::string eval_decode(const std::vector<std::string>& artifacts, const std::string& source,
-                        const std::string& model, int64_t steps,
-                        const std::map<std::string, std::vector<std::string>>& sweep,
+std::string eval_decode(const std::vector<std::string>& artifacts, const std::string& source, const std::string& model,
+                        int64_t steps, const std::map<std::string, std::vector<std::string>>& sweep,
                         const std::vector<std::string>& baselines, int64_t window_sinks, bool share_kv_head,
                         const std::string& tokenizer) {
   py::gil_scoped_release nogil;
   if (auto it = sweep.find("budget"); it != sweep.end())
     for (const auto& b : it->second) Budget::parse(b);  // USAGE for a bad budget, as the CLI
-  require_file(model, "model");  // a llama2.c checkpoint or a GGUF file (kvtool/decoding_model.h)
+  require_file(model, "model");           // a llama2.c checkpoint or a GGUF file (kvtool/decoding_model.h)
   std::unique_ptr<Llama2cTokenizer> tok;  // read before the decoding, as the CLI does
   if (!tokenizer.empty()) {
     require_file(tokenizer, "tokenizer");
