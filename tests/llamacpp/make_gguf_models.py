@@ -18,7 +18,7 @@ type's blocks falls back to q8_0, as llama-quantize falls back. 1-D tensors stay
 --twin OUT: also write the same model with every weight dequantized to f32 by gguf-py (the
 reference kvtool's dequantization must reproduce exactly).
 
-Usage: make_gguf_models.py --gguf-py DIR --shape S --wtype T [--layers N] [--seed S] -o OUT [--twin OUT]
+Usage: make_gguf_models.py --gguf-py DIR --shape S --wtype T [--layers N] [--vocab V] [--seed S] -o OUT [--twin OUT]
 Deterministic for its arguments.
 """
 import argparse
@@ -40,7 +40,7 @@ SHAPES = {
 }
 TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q4_k": 12, "q6_k": 14, "bf16": 30}
 BLOCK = {0: 1, 1: 1, 30: 1, 2: 32, 8: 32, 12: 256, 14: 256}
-VOCAB = 512
+VOCAB = 512  # --vocab: another size (SmolLM2's is 49152)
 
 
 def llama3_freq_factors(head_dim, theta, factor=8.0, low=1.0, high=4.0, old_ctx=8192):
@@ -128,7 +128,7 @@ def metadata(shape, layers, wtype):
         kv_str("general.architecture", a),
         kv_str("general.name", f"kvtool-test-{shape}-{wtype}"),
         kv_u32("general.alignment", ALIGNMENT),
-        kv_u32(f"{a}.context_length", 4096),
+        kv_u32(f"{a}.context_length", 8192),
         kv_u32(f"{a}.embedding_length", s["dim"]),
         kv_u32(f"{a}.block_count", layers),
         kv_u32(f"{a}.feed_forward_length", s["hidden"]),
@@ -168,6 +168,7 @@ def main():
     ap.add_argument("--wtype", choices=sorted(TYPES), required=True)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--twin")
     args = ap.parse_args()
@@ -175,6 +176,8 @@ def main():
     from gguf import quants  # noqa: E402  (llama.cpp's own reference quantization)
     from gguf.constants import GGMLQuantizationType  # noqa: E402
     quants.GGMLQuantizationType = GGMLQuantizationType
+    global VOCAB
+    VOCAB = args.vocab
     rng = np.random.default_rng(args.seed)
     out, twin = [], []
     for name, a in model_tensors(args.shape, args.layers, rng):
