@@ -124,6 +124,21 @@ for sh in $SHAPES; do
     err=$($PY -c "import json; j = json.load(open('v.json')); print('%.3g' % max(j['max_rel_err_k'], j['max_rel_err_v']))")
     echo "llama.cpp $m: K/V max rel $err (tolerance ${TOL[$wt]})"
     below "$err" "${TOL[$wt]}" || fail "$m: llama.cpp's K/V differ from kvtool's by $err"
+    # The state's queries, recomputed by the model once it recomputes the state's K.
+    "$KVTOOL" import st.$m/f32.ggsq --gguf $m.gguf --queries -o imp.$m.h5 --json >imp.json -q ||
+      { fail "import $m --queries"; continue; }
+    $PY - imp.$m.h5 $m.h5 $wt <<'EOF2' || fail "$m: imported queries"
+import h5py, json, sys, numpy as np
+imp, plain = (h5py.File(p, "r") for p in sys.argv[1:3])
+assert json.load(open("imp.json"))["model_check"]["max_rel_err_k"] < 0.05
+q, want = imp["kv/q"][:], plain["kv/q"][:]
+assert q.shape == want.shape, (q.shape, want.shape)
+assert list(imp["kv/q_positions"][:]) == list(range(q.shape[2]))
+# Against kvtool's own dump of the same tokens: equal for float weights; for rounded weights the
+# import rounds activations as llama.cpp does, the plain dump does not.
+err = float(np.abs(q - want).max() / np.abs(want).max())
+assert err < 1e-5 or sys.argv[3] not in ("f32", "f16"), err
+EOF2
   done
   # Greedy decoding from the prompt: llama.cpp continues as kvtool did.
   m=$sh-f32
@@ -135,6 +150,16 @@ want = json.load(open(sys.argv[1]))[20:28]
 got = json.load(open(sys.argv[2]))['tokens']
 sys.exit(0 if got == want else 'greedy: llama.cpp %s, kvtool %s' % (got, want))" $m.tokens.json g.json || fail "$m: greedy continuation"
 done
+
+# A state is checked against the model that claims it: another model's (same shape, other weights)
+# is MODEL_MISMATCH, and nothing is written.
+$PY "$HERE/make_gguf_models.py" --gguf-py gguf-py --shape llama3 --wtype f32 --seed 2 -o other.gguf || fail "make other"
+expect_reason 1 MODEL_MISMATCH "$KVTOOL" import st.llama3-f32/f32.ggsq --gguf other.gguf --queries -o other.h5
+[ ! -e other.h5 ] || fail "a refused --queries import left other.h5"
+expect_reason 1 MODEL_MISMATCH "$KVTOOL" verify st.llama3-f32/f32.ggsq --gguf other.gguf --model-check
+expect_exit 0 "$KVTOOL" verify st.llama3-f32/f32.ggsq --gguf llama3-f32.gguf --model-check --json
+contains "$WORK/out" '"model_check"'
+expect_reason 2 USAGE "$KVTOOL" verify s.h5 --model-check
 
 # --- 4. refusals: reason, exit code, no output --------------------------------------------------------
 $PY - <<'EOF' || fail "make hostile GGUFs"

@@ -87,6 +87,10 @@ void print_verify_result(const LlamaStateVerification& v) {
   std::cout << "OK: llama.cpp " << v.state.magic << " state " << v.state.path << ": every size adds up, "
             << v.state.rows << " rows of sequence " << v.state.seq_id.value_or(-1)
             << " at unique positions, all values finite\n";
+  if (v.model_check)
+    std::cout << "  model " << v.model_check->model
+              << " recomputes its K: max |diff| / max|K| = " << v.model_check->max_rel_err << ", tolerance "
+              << v.model_check->tolerance << "\n";
   if (v.source.empty()) return;
   std::cout << "  matches " << v.source << ": max |diff| / max|x| = " << v.max_rel_err_k << " (K), " << v.max_rel_err_v
             << " (V), tolerance " << v.tolerance << "\n  per layer:";

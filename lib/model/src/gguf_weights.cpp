@@ -96,6 +96,11 @@ GgufWeights load_weights(const GgufFile& f, GgufModelConfig& c) {
     w.layers.push_back(std::move(y));
   }
   ld.refuse_unused();
+  auto rounded = [](const GgufMatrix& m) { return !m.empty() && m.type != 0 && m.type != 1; };
+  c.rounded_weights = rounded(w.embed) || rounded(w.output);
+  for (const auto& y : w.layers)
+    for (const GgufMatrix* m : {&y.wq, &y.wk, &y.wv, &y.wo, &y.gate, &y.up, &y.down})
+      c.rounded_weights = c.rounded_weights || rounded(*m);
   return w;
 }
 

@@ -59,10 +59,21 @@ FileVerification verify_file(const std::string& path, const VerifyOptions& o) {
               "signature and snapshot options apply to artifacts, not to llama.cpp state files");
     const auto m = model_of(o.gguf);
     r.state = verify_llama_state(path, m ? &*m : nullptr, o.llama, o.source, o.tolerance);
+    if (o.model_check) {
+      KVT_CHECK(m, USAGE, "model_check needs gguf: the model that wrote the state");
+      SnapshotRequest req;
+      req.inputs = {path};
+      req.format = "llama-state";
+      req.llama = o.llama;
+      req.gguf = o.gguf;
+      const std::unique_ptr<KvSnapshot> snap = open_snapshot(req);
+      r.state->model_check = check_snapshot_model(*snap, o.gguf, ModelCheckOptions{o.tolerance, o.threads});
+    }
     return r;
   }
-  KVT_CHECK(!has_llama_options(o.gguf, o.llama) && !o.tolerance, USAGE,
-            "gguf, seq_id, llama_rotation and tolerance apply to llama.cpp state files, not to '" << path << "'");
+  KVT_CHECK(!has_llama_options(o.gguf, o.llama) && !o.tolerance && !o.model_check, USAGE,
+            "gguf, seq_id, llama_rotation, tolerance and model_check apply to llama.cpp state files, not to '" << path
+                                                                                                               << "'");
   if (r.kind == FileKind::dump) {
     KVT_CHECK(o.source.empty() && !signature && !o.strict_snapshot, USAGE,
               "source, strict_snapshot and signature options apply to artifacts, not to dumps");

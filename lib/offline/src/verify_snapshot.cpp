@@ -80,6 +80,7 @@ json LlamaStateVerification::to_json() const {
     j["max_rel_err_v"] = max_rel_err_v;
     j["layer_rel_err"] = layer_rel_err;
   }
+  if (model_check) j["model_check"] = model_check->to_json();
   return j;
 }
 

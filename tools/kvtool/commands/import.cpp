@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "commands.h"
+#include "env.h"
+#include "kvtool/model_check.h"
 #include "kvtool/import.h"
 #include "kvtool/snapshot.h"
 #include "snapshot_options.h"
@@ -97,7 +99,7 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
     SnapshotRequest request;
     ImportOptions opt;
     std::string out, meta, dtype;
-    bool force = false;
+    bool force = false, queries = false;
     cli::LlamaStateArgs llama;
   };
   auto a = std::make_shared<Args>();
@@ -136,6 +138,10 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
   sub->add_option("-o,--output", a->out, "output dump (.h5)")->required();
   sub->add_flag("--force", a->force, "overwrite an existing output");
   cli::add_llama_state_options(sub, a->llama, false);
+  sub->add_flag("--queries", a->queries,
+                "llama.cpp state files: recompute the post-RoPE queries of every row with the --gguf model, after "
+                "checking that the model recomputes the state's K (else MODEL_MISMATCH, nothing written; "
+                "docs/models.md)");
   sub->add_option("--format", a->request.format,
                   "read INPUTs as this format (default: recognised by content; tensor files otherwise): "
                   "lmcache-raw | lmcache-fs | lmcache-v0 | sglang-page (formats/lmcache.md, "
@@ -163,8 +169,22 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
             c.layers = r.tensors.layers, c.kv_heads = r.tensors.kv_heads, c.head_dim = r.tensors.head_dim;
             r.gguf = a->llama.gguf;
             r.llama = cli::llama_state_options(a->llama);
-            const ImportSummary s = import_snapshot(r, a->opt, a->out);
+            std::optional<ModelCheckReport> check;
+            ImportSummary s;
+            if (a->queries) {
+              KVT_CHECK(!r.gguf.empty(), USAGE, "--queries needs --gguf: the model recomputes the queries");
+              std::unique_ptr<KvSnapshot> snap = open_snapshot(r);
+              KVT_CHECK(snap->info().format.rfind("llama.cpp", 0) == 0, USAGE,
+                        "--queries recomputes a llama.cpp state file's queries; this input is " << snap->info().format);
+              check.emplace();
+              snap = with_model_queries(std::move(snap), r.gguf,
+                                        ModelCheckOptions{std::nullopt, cli::default_threads()}, &*check);
+              s = import_snapshot(*snap, a->opt, a->out);
+            } else {
+              s = import_snapshot(r, a->opt, a->out);
+            }
             json j = s.to_json();
+            if (check) j["model_check"] = check->to_json();
             j["schema_version"] = kJsonSchemaVersion;
             j["ok"] = true;
             j["output"] = a->out;

@@ -1,6 +1,7 @@
 // kvtool verify FILE [--source DUMP] [--strict-snapshot] [--pubkey P | --trusted-keys DIR]
 // [--require-signature] [--json]
 #include "commands.h"
+#include "env.h"
 #include "kvtool/report.h"
 #include "snapshot_options.h"
 #include "stdin_input.h"
@@ -23,6 +24,7 @@ int run_verify(VerifyArgs& a, const Flags& flags) {
   o.gguf = a.llama.gguf;
   o.llama = cli::llama_state_options(a.llama);
   o.tolerance = cli::llama_state_tolerance(a.llama);
+  o.threads = cli::default_threads();
   if (detect_file_kind(in.path()) == FileKind::artifact) {
     // The policy `store get` and `load` apply: <tenant>/ key folders vouch for that tenant only.
     const StoreTrust trust = load_trust(a.trust);
@@ -59,6 +61,9 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
                   "dump the artifact must have been built from (content digest of its covered range); for a "
                   "llama.cpp state file, a dump whose K/V the state must equal within --tolerance");
   cli::add_llama_state_options(sub, a->llama, true);
+  sub->add_flag("--model-check", a->opt.model_check,
+                "llama.cpp state files: run the --gguf model over the state's tokens and require its K to equal "
+                "the state's (a state another model wrote is MODEL_MISMATCH; docs/models.md)");
   sub->add_flag("--strict-snapshot", a->opt.strict_snapshot,
                 "also require the dump's snapshot digest (generations, frontier) to match");
   add_trust_options(sub, a->trust, "fail unsigned artifacts (needs --pubkey or --trusted-keys)");

@@ -33,6 +33,7 @@ struct GgufModelConfig {
   bool rope_freq_factors = false;  // rope_freqs.weight (Llama 3 scaling) divides the angles
   float rms_eps = 1e-5f;
   bool qkv_bias = false, tied_output = false;
+  bool rounded_weights = false;     // some matrix is bf16 or quantized (not f32 or f16)
   std::string rope_config() const;  // canonical JSON recorded in dumps (kvtool/identity.h)
 };
 

@@ -11,6 +11,7 @@
 #include "kvtool/artifact.h"
 #include "kvtool/identity.h"
 #include "kvtool/json.h"
+#include "kvtool/model_check.h"
 #include "kvtool/signing.h"
 #include "kvtool/snapshot.h"
 
@@ -112,6 +113,10 @@ struct VerifyOptions {
   std::string gguf;
   LlamaStateOptions llama;
   std::optional<double> tolerance;
+  // llama.cpp state files: run the GGUF model over the state's tokens and require its K
+  // (kvtool/model_check.h; `tolerance`, when given, is this check's too).
+  bool model_check = false;
+  int threads = 1;
 };
 
 // What verify_dump found in a valid dump; the printers read the fields, --json is to_json().
@@ -156,6 +161,7 @@ struct LlamaStateVerification {
   std::string source;
   double tolerance = 0, max_rel_err_k = 0, max_rel_err_v = 0;
   std::vector<double> layer_rel_err;  // max over K and V per layer, with a source
+  std::optional<ModelCheckReport> model_check;
   json to_json() const;
 };
 LlamaStateVerification verify_llama_state(const std::string& path, const GgufModel* model, const LlamaStateOptions& o,
