@@ -14,6 +14,7 @@
 
 #include "fuzz_common.h"
 #include "kvtool/gguf_model.h"
+#include "kvtool/gguf_tokenizer.h"
 #include "kvtool/llama_state.h"
 #include "kvtool/report.h"
 
@@ -51,6 +52,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) {
     try {
       kvtool::read_gguf_model(tmp.path);
+    } catch (...) {
+      kvtool::fuzz::on_exception(std::current_exception());
+    }
+    try {  // the tokenizer's arrays and both tokenizers (kvtool/gguf_tokenizer.h)
+      const kvtool::GgufTokenizer tok(tmp.path);
+      tok.encode("Hello world! 123 \xc3\xa9\xe2\x96\x81 it's", true);
     } catch (...) {
       kvtool::fuzz::on_exception(std::current_exception());
     }

@@ -69,6 +69,13 @@ for m in s c b; do
     $m.h5 $m.gguf.h5 || fail "$m: greedy tokens of the GGUF pass differ from the llama2.c pass"
 done
 "$KVTOOL" dump --gguf s.gguf --tokens-from s.h5 -o from.h5 -q || fail "dump --tokens-from a dump"
+# The GGUF's own tokenizer (SentencePiece, from the llama2.c vocabulary) gives the llama2.c
+# tokenizer's ids, BOS first, and the same greedy continuation.
+"$KVTOOL" dump --gguf s.gguf --prompt "Once upon a time" --tokens 256 -o prompt.h5 -q || fail "dump --gguf --prompt"
+printf 'Once upon a time' >prompt.txt
+"$KVTOOL" dump --gguf s.gguf --prompt-file prompt.txt --tokens 256 -o promptf.h5 -q || fail "dump --gguf --prompt-file"
+$PY -c "import h5py, sys; a, b, c = (h5py.File(p)['kv/tokens'][:] for p in sys.argv[1:]); sys.exit(0 if (a == b).all() and (a == c).all() else 1)" \
+  s.h5 prompt.h5 promptf.h5 || fail "--prompt through the GGUF tokenizer differs from the llama2.c tokenizer's dump"
 [ "$(max_rel s.h5 from.h5)" = 0 ] || below "$(max_rel s.h5 from.h5)" 1e-5 || fail "--tokens-from differs"
 
 # eval-decode --gguf: every row selected is dense decoding, exactly.
@@ -169,7 +176,7 @@ open("trunc.gguf", "wb").write(src[: len(src) - 1000])
 open("arch.gguf", "wb").write(src.replace(b"\x05\x00\x00\x00\x00\x00\x00\x00llama", b"\x05\x00\x00\x00\x00\x00\x00\x00gemma", 1))
 EOF
 expect_reason 1 TRUNCATED "$KVTOOL" dump --gguf trunc.gguf --token-ids prompt.json -o out.h5
-expect_reason 1 UNSUPPORTED_CACHE "$KVTOOL" dump --gguf arch.gguf --token-ids prompt.json -o out.h5
+expect_reason 1 UNSUPPORTED_MODEL "$KVTOOL" dump --gguf arch.gguf --token-ids prompt.json -o out.h5
 echo '[1, 999999]' >bad.json
 expect_reason 2 USAGE "$KVTOOL" dump --gguf s.gguf --token-ids bad.json -o out.h5
 expect_reason 2 USAGE "$KVTOOL" dump --gguf s.gguf --llama2c "$M/stories260K.bin" --tokens 4 -o out.h5

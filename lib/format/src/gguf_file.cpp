@@ -71,7 +71,11 @@ std::optional<std::string> read_string(ByteReader& r, const char* field, uint64_
   return s;
 }
 
-std::optional<Value> read_value(ByteReader& r, uint32_t type, const std::string& key) {
+// The tokenizer's arrays (tokenizer.ggml.*: tokens, merges, scores, token types) are kept whole when
+// asked for: each is bounded by the bytes of the file it is read from.
+bool keep_whole(const std::string& key, bool tokenizer) { return tokenizer && key.rfind("tokenizer.ggml.", 0) == 0; }
+
+std::optional<Value> read_value(ByteReader& r, uint32_t type, const std::string& key, bool tokenizer) {
   KVT_CHECK(type < COUNT, BAD_MODEL, r.what() << ": key '" << excerpt(key) << "' has unknown value type " << type);
   if (type == STR) {
     uint64_t skipped = 0;
@@ -87,13 +91,22 @@ std::optional<Value> read_value(ByteReader& r, uint32_t type, const std::string&
   if (et == STR) {
     KVT_CHECK(n <= r.remaining() / 8, TRUNCATED,
               r.what() << ": array '" << excerpt(key) << "' claims " << n << " strings");
-    for (uint64_t i = 0; i < n; ++i) read_string(r, "a string in an array");
-    return Value(StringArray{n});
+    if (!keep_whole(key, tokenizer)) {
+      for (uint64_t i = 0; i < n; ++i) read_string(r, "a string in an array");
+      return Value(StringArray{n});
+    }
+    std::vector<std::string> all;
+    for (uint64_t i = 0; i < n; ++i) {
+      auto s = read_string(r, "a string in an array");
+      KVT_CHECK(s, BAD_MODEL, r.what() << ": a string of '" << excerpt(key) << "' is longer than any token");
+      all.push_back(std::move(*s));
+    }
+    return Value(std::move(all));
   }
   const uint64_t es = scalar_size(et);
   KVT_CHECK(n <= r.remaining() / es, TRUNCATED,
             r.what() << ": array '" << excerpt(key) << "' claims " << n << " elements beyond the end of the file");
-  if (n > kMaxKeptArray) {
+  if (n > kMaxKeptArray && !keep_whole(key, tokenizer)) {
     r.skip(n * es, "an array");
     return std::nullopt;
   }
@@ -102,7 +115,7 @@ std::optional<Value> read_value(ByteReader& r, uint32_t type, const std::string&
   return Value(std::move(v));
 }
 
-std::map<std::string, Value> read_metadata(ByteReader& r, uint64_t& n_tensors) {
+std::map<std::string, Value> read_metadata(ByteReader& r, uint64_t& n_tensors, bool tokenizer) {
   char magic[4];
   r.read(magic, 4, "the magic");
   KVT_CHECK(std::memcmp(magic, "GGUF", 4) == 0, BAD_MODEL, r.what() << " is not a GGUF file (no GGUF magic)");
@@ -118,7 +131,7 @@ std::map<std::string, Value> read_metadata(ByteReader& r, uint64_t& n_tensors) {
     auto key = read_string(r, "a key");
     KVT_CHECK(key && !key->empty(), BAD_MODEL, r.what() << ": metadata key " << i << " is empty or too long");
     const uint32_t type = r.u32("a value type");
-    auto v = read_value(r, type, *key);
+    auto v = read_value(r, type, *key, tokenizer);
     if (v) KVT_CHECK(kv.emplace(*key, std::move(*v)).second, BAD_MODEL, r.what() << ": key '" << *key << "' twice");
   }
   return kv;
@@ -186,11 +199,12 @@ int64_t GgufTensor::elements() const {
   return n;
 }
 
-GgufFile::GgufFile(const std::string& path, bool tensors) : path_(path), what_("the GGUF file '" + path + "'") {
+GgufFile::GgufFile(const std::string& path, bool tensors, bool tokenizer)
+    : path_(path), what_("the GGUF file '" + path + "'") {
   ByteReader r(path, what_);
   file_size_ = r.size();
   uint64_t n_tensors = 0;
-  kv_ = read_metadata(r, n_tensors);
+  kv_ = read_metadata(r, n_tensors, tokenizer);
   if (!tensors) return;
   KVT_CHECK(n_tensors <= kMaxTensors && n_tensors <= r.remaining() / 24, BAD_MODEL,
             what_ << " claims " << n_tensors << " tensors, more than its size allows");
@@ -261,12 +275,19 @@ int64_t GgufFile::count(const std::string& k, int64_t def) const {
 int64_t GgufFile::string_count(const std::string& k) const {
   auto it = kv_.find(k);
   if (it == kv_.end()) return 0;
-  const auto* a = std::get_if<StringArray>(&it->second);
-  KVT_CHECK(a, BAD_MODEL, what_ << ": '" << k << "' is not an array of strings");
-  KVT_CHECK(a->count <= uint64_t(INT32_MAX), BAD_MODEL,
-            what_ << ": '" << k << "' holds " << a->count << " strings, more than llama.cpp's int32 token ids reach");
-  return static_cast<int64_t>(a->count);
+  uint64_t count = 0;
+  if (const auto* kept = std::get_if<std::vector<std::string>>(&it->second)) {
+    count = kept->size();
+  } else {
+    const auto* a = std::get_if<StringArray>(&it->second);
+    KVT_CHECK(a, BAD_MODEL, what_ << ": '" << k << "' is not an array of strings");
+    count = a->count;
+  }
+  KVT_CHECK(count <= uint64_t(INT32_MAX), BAD_MODEL,
+            what_ << ": '" << k << "' holds " << count << " strings, more than llama.cpp's int32 token ids reach");
+  return static_cast<int64_t>(count);
 }
+
 // A float, as llama.cpp reads one (gguf_get_val_f32: the key must hold a float32; float64 too).
 double GgufFile::number(const std::string& k, double def) const {
   auto it = kv_.find(k);
@@ -283,6 +304,23 @@ double GgufFile::any_number(const std::string& k, double def) const {
   const auto* n = std::get_if<Number>(&it->second);
   KVT_CHECK(n, BAD_MODEL, what_ << ": '" << k << "' is not a number");
   return n->value;
+}
+
+const std::vector<std::string>& GgufFile::strings(const std::string& key) const {
+  static const std::vector<std::string> none;
+  auto it = kv_.find(key);
+  if (it == kv_.end()) return none;
+  const auto* a = std::get_if<std::vector<std::string>>(&it->second);
+  KVT_CHECK(a, BAD_MODEL, what_ << ": '" << key << "' is not an array of strings (read with the tokenizer's arrays)");
+  return *a;
+}
+
+std::vector<double> GgufFile::numbers(const std::string& key) const {
+  auto it = kv_.find(key);
+  if (it == kv_.end()) return {};
+  const auto* a = std::get_if<std::vector<double>>(&it->second);
+  KVT_CHECK(a, BAD_MODEL, what_ << ": '" << key << "' is not an array of numbers");
+  return *a;
 }
 
 }  // namespace kvtool

@@ -20,7 +20,7 @@ namespace {
 // Features of llama.cpp models whose cache or graph this forward does not compute.
 void refuse_features(const GgufFile& f, const std::string& a) {
   auto refuse_if = [&](bool present, const std::string& what) {
-    KVT_CHECK(!present, UNSUPPORTED_CACHE,
+    KVT_CHECK(!present, UNSUPPORTED_MODEL,
               f.what() << ": " << what << "; kvtool runs dense llama and qwen2 models only");
   };
   refuse_if(f.any_number(a + ".expert_count", 0) > 0, "a mixture-of-experts model (" + a + ".expert_count)");
@@ -36,7 +36,7 @@ void refuse_features(const GgufFile& f, const std::string& a) {
 GgufModelConfig read_config(const GgufFile& f) {
   GgufModelConfig c;
   c.arch = f.str("general.architecture");
-  KVT_CHECK(c.arch == "llama" || c.arch == "qwen2", UNSUPPORTED_CACHE,
+  KVT_CHECK(c.arch == "llama" || c.arch == "qwen2", UNSUPPORTED_MODEL,
             f.what() << " is architecture '" << printable(excerpt(c.arch, 40))
                      << "'; kvtool's forward pass runs llama and qwen2 (docs/models.md)");
   const std::string& a = c.arch;
@@ -53,7 +53,7 @@ GgufModelConfig read_config(const GgufFile& f) {
   KVT_CHECK(c.dim % c.heads == 0 || f.has(a + ".attention.key_length"), BAD_MODEL,
             f.what() << ": embedding_length " << c.dim << " is not a multiple of head_count " << c.heads);
   c.head_dim = i32(f.count(a + ".attention.key_length", c.dim / c.heads));
-  KVT_CHECK(f.count(a + ".attention.value_length", c.head_dim) == c.head_dim, UNSUPPORTED_CACHE,
+  KVT_CHECK(f.count(a + ".attention.value_length", c.head_dim) == c.head_dim, UNSUPPORTED_MODEL,
             f.what() << ": K and V head sizes differ");
   KVT_CHECK(c.layers <= 4096 && c.heads <= 4096 && c.head_dim <= 4096 && c.heads % c.kv_heads == 0 &&
                 c.dim <= (1 << 20) && c.hidden <= (1 << 22),

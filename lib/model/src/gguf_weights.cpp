@@ -42,7 +42,7 @@ class TensorLoader {
   // Tensors of the file the graph did not take: each is a feature this forward would ignore.
   void refuse_unused() const {
     for (const auto& t : f_.tensors())
-      KVT_CHECK(used_.count(t.name), UNSUPPORTED_CACHE,
+      KVT_CHECK(used_.count(t.name), UNSUPPORTED_MODEL,
                 f_.what() << " holds tensor '" << printable(t.name)
                           << "', which the llama/qwen2 graph kvtool runs does not use (a feature it does not compute)");
   }
@@ -74,7 +74,7 @@ GgufWeights load_weights(const GgufFile& f, GgufModelConfig& c) {
   w.rope_freqs = ld.get("rope_freqs.weight", {c.rope_dims / 2}, true);
   c.rope_freq_factors = !w.rope_freqs.empty();
   c.qkv_bias = f.find("blk.0.attn_q.bias") != nullptr;
-  KVT_CHECK(!c.qkv_bias || c.arch == "qwen2", UNSUPPORTED_CACHE,
+  KVT_CHECK(!c.qkv_bias || c.arch == "qwen2", UNSUPPORTED_MODEL,
             f.what() << ": a llama model with attention biases; kvtool computes them for qwen2");
   for (int32_t l = 0; l < c.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";

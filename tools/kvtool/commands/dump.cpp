@@ -1,10 +1,13 @@
 // kvtool dump --llama2c M.bin [--tokenizer T.bin] [--prompt TEXT] --tokens N [--queries] [--dtype D] -o OUT.h5
-// kvtool dump --gguf M.gguf (--token-ids F.json | --tokens-from DUMP|STATE) [--tokens N] [--queries] [--dtype D] -o
-// OUT.h5
+// kvtool dump --gguf M.gguf (--prompt TEXT | --prompt-file F | --token-ids F.json | --tokens-from DUMP|STATE)
+// [--tokens N] [--queries] [--dtype D] -o OUT.h5
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "commands.h"
 #include "env.h"
+#include "kvtool/gguf_tokenizer.h"
 #include "kvtool/llama2c.h"
 #include "kvtool/producers.h"
 
@@ -14,11 +17,20 @@ namespace {
 
 struct DumpArgs {
   ModelDumpOptions model;
-  std::string gguf, token_ids, tokens_from, out, dtype = "f32", activations = "exact";
+  std::string gguf, token_ids, tokens_from, prompt_file, out, dtype = "f32", activations = "exact";
   int threads = 0;
   IdentityOptions ident;
   bool force = false;
 };
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  KVT_CHECK(f.good(), IO_ERROR, "cannot open prompt file '" << path << "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  KVT_CHECK(ss.str().size() <= (size_t(1) << 30), USAGE, "prompt file '" << path << "' is larger than 1 GiB");
+  return ss.str();
+}
 
 ModelDumpResult run_dump(DumpArgs& a, DType t) {
   if (a.gguf.empty()) {
@@ -28,13 +40,20 @@ ModelDumpResult run_dump(DumpArgs& a, DType t) {
     KVT_CHECK(a.model.tokens > 0, USAGE, "--llama2c needs --tokens N (positions in total)");
     return dump_llama2c(a.model, t, a.ident, a.out, a.force);
   }
-  KVT_CHECK(a.model.tokenizer_path.empty() && a.model.prompt.empty(), USAGE,
-            "--gguf takes its tokens as ids (--token-ids or --tokens-from); text prompts are for --llama2c");
-  KVT_CHECK(a.token_ids.empty() != a.tokens_from.empty(), USAGE,
-            "--gguf needs its tokens from exactly one of --token-ids F.json and --tokens-from DUMP|STATE");
+  KVT_CHECK(a.model.tokenizer_path.empty(), USAGE, "--tokenizer is a llama2.c tokenizer; a GGUF carries its own");
+  const int sources = !a.model.prompt.empty() + !a.prompt_file.empty() + !a.token_ids.empty() + !a.tokens_from.empty();
+  KVT_CHECK(sources == 1, USAGE,
+            "--gguf needs its prompt from exactly one of --prompt, --prompt-file, --token-ids and --tokens-from");
   GgufDumpOptions o;
   o.model_path = a.gguf;
-  o.prompt = a.token_ids.empty() ? tokens_from(a.tokens_from, a.gguf) : read_token_ids(a.token_ids);
+  if (!a.token_ids.empty()) {
+    o.prompt = read_token_ids(a.token_ids);
+  } else if (!a.tokens_from.empty()) {
+    o.prompt = tokens_from(a.tokens_from, a.gguf);
+  } else {  // the GGUF's own tokenizer, BOS as the GGUF says (llama_tokenize with add_special)
+    const std::string text = a.prompt_file.empty() ? a.model.prompt : read_text_file(a.prompt_file);
+    o.prompt = GgufTokenizer(a.gguf).encode(text, true);
+  }
   o.tokens = a.model.tokens;
   o.queries = a.model.queries;
   o.threads = a.threads > 0 ? a.threads : cli::default_threads();
@@ -56,7 +75,10 @@ cli::Command register_dump(CLI::App& app, Flags& flags) {
   l2c->excludes(gguf);
   sub->add_option("--tokenizer", a->model.tokenizer_path,
                   "llama2.c tokenizer (.bin); needed for --prompt and for the text");
-  sub->add_option("--prompt", a->model.prompt, "prompt text, teacher-forced after BOS (cut if longer than --tokens)");
+  sub->add_option("--prompt", a->model.prompt,
+                  "prompt text, teacher-forced after BOS (cut if longer than --tokens); --gguf: tokenized by the "
+                  "GGUF's tokenizer (SentencePiece, or BPE llama3 / qwen2 / gpt-2; docs/models.md)");
+  sub->add_option("--prompt-file", a->prompt_file, "--gguf: the prompt text read from a file (UTF-8)");
   sub->add_option("--token-ids", a->token_ids, "--gguf: the prompt as a JSON array of token ids");
   sub->add_option(
       "--tokens-from", a->tokens_from,

@@ -45,7 +45,7 @@ struct LongString {
 struct StringArray {  // its strings skipped, their count kept (tokenizer.ggml.tokens: the vocabulary)
   uint64_t count = 0;
 };
-using Value = std::variant<Number, std::string, std::vector<double>, LongString, StringArray>;
+using Value = std::variant<Number, std::string, std::vector<double>, LongString, StringArray, std::vector<std::string>>;
 }  // namespace gguf_detail
 
 class GgufFile {
@@ -53,7 +53,8 @@ class GgufFile {
   // Reads the header and the metadata, and with `tensors` the tensor infos: each of a type kvtool
   // decodes, at the offset ggml expects (in order, aligned), inside the file. BAD_MODEL,
   // TRUNCATED, UNSUPPORTED_VERSION or UNSUPPORTED_DTYPE naming what is wrong otherwise.
-  GgufFile(const std::string& path, bool tensors);
+  // With `tokenizer`, the arrays under tokenizer.ggml.* are kept whole (strings() and numbers()).
+  GgufFile(const std::string& path, bool tensors, bool tokenizer = false);
 
   const std::string& path() const { return path_; }
   const std::string& what() const { return what_; }  // "the GGUF file 'PATH'", for messages
@@ -66,9 +67,11 @@ class GgufFile {
   // A positive integer: a scalar, or an array whose entries are all equal (per-layer head counts;
   // UNSUPPORTED_CACHE when they differ).
   int64_t count(const std::string& key, int64_t absent) const;
-  double number(const std::string& key, double absent) const;      // a float32 or float64
-  double any_number(const std::string& key, double absent) const;  // any number, bools included
-  int64_t string_count(const std::string& key) const;              // length of an array of strings; 0 absent
+  double number(const std::string& key, double absent) const;             // a float32 or float64
+  double any_number(const std::string& key, double absent) const;         // any number, bools included
+  int64_t string_count(const std::string& key) const;                     // length of an array of strings; 0 absent
+  const std::vector<std::string>& strings(const std::string& key) const;  // a kept array; empty when absent
+  std::vector<double> numbers(const std::string& key) const;              // a kept array; empty when absent
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find(const std::string& name) const;  // nullptr when absent
