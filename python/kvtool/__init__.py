@@ -15,6 +15,6 @@ def reasons():
     return [{"reason": r, "exit_code": e, "meaning": m} for r, e, m in _kvtool.reasons()]
 
 from .dump import *  # noqa: E402,F401,F403  DumpWriter, write_dump, from_cache
-from .reports import *  # noqa: E402,F401,F403  inspect, verify, build, eval, eval_decode, query
+from .reports import *  # noqa: E402,F401,F403  inspect, verify, build, dump, eval, eval_decode, query
 from .pool import *  # noqa: E402,F401,F403  Pool, Lease
 from .paged import *  # noqa: E402,F401,F403  gather_paged, decode_fp8

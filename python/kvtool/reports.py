@@ -18,7 +18,7 @@ from . import _kvtool
 from ._arrays import as_float32
 from .errors import UsageError
 
-__all__ = ["inspect", "verify", "build", "eval", "eval_decode", "query"]
+__all__ = ["inspect", "verify", "build", "dump", "eval", "eval_decode", "query"]
 
 
 def _usage(msg):
@@ -275,6 +275,39 @@ def eval(artifact, dump, *, records=False, positions="all", positions_seed=0, sh
     if records:
         result["records"] = recs
     return result
+
+
+def dump(out, *, gguf, prompt=None, token_ids=None, tokens=0, queries=False, dtype="f32", activations="exact",
+         threads=0, overwrite=False):
+    """``kvtool dump --gguf``: runs the GGUF model ``gguf`` (llama, qwen2; docs/models.md) over a
+    prompt — ``prompt`` (text, through the GGUF's own tokenizer, BOS as the GGUF says) or
+    ``token_ids`` (a sequence of ids), one of them — prefilled in one batch, then greedy decoding up
+    to ``tokens`` positions (0: the prompt's length); writes the dump ``out`` (post-RoPE K, V, with
+    ``queries=True`` Q) and returns what ``--json`` prints, as a dict. ``activations``: "exact" or
+    "llama.cpp" (each product's input rounded as llama.cpp's CPU kernels do). ``threads``: 0 is
+    the CPUs this process may use.
+    """
+    if (prompt is None) == (token_ids is None):
+        raise _usage("give the prompt as prompt= (text) or token_ids= (ids), one of them")
+    if prompt is not None and not isinstance(prompt, str):
+        raise _usage(f"prompt: text, not {type(prompt).__name__}")
+    ids = []
+    if token_ids is not None:
+        if isinstance(token_ids, (str, bytes)):
+            raise _usage("token_ids: a sequence of integers, not text")
+        try:
+            ids = [_int(t, "token_ids[i]", 0) for t in token_ids]
+        except TypeError:
+            raise _usage("token_ids: a sequence of integers") from None
+        if not ids:
+            raise _usage("token_ids: at least one token")
+    if activations not in ("exact", "llama.cpp"):
+        raise _usage(f"activations: 'exact' or 'llama.cpp', not {activations!r}")
+    text = _kvtool.dump_gguf(_path(gguf, "gguf"), _path(out, "out"), prompt or "", prompt is not None, ids,
+                             _int(tokens, "tokens", 0), _flag(queries, "queries"), str(dtype),
+                             activations == "llama.cpp", min(_int(threads, "threads", 0) or os.cpu_count() or 1, 1024),
+                             _flag(overwrite, "overwrite"))
+    return json.loads(text)
 
 
 def eval_decode(artifacts, source, *, llama2c=None, gguf=None, steps=0, baselines=(), window_sinks=4,

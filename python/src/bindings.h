@@ -21,5 +21,6 @@ void bind_reports(py::module_& m);      // reports.cpp: inspect, verify, build, 
 void bind_pool(py::module_& m);         // pool.cpp: Pool, Lease
 void bind_paged(py::module_& m);        // paged.cpp: the paged-cache planner and fp8 decode of gather_paged
 void bind_kind_params(py::module_& m);  // kind_params.cpp: each kind's build parameter table
+void bind_models(py::module_& m);       // models.cpp: dump_gguf (kvtool dump --gguf)
 
 }  // namespace kvtool::python

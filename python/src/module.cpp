@@ -10,4 +10,5 @@ PYBIND11_MODULE(_kvtool, m) {
   kvtool::python::bind_pool(m);
   kvtool::python::bind_paged(m);
   kvtool::python::bind_kind_params(m);
+  kvtool::python::bind_models(m);
 }

@@ -299,6 +299,25 @@ def test_eval_decode():
     conv = os.path.join(os.environ.get("KVTOOL_SOURCE", "."), "tests", "llamacpp", "llama2c_to_gguf.py")
     subprocess.run(["/usr/bin/python3", conv, model, "-o", "m.gguf"], check=True)
     cli("dump", "--gguf", "m.gguf", "--tokens-from", "m.h5", "--queries", "-o", "g.h5", "-q")
+    # kvtool.dump(gguf=) writes what `kvtool dump --gguf` writes, the same JSON back.
+    import h5py
+    ids = [int(t) for t in h5py.File("m.h5", "r")["kv/tokens"][:8]]
+    got = kvtool.dump("p.h5", gguf="m.gguf", token_ids=ids, tokens=40, queries=True)
+    with open("ids.json", "w") as f:
+        json.dump(ids, f)
+    want = cli_json("dump", "--gguf", "m.gguf", "--token-ids", "ids.json", "--tokens", 40, "--queries", "-o", "c.h5",
+                    "--json")
+    check({**got, "output": ""} == {**want, "output": ""} and len(got["tokens"]) == 40, f"dump gguf: {got} != {want}")
+    a, b = h5py.File("p.h5", "r"), h5py.File("c.h5", "r")
+    check(all((a[n][:] == b[n][:]).all() for n in ("kv/k", "kv/v", "kv/q", "kv/tokens")), "dump(gguf=) differs from the CLI")
+    for bad in (dict(), dict(prompt="x", token_ids=[1]), dict(token_ids="12"), dict(token_ids=[]),
+                dict(token_ids=[1], activations="fast")):
+        try:
+            kvtool.dump("x.h5", gguf="m.gguf", **bad)
+            check(False, f"dump took {bad}")
+        except kvtool.UsageError:
+            pass
+    check(not os.path.exists("x.h5"), "a refused dump left x.h5")
     cli("build", "pq", "g.h5", "--prefix", 96, "-o", "g.pq.kvi", "-q")
     want = cli_json("eval-decode", "g.pq.kvi", "--gguf", "m.gguf", "--source", "g.h5", "--steps", 8, "--budget", "100%",
                     "--json", "-q")
