@@ -102,7 +102,7 @@ def model_tensors(shape, layers, rng):
     def norm(n):
         return (1 + rng.normal(0, 0.1, size=n)).astype(np.float32)
 
-    t = [("token_embd.weight", w(VOCAB, D, std=1.0))]
+    t = [("token_embd.weight", w(VOCAB, D, std=0.05))]  # as output.weight: tied models get spread logits
     for i in range(layers):
         b = f"blk.{i}."
         t += [(b + "attn_norm.weight", norm(D)), (b + "attn_q.weight", w(H * hd, D)), (b + "attn_k.weight", w(KV * hd, D)),

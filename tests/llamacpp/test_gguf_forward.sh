@@ -91,6 +91,7 @@ expect_reason 1 MODEL_MISMATCH "$KVTOOL" eval-decode s.pq.kvi --gguf c.gguf --so
 
 # --- 2. random-weight architectures: dequantization is gguf-py's, bit for bit -----------------------
 echo '[1, 5, 100, 200, 300, 17, 42, 99, 311, 400, 12, 7, 8, 9, 10, 11, 260, 261, 3, 4]' >prompt.json
+$PY -c "import json, random; r = random.Random(3); print(json.dumps([1] + [r.randrange(3, 512) for _ in range(255)]))" >t256.json
 SHAPES="smollm2 llama3 qwen2"
 TYPES="f32 f16 bf16 q8_0 q4_0 q4_k q6_k"
 for sh in $SHAPES; do
@@ -145,6 +146,26 @@ assert list(imp["kv/q_positions"][:]) == list(range(q.shape[2]))
 # import rounds activations as llama.cpp does, the plain dump does not.
 err = float(np.abs(q - want).max() / np.abs(want).max())
 assert err < 1e-5 or sys.argv[3] not in ("f32", "f16"), err
+EOF2
+  done
+  # Next-token distributions at every position of a 256-token run, teacher forced: total variation
+  # distance to llama.cpp's and top-1 agreement (float weights: TV <= 1e-3 and every top-1 equal).
+  for wt in $TYPES; do
+    m=$sh-$wt act=exact
+    case $wt in f32 | f16) ;; *) act=llama.cpp ;; esac
+    node "$HERE/next_token_probs.mjs" --model $m.gguf --tokens t256.json >lp.json || { fail "llama.cpp probabilities $m"; continue; }
+    "$BIN/kvtool_next_token_probs" $m.gguf t256.json $act >kp.json || { fail "kvtool probabilities $m"; continue; }
+    $PY - $m $wt <<'EOF2' || fail "$m: next-token distributions"
+import json, sys, numpy as np
+a = np.array(json.load(open("lp.json"))["probs"])
+b = np.array(json.load(open("kp.json"))["probs"])
+assert a.shape == b.shape == (256, a.shape[1]), (a.shape, b.shape)
+tv, top1 = 0.5 * np.abs(a - b).sum(1).max(), (a.argmax(1) == b.argmax(1)).mean()
+print("llama.cpp %s: next-token max TV %.2g, top-1 agreement %.4f, mean top probability %.3f" % (sys.argv[1], tv, top1, a.max(1).mean()))
+if sys.argv[2] in ("f32", "f16"):
+    assert tv <= 1e-3 and top1 == 1, (tv, top1)
+else:
+    assert tv <= 0.2 and top1 >= 0.95, (tv, top1)
 EOF2
   done
   # Greedy decoding from the prompt: llama.cpp continues as kvtool did.
