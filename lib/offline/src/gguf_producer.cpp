@@ -15,9 +15,7 @@
 
 namespace kvtool {
 
-using impl::base_identity;
 using impl::check_frontier;
-using impl::representation_for;
 
 namespace {
 
@@ -115,36 +113,10 @@ ModelDumpResult dump_gguf(const GgufDumpOptions& opt, DType dtype, const Identit
     scatter(v, L, 1, H, d, T, pos, V);
     if (opt.queries) scatter(q, L, 1, Hq, d, T, pos, Q);
   }
-  DumpSpec spec;
-  spec.id = base_identity(ident);
-  spec.id.model_artifact_sha256 = model.sha256_hex();
-  spec.id.rope_config = c.rope_config();
-  spec.id.representation = representation_for(dtype);
-  for (int64_t h = 0; h < Hq; ++h) spec.id.q_to_kv_head.push_back(static_cast<int32_t>(h / (Hq / H)));
-  spec.geo.layers = L;
-  spec.geo.kv_heads = H;
-  spec.geo.tokens = T;
-  spec.geo.head_dim = d;
-  spec.geo.q_heads = Hq;
-  spec.geo.q_tokens = opt.queries ? T : 0;
-  spec.geo.dtype = dtype;
-  spec.committed_frontier = ident.frontier;
-  spec.generator = "kvtool dump --gguf (" + c.arch + " forward pass, batched prefill, greedy)";
-  DumpWriter w(out_path, spec, overwrite);
-  for (int64_t l = 0; l < L; ++l)
-    for (int64_t h = 0; h < H; ++h) {
-      const size_t off = static_cast<size_t>((l * H + h) * T * d);
-      w.write_kv(l, h, K.data() + off, V.data() + off);
-    }
-  if (opt.queries) {
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t h = 0; h < Hq; ++h) w.write_q(l, h, Q.data() + static_cast<size_t>((l * Hq + h) * T * d));
-    std::vector<int64_t> qp(static_cast<size_t>(T));
-    for (int64_t i = 0; i < T; ++i) qp[static_cast<size_t>(i)] = i;
-    w.write_q_positions(qp);
-  }
-  w.write_tokens(res.tokens);
-  w.commit();
+  impl::ModelRows rows{L, H, Hq, d, T, std::move(K), std::move(V), std::move(Q), res.tokens};
+  impl::write_model_dump(rows, ident, model.sha256_hex(), c.rope_config(), dtype,
+                         "kvtool dump --gguf (" + c.arch + " forward pass, batched prefill, greedy)", out_path,
+                         overwrite);
   return res;
 }
 

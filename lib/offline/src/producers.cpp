@@ -80,36 +80,9 @@ ModelDumpResult dump_llama2c(const ModelDumpOptions& opt, DType dtype, const Ide
     token = next;
   }
 
-  DumpSpec spec;
-  spec.id = base_identity(ident);
-  spec.id.model_artifact_sha256 = model.sha256_hex();
-  spec.id.rope_config = llama_rope_config(d);
-  spec.id.representation = representation_for(dtype);
-  for (int64_t h = 0; h < Hq; ++h) spec.id.q_to_kv_head.push_back(static_cast<int32_t>(h / (Hq / H)));
-  spec.geo.layers = L;
-  spec.geo.kv_heads = H;
-  spec.geo.tokens = T;
-  spec.geo.head_dim = d;
-  spec.geo.q_heads = Hq;
-  spec.geo.q_tokens = opt.queries ? T : 0;
-  spec.geo.dtype = dtype;
-  spec.committed_frontier = ident.frontier;
-  spec.generator = "kvtool dump --llama2c (forward pass, greedy)";
-  DumpWriter w(out_path, spec, overwrite);
-  for (int64_t l = 0; l < L; ++l)
-    for (int64_t h = 0; h < H; ++h) {
-      size_t off = static_cast<size_t>((l * H + h) * T * d);
-      w.write_kv(l, h, K.data() + off, V.data() + off);
-    }
-  if (opt.queries) {
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t h = 0; h < Hq; ++h) w.write_q(l, h, Q.data() + static_cast<size_t>((l * Hq + h) * T * d));
-    std::vector<int64_t> qp(static_cast<size_t>(T));
-    for (int64_t i = 0; i < T; ++i) qp[i] = i;
-    w.write_q_positions(qp);
-  }
-  w.write_tokens(res.tokens);
-  w.commit();
+  impl::ModelRows rows{L, H, Hq, d, T, std::move(K), std::move(V), std::move(Q), res.tokens};
+  impl::write_model_dump(rows, ident, model.sha256_hex(), llama_rope_config(d), dtype,
+                         "kvtool dump --llama2c (forward pass, greedy)", out_path, overwrite);
   return res;
 }
 
