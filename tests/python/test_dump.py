@@ -220,7 +220,9 @@ with tempfile.TemporaryDirectory(prefix="kvtool-pydump-") as w:
     expect_error(in_block(bad, lambda wr: wr.add_layer(0, K[0].astype(np.complex64), V[0])), "USAGE", w, bad)
     expect_error(lambda: kvtool.write_dump(os.path.join(w, bad), K[0], V[0]), "USAGE", w, bad, "[L, heads, T, d]")
     # The engine itself refuses anything but float32 C-contiguous arrays (no silent copy there).
-    raw = kvtool._kvtool._DumpWriter(os.path.join(w, bad), L, H, D, T, 0, "f16", kvtool.dump._identity(
+    # The module kvtool/dump.py (kvtool.dump is the function `kvtool dump --gguf`).
+    dump_module = sys.modules["kvtool.dump"]
+    raw = kvtool._kvtool._DumpWriter(os.path.join(w, bad), L, H, D, T, 0, "f16", dump_module._identity(
         None, "f16", D, T, "t"), [0, 1], False)
     expect_error(lambda: raw.add_layer(0, K[0].astype(np.float64), V[0]), "USAGE", needle="float32")
     expect_error(lambda: raw.add_layer(0, np.asfortranarray(K[0]), V[0]), "USAGE", needle="C-contiguous")
