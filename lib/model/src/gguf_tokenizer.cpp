@@ -78,6 +78,15 @@ std::vector<Symbol> split_chars(const std::string& text) {
   return s;
 }
 
+// Merges symbol `right` into its left neighbour `left` and unlinks it (both tokenizers' merge step).
+void absorb(std::vector<Symbol>& sym, int left, int right) {
+  Symbol &l = sym[static_cast<size_t>(left)], &r = sym[static_cast<size_t>(right)];
+  l.n += r.n;
+  r.n = 0;
+  l.next = r.next;
+  if (r.next >= 0) sym[static_cast<size_t>(r.next)].prev = left;
+}
+
 }  // namespace
 
 struct GgufTokenizer::Regex {
@@ -180,10 +189,7 @@ void GgufTokenizer::encode_spm(const std::string& text, std::vector<int32_t>& ou
     queue.pop();
     Symbol &l = sym[static_cast<size_t>(b.left)], &r = sym[static_cast<size_t>(b.right)];
     if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[static_cast<size_t>(r.next)].prev = b.left;
+    absorb(sym, b.left, b.right);
     try_add(l.prev, b.left);
     try_add(b.left, l.next);
   }
@@ -255,10 +261,7 @@ void GgufTokenizer::encode_bpe(const std::string& text, std::vector<int32_t>& ou
       queue.pop();
       Symbol &l = sym[static_cast<size_t>(b.left)], &r = sym[static_cast<size_t>(b.right)];
       if (l.n == 0 || r.n == 0 || piece(b.left) + piece(b.right) != b.text) continue;
-      l.n += r.n;
-      r.n = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[static_cast<size_t>(r.next)].prev = b.left;
+      absorb(sym, b.left, b.right);
       add(l.prev, b.left);
       add(b.left, l.next);
     }
