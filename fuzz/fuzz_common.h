@@ -18,6 +18,19 @@
 
 namespace kvtool::fuzz {
 
+// The fuzzer's bytes read front to back as a structure's choices: zeros once they run out.
+struct FuzzBytes {
+  const uint8_t* p;
+  size_t n, at = 0;
+  uint8_t u8() { return at < n ? p[at++] : 0; }
+  std::vector<uint8_t> take(size_t want) {
+    const size_t k = std::min(want, n - at);
+    std::vector<uint8_t> out(p + at, p + at + k);
+    at += k;
+    return out;
+  }
+};
+
 // Rejected input is fine when it carries a reason a person can act on (exit 1 or 2 in the CLI).
 // INTERNAL, any exception that is not a kvtool::Error (exit 4 in the CLI)
 // and out-of-memory (a bounded input must not need unbounded memory) are findings, so

@@ -15,19 +15,9 @@
 #include "kvtool/gguf.h"
 #include "kvtool/json.h"
 
-namespace {
+using kvtool::fuzz::FuzzBytes;
 
-struct Input {
-  const uint8_t* p;
-  size_t n, at = 0;
-  uint8_t u8() { return at < n ? p[at++] : 0; }
-  std::vector<uint8_t> take(size_t want) {
-    const size_t k = std::min(want, n - at);
-    std::vector<uint8_t> out(p + at, p + at + k);
-    at += k;
-    return out;
-  }
-};
+namespace {
 
 struct Out {
   std::vector<uint8_t> b;
@@ -52,13 +42,13 @@ size_t scalar_bytes(uint32_t t) {
 }
 
 // A string: up to 255 bytes from the input, or (rarely) a long run past the reader's 65,536 limit.
-std::vector<uint8_t> string_value(Input& in) {
+std::vector<uint8_t> string_value(FuzzBytes& in) {
   const uint8_t len = in.u8();
   if (len == 255) return std::vector<uint8_t>(70000, in.u8());
   return in.take(len);
 }
 
-void value(Input& in, Out& o, uint32_t type) {
+void value(FuzzBytes& in, Out& o, uint32_t type) {
   if (type == kString) return o.str(string_value(in));
   if (type == kArray) {
     const uint32_t et = in.u8() % kTypes;
@@ -91,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                      "llama.attention.sliding_window",
                                      "llama.attention.kv_lora_rank",
                                      "llama.ssm.conv_kernel"};
-  Input in{data, size};
+  FuzzBytes in{data, size};
   Out body;
   uint64_t n_kv = 0;
   for (const char* k : keys) {

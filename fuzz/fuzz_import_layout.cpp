@@ -19,19 +19,9 @@
 #include "fuzz_common.h"
 #include "kvtool/import.h"
 
-namespace {
+using kvtool::fuzz::FuzzBytes;
 
-struct Bytes {
-  const uint8_t* p;
-  size_t n, at = 0;
-  uint8_t u8() { return at < n ? p[at++] : 0; }
-  std::vector<uint8_t> take(size_t want) {
-    const size_t k = std::min(want, n - at);
-    std::vector<uint8_t> out(p + at, p + at + k);
-    at += k;
-    return out;
-  }
-};
+namespace {
 
 struct Layout {
   const char* axes;
@@ -133,7 +123,7 @@ struct TempPath {
 
 // The tensors the control bytes describe, each with a length byte (16-byte units) and its payload
 // from the rest of the input.
-std::vector<Tensor> tensors(Bytes& in, const Layout& lay, bool safetensors, bool with_q, bool with_tokens) {
+std::vector<Tensor> tensors(FuzzBytes& in, const Layout& lay, bool safetensors, bool with_q, bool with_tokens) {
   static const char* npy_types[] = {"<f4", "<f2", "<f8", "<i8", ">f4"};
   static const char* st_types[] = {"F32", "F16", "BF16", "F64", "I64"};
   const uint8_t ty = in.u8() % 5;
@@ -168,7 +158,7 @@ std::vector<Tensor> tensors(Bytes& in, const Layout& lay, bool safetensors, bool
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const TempPath src("/dev/shm/kvtool-fuzz-layout-" + std::to_string(getpid()) + ".bin");
   static const TempPath out("/dev/shm/kvtool-fuzz-layout-" + std::to_string(getpid()) + ".h5");
-  Bytes in{data, size};
+  FuzzBytes in{data, size};
   const Layout& lay = kLayouts[in.u8() % (sizeof kLayouts / sizeof kLayouts[0])];
   const uint8_t flags = in.u8();
   const bool safetensors = flags & 1, with_q = flags & 2, with_tokens = flags & 4;

@@ -15,10 +15,14 @@ llama.cpp accepts, as llama2c_to_gguf.py's synth_tokenizer):
 Weight types: f32, f16, bf16, q8_0 and q4_0 (quantized by llama.cpp's gguf-py, quants.py), q4_k
 and q6_k (random blocks: every block is a valid one); a matrix whose rows do not divide into the
 type's blocks falls back to q8_0, as llama-quantize falls back. 1-D tensors stay f32.
+--vocab-gguf FILE: take the tokenizer (every tokenizer.* key) from another GGUF instead, e.g. the
+BPE vocabularies llama.cpp ships for its tokenizer tests (models/ggml-vocab-gpt-2.gguf); the
+embedding then has that vocabulary's size.
 --twin OUT: also write the same model with every weight dequantized to f32 by gguf-py (the
 reference kvtool's dequantization must reproduce exactly).
 
-Usage: make_gguf_models.py --gguf-py DIR --shape S --wtype T [--layers N] [--vocab V] [--seed S] -o OUT [--twin OUT]
+Usage: make_gguf_models.py --gguf-py DIR --shape S --wtype T [--layers N] [--vocab V | --vocab-gguf F] [--seed S]
+                           -o OUT [--twin OUT]
 Deterministic for its arguments.
 """
 import argparse
@@ -120,11 +124,17 @@ def model_tensors(shape, layers, rng):
     return t
 
 
-def metadata(shape, layers, wtype):
+def vocab_from(path, gguf_reader):
+    """(size, the tokenizer.* metadata pairs as the file holds them) of a GGUF vocabulary."""
+    r = gguf_reader(path)
+    kvs = [b"".join(p.tobytes() for p in f.parts) for name, f in r.fields.items() if name.startswith("tokenizer.")]
+    return len(r.fields["tokenizer.ggml.tokens"].data), kvs
+
+
+def metadata(shape, layers, wtype, vocab_kvs=None):
     s = SHAPES[shape]
     a = s["arch"]
-    tokens, scores, types = synth_tokenizer(VOCAB)
-    return [
+    head = [
         kv_str("general.architecture", a),
         kv_str("general.name", f"kvtool-test-{shape}-{wtype}"),
         kv_u32("general.alignment", ALIGNMENT),
@@ -137,6 +147,11 @@ def metadata(shape, layers, wtype):
         kv_f32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5 if a == "llama" else 1e-6),
         kv_f32(f"{a}.rope.freq_base", s["theta"]),
         kv_u32(f"{a}.rope.dimension_count", 64),
+    ]
+    if vocab_kvs:
+        return head + vocab_kvs
+    tokens, scores, types = synth_tokenizer(VOCAB)
+    return head + [
         kv_str("tokenizer.ggml.model", "llama"),
         kv_arr("tokenizer.ggml.tokens", T_STRING, tokens),
         kv_arr("tokenizer.ggml.scores", T_FLOAT32, scores),
@@ -169,15 +184,17 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--vocab-gguf", help="take the tokenizer from this GGUF")
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--twin")
     args = ap.parse_args()
     sys.path.insert(0, args.gguf_py)
     from gguf import quants  # noqa: E402  (llama.cpp's own reference quantization)
+    from gguf import GGUFReader  # noqa: E402
     from gguf.constants import GGMLQuantizationType  # noqa: E402
     quants.GGMLQuantizationType = GGMLQuantizationType
     global VOCAB
-    VOCAB = args.vocab
+    VOCAB, vocab_kvs = (args.vocab, None) if not args.vocab_gguf else vocab_from(args.vocab_gguf, GGUFReader)
     rng = np.random.default_rng(args.seed)
     out, twin = [], []
     for name, a in model_tensors(args.shape, args.layers, rng):
@@ -185,7 +202,7 @@ def main():
         ne = list(reversed(a.shape))
         out.append((name, ne, ty, raw))
         twin.append((name, ne, 0, f32.astype("<f4").tobytes()))
-    kvs = metadata(args.shape, args.layers, args.wtype)
+    kvs = metadata(args.shape, args.layers, args.wtype, vocab_kvs)
     write(args.output, kvs, out)
     if args.twin:
         write(args.twin, kvs, twin)

@@ -10,24 +10,9 @@
 # continuation equal to the dump's.
 # Without node-llama-cpp (.ci/install-deps installs it) the test is skipped (77), unless
 # KVTOOL_REQUIRE_LLAMACPP=1 (CI) makes that a failure.
-source "${KVTOOL_SOURCE:?}/tests/cli/lib.sh"
-HERE=$KVTOOL_SOURCE/tests/llamacpp
-PY=/usr/bin/python3
+source "${KVTOOL_SOURCE:?}/tests/llamacpp/lib.sh"
 CHECK="$PY $HERE/check_states.py"
-M=$SHARED/models
-
-unavailable() {
-  if [ "${KVTOOL_REQUIRE_LLAMACPP:-0}" = 1 ]; then echo "FAIL: $* (KVTOOL_REQUIRE_LLAMACPP=1)" >&2; exit 1; fi
-  echo "skipped: $*"
-  exit 77
-}
-NLC=${KVTOOL_NODE_LLAMA_CPP:-${KVTOOL_NODE_CACHE:-$HOME/.cache/kvtool/node-llama-cpp-3.21.1}}
-export KVTOOL_NODE_LLAMA_CPP=$NLC
-command -v node >/dev/null || unavailable "no node (Node.js >= 20)"
-[ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || unavailable "node $(node --version) is older than 20"
-nlc_version=$(node -p "require('$NLC/node_modules/node-llama-cpp/package.json').version" 2>/dev/null) ||
-  unavailable "node-llama-cpp is not installed in $NLC (.ci/install-deps installs it)"
-[ "$nlc_version" = 3.21.1 ] || unavailable "node-llama-cpp $nlc_version in $NLC; this test follows 3.21.1 (llama.cpp v0.4.0)"
+require_node
 
 # --- models: GGUF conversion (deterministic) and kvtool's own dumps --------------------------------
 $PY "$HERE/llama2c_to_gguf.py" "$M/stories260K.bin" --tokenizer "$M/tok512.bin" -o s.gguf || fail "convert stories260K"

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kvtool/dump.h"
+#include "kvtool/gguf_model.h"
 #include "kvtool/half.h"
 #include "kvtool/import.h"
 #include "kvtool/llama_state.h"
@@ -405,4 +406,15 @@ TEST_CASE("llama state: token ids inside the vocabulary, rotation only where lla
   CHECK(import_reason(with_vocab(64, 103), on, t.file("out.h5")) == "USAGE");
   CHECK_FALSE(exists(t.file("out.h5")));
   CHECK(reason_of([&] { inspect_llama_state(s, nullptr, on); }) == "USAGE");  // no model: no block size
+}
+
+TEST_CASE("GGUF decoder: weights beyond the memory budget are refused before they are expanded", "[llama_state]") {
+  // A llama model with f32 weights (fuzz/corpus/llama_state, written by tests/llamacpp's writer).
+  const std::string p = source_dir() + "/fuzz/corpus/llama_state/tiny-llama-f32.gguf";
+  GgufDecoderOptions o;
+  o.max_weight_bytes = 1024;
+  CHECK(reason_of([&] { GgufDecoder m(p, o); }) == "OUT_OF_MEMORY");
+  o.max_weight_bytes = 0;  // the machine's memory
+  GgufDecoder m(p, o);
+  CHECK(m.config().layers > 0);
 }

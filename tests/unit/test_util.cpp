@@ -26,6 +26,8 @@ std::string shared_dir() {
   return KVTOOL_SHARED_DEFAULT;
 }
 
+std::string source_dir() { return KVTOOL_SOURCE_DEFAULT; }
+
 void small_dump(const std::string& path, uint64_t seed, DType dt, const IdentityOptions& id) {
   SynthOptions o;
   o.layers = 2;

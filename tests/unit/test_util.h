@@ -30,6 +30,7 @@ struct TempDir {
 };
 
 std::string shared_dir();  // $KVTOOL_SHARED or ../shared relative to the source tree
+std::string source_dir();  // the source tree (fixtures committed under fuzz/corpus/)
 
 // Small synthetic dump: L=2, H_kv=2, H_q=4, d=16, T=48, f32.
 void small_dump(const std::string& path, uint64_t seed = 7, DType dt = DType::f32, const IdentityOptions& id = {});

@@ -140,8 +140,8 @@ std::map<std::string, Value> read_metadata(ByteReader& r, uint64_t& n_tensors, b
 // ggml's tensor types (ggml/include/ggml.h); sizes (values and bytes per block, ggml-common.h) for
 // those kvtool decodes.
 const GgmlType kTypes[] = {
-    {0, "f32", 1, 4},       {1, "f16", 1, 2},      {2, "q4_0", 32, 18},    {3, "q4_1", 0, 0},    {6, "q5_0", 0, 0},
-    {7, "q5_1", 0, 0},      {8, "q8_0", 32, 34},   {9, "q8_1", 0, 0},      {10, "q2_K", 0, 0},   {11, "q3_K", 0, 0},
+    {0, "f32", 1, 4},       {1, "f16", 1, 2},      {2, "q4_0", 32, 18},    {3, "q4_1", 32, 20},  {6, "q5_0", 32, 22},
+    {7, "q5_1", 32, 24},    {8, "q8_0", 32, 34},   {9, "q8_1", 0, 0},      {10, "q2_K", 0, 0},   {11, "q3_K", 0, 0},
     {12, "q4_K", 256, 144}, {13, "q5_K", 0, 0},    {14, "q6_K", 256, 210}, {15, "q8_K", 0, 0},   {16, "iq2_xxs", 0, 0},
     {17, "iq2_xs", 0, 0},   {18, "iq3_xxs", 0, 0}, {19, "iq1_s", 0, 0},    {20, "iq4_nl", 0, 0}, {21, "iq3_s", 0, 0},
     {22, "iq2_s", 0, 0},    {23, "iq4_xs", 0, 0},  {24, "i8", 0, 0},       {25, "i16", 0, 0},    {26, "i32", 0, 0},
@@ -172,9 +172,10 @@ GgufTensor read_tensor_info(ByteReader& r) {
   t.type = r.u32("a tensor type");
   t.offset = r.u64("a tensor offset");
   const GgmlType ty = ggml_type(t.type);
-  KVT_CHECK(ty.decoded(), UNSUPPORTED_DTYPE,
-            r.what() << ": tensor '" << printable(t.name) << "' is " << ty.name << " (ggml type " << t.type
-                     << "); kvtool decodes f32, f16, bf16, q8_0, q4_0, q4_K and q6_K (formats/gguf.md)");
+  KVT_CHECK(
+      ty.decoded(), UNSUPPORTED_DTYPE,
+      r.what() << ": tensor '" << printable(t.name) << "' is " << ty.name << " (ggml type " << t.type
+               << "); kvtool decodes f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K and q6_K (formats/gguf.md)");
   KVT_CHECK(t.dims[0] % ty.block == 0, BAD_MODEL,
             r.what() << ": tensor '" << printable(t.name) << "' has rows of " << t.dims[0]
                      << " values, not a multiple of " << ty.name << "'s block of " << ty.block);

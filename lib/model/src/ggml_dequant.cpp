@@ -32,6 +32,42 @@ void q4_0(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// block_q4_1: ggml_half d, m; uint8_t qs[16].
+void q4_1(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 20, y += QK) {
+    const float d = half_at(b), m = half_at(b + 2);
+    for (int j = 0; j < QK / 2; ++j) {
+      const int x0 = b[4 + j] & 0x0F, x1 = b[4 + j] >> 4;
+      y[j] = static_cast<float>(x0) * d + m;
+      y[j + QK / 2] = static_cast<float>(x1) * d + m;
+    }
+  }
+}
+
+// block_q5_0 (ggml_half d; uint8_t qh[4]; uint8_t qs[16]) and block_q5_1 (ggml_half d, m; then the
+// same): the fifth bit of value j is bit j of qh; q5_0 is centred on 16, q5_1 has the minimum m.
+void q5(const uint8_t* b, float* y, int64_t nb, bool with_min) {
+  const int head = with_min ? 4 : 2;
+  for (int64_t i = 0; i < nb; ++i, b += head + 20, y += QK) {
+    const float d = half_at(b), m = with_min ? half_at(b + 2) : 0.0f;
+    uint32_t qh;
+    std::memcpy(&qh, b + head, 4);
+    const uint8_t* qs = b + head + 4;
+    for (int j = 0; j < QK / 2; ++j) {
+      const auto xh_0 = static_cast<uint8_t>(((qh >> (j + 0)) << 4) & 0x10);
+      const auto xh_1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
+      const int x0 = (qs[j] & 0x0F) | xh_0, x1 = (qs[j] >> 4) | xh_1;
+      if (with_min) {
+        y[j] = static_cast<float>(x0) * d + m;
+        y[j + QK / 2] = static_cast<float>(x1) * d + m;
+      } else {
+        y[j] = static_cast<float>(x0 - 16) * d;
+        y[j + QK / 2] = static_cast<float>(x1 - 16) * d;
+      }
+    }
+  }
+}
+
 // block_q8_0: ggml_half d; int8_t qs[32].
 void q8_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 34, y += QK) {
@@ -122,6 +158,12 @@ void ggml_dequantize(uint32_t type, const uint8_t* blocks, int64_t values, float
       return;
     case 2:
       return q4_0(blocks, out, nb);
+    case 3:
+      return q4_1(blocks, out, nb);
+    case 6:
+      return q5(blocks, out, nb, false);
+    case 7:
+      return q5(blocks, out, nb, true);
     case 8:
       return q8_0(blocks, out, nb);
     case 12:

@@ -51,7 +51,10 @@ void round_q8_k(float* x, int64_t count) {
 // The input of a product with a matrix of ggml `type` as llama.cpp's CPU kernels see it
 // (GgufDecoderOptions::llama_cpp_activations); `in` is a row's length.
 const float* llama_cpp_input(const float* x, int n, int in, uint32_t type, std::vector<float>& buf) {
-  const bool q8_0 = type == 2 || type == 8, q8_k = type == 12 || type == 14, bf16 = type == 30;
+  // q4_0, q5_0, q8_0 take q8_0 blocks; q4_1 and q5_1 take q8_1 blocks, whose codes and scale are
+  // q8_0's (the block's sum, which q8_1 adds, enters only through the weights' minimum).
+  const bool q8_0 = type == 2 || type == 3 || type == 6 || type == 7 || type == 8, q8_k = type == 12 || type == 14,
+             bf16 = type == 30;
   if (!q8_0 && !q8_k && !bf16) return x;
   buf.assign(x, x + static_cast<size_t>(n) * in);
   for (int i = 0; i < n; ++i) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include <unistd.h>
+
 #include "impl/gguf_weights.h"
 #include "kvtool/canonical.h"
 #include "kvtool/error.h"
@@ -77,6 +79,22 @@ GgufModelConfig read_config(const GgufFile& f) {
   return c;
 }
 
+// The float32 weights must fit in `limit` bytes (0: physical memory), checked from the tensor
+// infos (each already checked against the file's size) before any weight is expanded.
+void check_weight_memory(const GgufFile& f, uint64_t limit) {
+  if (limit == 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    limit = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
+  }
+  uint64_t bytes = 0;
+  for (const auto& t : f.tensors()) bytes += static_cast<uint64_t>(t.elements()) * 4;
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  KVT_CHECK(bytes <= limit, OUT_OF_MEMORY,
+            f.what() << ": its weights take " << bytes / kGiB << " GiB as float32, the form kvtool's forward pass "
+                     << "runs on, more than the " << limit / kGiB
+                     << " GiB allowed (the machine's memory unless a budget is given)");
+}
+
 }  // namespace
 
 std::string GgufModelConfig::rope_config() const {
@@ -94,6 +112,7 @@ GgufDecoder::GgufDecoder(const std::string& path, const GgufDecoderOptions& opti
   opt_.threads = std::max(1, opt_.threads);
   const GgufFile f(path, true);
   cfg_ = read_config(f);
+  check_weight_memory(f, opt_.max_weight_bytes);
   w_ = std::make_unique<impl::GgufWeights>(impl::load_weights(f, cfg_));
   sha_ = to_hex(sha256_file(path));
   reset();

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "env.h"
+#include "kvtool/blas.h"
 #include "kvtool/gguf_tokenizer.h"
 #include "kvtool/llama2c.h"
 #include "kvtool/producers.h"
@@ -57,6 +58,7 @@ ModelDumpResult run_dump(DumpArgs& a, DType t) {
   o.tokens = a.model.tokens;
   o.queries = a.model.queries;
   o.threads = a.threads > 0 ? a.threads : cli::default_threads();
+  set_blas_threads(o.threads);
   o.llama_cpp_activations = a.activations == "llama.cpp";
   return dump_gguf(o, t, a.ident, a.out, a.force);
 }
@@ -70,8 +72,8 @@ cli::Command register_dump(CLI::App& app, Flags& flags) {
                                  "decoding, and dump post-RoPE K/V (and Q)");
   auto* l2c = sub->add_option("--llama2c", a->model.model_path, "llama2.c legacy-format checkpoint (.bin)");
   auto* gguf = sub->add_option("--gguf", a->gguf,
-                               "GGUF model, architecture llama or qwen2 (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K "
-                               "weights; docs/models.md): its prompt is prefilled in one batch");
+                               "GGUF model, architecture llama or qwen2 (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                               "q5_1, q4_K, q6_K weights; docs/models.md): its prompt is prefilled in one batch");
   l2c->excludes(gguf);
   sub->add_option("--tokenizer", a->model.tokenizer_path,
                   "llama2.c tokenizer (.bin); needed for --prompt and for the text");
@@ -90,12 +92,14 @@ cli::Command register_dump(CLI::App& app, Flags& flags) {
   sub->add_option("--activations", a->activations,
                   "--gguf: exact (float32 inputs to every product: the model its weights define) or llama.cpp "
                   "(each product's input rounded as llama.cpp's CPU kernels round it for the weight type: bf16, "
-                  "q8_0 or q8_K blocks; to compare with llama.cpp's own K/V)")
+                  "q8_0, q8_1 or q8_K blocks; to compare with llama.cpp's own K/V)")
       ->check(CLI::IsMember({"exact", "llama.cpp"}))
       ->capture_default_str();
   sub->add_flag("--queries", a->model.queries, "also write the post-RoPE queries of every position to /kv/q");
   sub->add_option("--dtype", a->dtype, "f32 | f16 | bf16")->capture_default_str();
-  sub->add_option("--threads", a->threads, "--gguf: threads of the batched attention (default: the CPUs)")
+  sub->add_option("--threads", a->threads,
+                  "--gguf: threads of the batched prefill: its attention and, where the BLAS has a "
+                  "setting (OpenBLAS, BLIS), its matrix products (default: the CPUs)")
       ->check(CLI::Range(0, kMaxThreads))
       ->envname("KVTOOL_THREADS");
   add_dump_output_options(sub, a->out, a->force, a->ident, flags);

@@ -5,3 +5,12 @@
 extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
                       const float* beta, float* c, const int* ldc);
+
+namespace kvtool {
+
+// Sets how many threads the BLAS kvtool runs on uses for one call, where that BLAS has such a
+// setting (OpenBLAS, BLIS); false where it has none (reference BLAS runs on one thread). The setting
+// is the process's: front ends call it for their --threads, the library never does.
+bool set_blas_threads(int threads);
+
+}  // namespace kvtool

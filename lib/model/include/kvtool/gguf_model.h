@@ -1,6 +1,6 @@
 // A GGUF model's forward pass (formats/gguf.md, docs/models.md): architectures llama and qwen2, the
 // weights dequantized to float32 exactly as ggml's reference dequantizers do (f32, f16, bf16, q8_0,
-// q4_0, q4_K, q6_K), the graph llama.cpp builds for them (RMSNorm, RoPE NORM or NEOX with
+// q4_0, q4_1, q5_0, q5_1, q4_K, q6_K), the graph llama.cpp builds for them (RMSNorm, RoPE NORM or NEOX with
 // llama.cpp's angles, grouped-query attention, SwiGLU), with the same attention hook as the
 // llama2.c model (kvtool/llama2c.h) and a batched prefill on BLAS. Anything else — another
 // architecture, weight type or feature (sliding window, MoE, MLA, YaRN) — is refused by name.
@@ -40,10 +40,14 @@ struct GgufModelConfig {
 struct GgufDecoderOptions {
   int threads = 1;  // of the batched attention (>= 1)
   // Round each matrix product's input as llama.cpp's CPU kernels do for the weight's type
-  // (ggml-cpu's vec_dot_type): to bf16 for bf16 weights, to q8_0 blocks for q8_0 and q4_0, to q8_K
-  // blocks for q4_K and q6_K (quantize_row_q8_0_ref, quantize_row_q8_K_ref). Off: float32 inputs,
-  // the model as its weights define it.
+  // (ggml-cpu's vec_dot_type): to bf16 for bf16 weights, to q8_0 blocks for q8_0, q4_0 and q5_0, to
+  // q8_1 blocks for q4_1 and q5_1, to q8_K blocks for q4_K and q6_K (quantize_row_q8_0 and
+  // quantize_row_q8_K_ref). Off: float32 inputs, the model as its weights define it.
   bool llama_cpp_activations = false;
+  // The forward runs on float32 weights, up to 8x a quantized file's size: a model whose weights
+  // would take more bytes is refused (OUT_OF_MEMORY) before anything is expanded. 0: the
+  // machine's physical memory.
+  uint64_t max_weight_bytes = 0;
 };
 
 class GgufDecoder {
