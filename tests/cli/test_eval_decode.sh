@@ -52,6 +52,42 @@ for i, r in enumerate(rs):
 # A sparse pq selection is not dense.
 pq = [r for r in rs if r["kind"] == "pq" and r["budget"] == 0.1]
 assert pq and pq[0]["mean_kl"] > 0 and pq[0]["selected_fraction"] < 0.5, pq
+# recall@k: the exact top-k holds every one of its own rows; pq's 10 % misses some.
+for r in rs:
+    assert 0 <= r["recall_at_k"] <= 1 and (r["kind"] != "topk" or r["recall_at_k"] == 1), r
+assert pq[0]["recall_at_k"] < 1, pq
+EOF
+# --answer: the dump's own greedy continuation is what dense decoding predicts under teacher
+# forcing, so dense gets every answer token, and so does a budget of 100 %; a 1 % window misses some.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 24 --budget 100% \
+  --budget 0.01 --baseline window --answer 165:181 --json
+py "$WORK/out" <<'EOF' || fail "--answer: $(head -c 2000 "$WORK/out")"
+import json, sys
+rs = json.load(open(sys.argv[1]))["results"]
+for r in rs:
+    a = r["answer"]
+    assert a["tokens"] == 16 and a["dense_correct"] == 16 and a["dense_exact"], r
+    assert a["exact"] == (a["correct"] == 16), r
+full = [r for r in rs if r["budget"] == 1.0 and r["kind"] == "pq"]
+assert full and full[0]["answer"]["exact"], full
+assert min(r["answer"]["correct"] for r in rs) < 16, rs
+EOF
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 24 --answer 165:181
+contains "$WORK/out" "answer (16 tokens)"
+expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 8 --answer 170:200
+expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 8 --answer 160:165
+expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --answer 180:170
+expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --answer 1e3:2000
+# Budgets down to 0.1 % (here one row of the 160-row prefix's indexed rows, or none): every
+# report still has its rows and recall.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi clusterkv.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 8 \
+  --budget 0.001 --budget 0.005 --baseline topk --json
+py "$WORK/out" <<'EOF' || fail "small budgets: $(head -c 2000 "$WORK/out")"
+import json, sys
+rs = json.load(open(sys.argv[1]))["results"]
+assert {r["budget"] for r in rs} == {0.001, 0.005}, rs
+for r in rs:
+    assert 0 < r["selected_fraction"] < 0.2 and 0 <= r["recall_at_k"] <= 1 and r["mean_kl"] >= 0, r
 EOF
 [ "$(wc -l < d.csv)" -gt 10 ] || fail "the CSV has a row per result"
 contains d.svg "<svg"

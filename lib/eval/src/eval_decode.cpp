@@ -89,6 +89,7 @@ void bind_decoder(Decoder& dec, const DumpReader& dump) {
 // greedy[s + 1] is step s's argmax).
 struct DenseRun {
   int64_t E = 0, N = 0;
+  int64_t answer_begin = -1, answer_end = -1;  // EvalDecodeOptions::answer_*
   std::any prefill;
   std::vector<std::vector<double>> logp;
   std::vector<int32_t> greedy;
@@ -225,17 +226,23 @@ AttentionSelect window_select(LayerRange layers, int64_t E, int64_t n, int64_t s
   };
 }
 
+// q·k of every prefix row [0, E) as (-score, row): sorted ascending, the rows of highest score
+// first, ties to the lower row (the exact top-k's order and recall@k's).
+void prefix_scores(const KeyRows& kr, const float* q, int64_t E, std::vector<std::pair<float, int32_t>>& scored) {
+  scored.resize(static_cast<size_t>(E));
+  for (int64_t r = 0; r < E; ++r) {
+    float s = 0;
+    for (int64_t i = 0; i < kr.d; ++i) s += q[i] * kr.row(r)[i];
+    scored[static_cast<size_t>(r)] = {-s, static_cast<int32_t>(r)};
+  }
+}
+
 // The exact top-k baseline: the `n` prefix rows of highest q·k (ties to the lower row).
 AttentionSelect topk_select(const PrefixKeys& keys, const Decoder& dec, LayerRange layers, int64_t E, int64_t n) {
   return [&keys, &dec, layers, E, n](int32_t l, int32_t h, const float* q, int32_t pos, AttentionRows& out) {
     if (!layers.covers(l)) return false;
-    const KeyRows& kr = keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)];
-    std::vector<std::pair<float, int32_t>> scored(static_cast<size_t>(E));
-    for (int64_t r = 0; r < E; ++r) {
-      float s = 0;
-      for (int64_t i = 0; i < kr.d; ++i) s += q[i] * kr.row(r)[i];
-      scored[static_cast<size_t>(r)] = {-s, static_cast<int32_t>(r)};
-    }
+    std::vector<std::pair<float, int32_t>> scored;
+    prefix_scores(keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)], q, E, scored);
     const auto keep = static_cast<size_t>(std::clamp<int64_t>(n, 1, E));
     std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(keep), scored.end());
     out.rows.clear();
@@ -246,6 +253,34 @@ AttentionSelect topk_select(const PrefixKeys& keys, const Decoder& dec, LayerRan
     return true;
   };
 }
+
+// recall@k: per sparse (layer, query head, step), the share of the exact top-k prefix rows by the
+// head's own q·k (k = the prefix rows the selection holds) that the selection holds; the mean over
+// all of them. The exact top-k baseline has recall 1.
+struct RecallTally {
+  RecallTally(const PrefixKeys& k, const Decoder& d, int64_t e) : keys(k), dec(d), E(e) {}
+  const PrefixKeys& keys;
+  const Decoder& dec;
+  int64_t E;
+  double sum = 0;
+  int64_t count = 0;
+  std::vector<std::pair<float, int32_t>> scored;
+  std::vector<uint8_t> top;
+  void add(int32_t l, int32_t h, const float* q, const std::vector<int32_t>& rows) {
+    int64_t k = 0;
+    for (int32_t r : rows) k += r < E;
+    if (k == 0) return;
+    prefix_scores(keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)], q, E, scored);
+    std::nth_element(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(k - 1), scored.end());
+    top.assign(static_cast<size_t>(E), 0);
+    for (int64_t i = 0; i < k; ++i) top[static_cast<size_t>(scored[static_cast<size_t>(i)].second)] = 1;
+    int64_t hits = 0;
+    for (int32_t r : rows) hits += r < E && top[static_cast<size_t>(r)];
+    sum += static_cast<double>(hits) / static_cast<double>(k);
+    ++count;
+  }
+  double mean() const { return count ? sum / static_cast<double>(count) : 1.0; }
+};
 
 // One selection per KV head (EvalDecodeOptions::share_kv_head): the group's first query head
 // selects with the group's mean query, the group's other heads reuse its rows.
@@ -331,11 +366,14 @@ AttentionSelect heavy_select(const std::vector<std::vector<double>>& acc, const 
 
 // Teacher-forced sparse decoding against the dense reference, then free-running greedy decoding
 // until it leaves dense greedy decoding. Fills the metrics of `res`.
-void sparse_run(Decoder& dec, const DenseRun& dense, const AttentionSelect& select, DecodeResult& res) {
+void sparse_run(Decoder& dec, const DenseRun& dense, const PrefixKeys& keys, const AttentionSelect& select,
+                DecodeResult& res) {
   Tally tally(dense.E, dec.group);
+  RecallTally recall(keys, dec, dense.E);
+  res.answer_tokens = res.answer_correct = res.answer_correct_dense = 0;  // a baseline starts from its artifact's
   const AttentionSelect counted = [&](int32_t l, int32_t h, const float* q, int32_t pos, AttentionRows& out) {
     const bool sparse = select(l, h, q, pos, out);
-    if (sparse) tally.add(h, out.rows);
+    if (sparse) tally.add(h, out.rows), recall.add(l, h, q, out.rows);
     return sparse;
   };
   std::vector<float> q, k, v, logits;
@@ -346,6 +384,11 @@ void sparse_run(Decoder& dec, const DenseRun& dense, const AttentionSelect& sele
     const int64_t p = dense.E + s;
     dec.model->forward(dec.tokens[p], static_cast<int32_t>(p), q, k, v, logits, counted);
     const auto lp = log_softmax(logits);
+    if (p + 1 >= dense.answer_begin && p + 1 < dense.answer_end) {
+      ++res.answer_tokens;
+      res.answer_correct += argmax(lp) == dec.tokens[p + 1];
+      res.answer_correct_dense += argmax(dense.logp[s]) == dec.tokens[p + 1];
+    }
     const double kl = kl_divergence(dense.logp[s], lp);
     kl_sum += kl;
     res.max_kl = std::max(res.max_kl, kl);
@@ -361,6 +404,7 @@ void sparse_run(Decoder& dec, const DenseRun& dense, const AttentionSelect& sele
   res.ppl_sparse = std::exp(nll / N);
   res.selected_fraction = tally.fraction();
   res.selected_fraction_kv_union = tally.union_fraction();
+  res.recall_at_k = recall.mean();
   dec.model->restore_cache(dense.prefill);
   res.diverge_step = -1;
   res.greedy_common.assign(1, dense.greedy[0]);  // the prefill is dense in both runs
@@ -400,6 +444,11 @@ int64_t decode_steps(const Session& ss, int64_t E) {
   KVT_CHECK(N <= left, USAGE,
             "steps " << N << " needs " << E + N + 1 << " dump tokens (the prefix, the steps and their targets); "
                      << "the dump has " << ss.dec.tokens.size());
+  const int64_t b = ss.opt.answer_begin, e = ss.opt.answer_end;
+  KVT_CHECK(b < 0 || (b > E && b < e && e <= E + N + 1), USAGE,
+            "the answer's tokens [" << b << ", " << e << ") must be predicted within the decode steps: positions "
+                                    << E + 1 << " to " << E + N << " after the prefix of " << E << " rows and " << N
+                                    << " steps");
   return N;
 }
 
@@ -442,7 +491,7 @@ DecodeResult baseline(Session& ss, const DenseRun& dense, const DecodeResult& ar
     if (!ss.accumulated.count(E)) ss.accumulated.emplace(E, accumulated_attention(ss.dec, ss.keys.at(E), E));
     sel = heavy_select(ss.accumulated.at(E), ss.dec, layers, E, n, ss.opt.share_kv_head);
   }
-  sparse_run(ss.dec, dense, sel, b);
+  sparse_run(ss.dec, dense, ss.keys.at(E), sel, b);
   return b;
 }
 
@@ -451,7 +500,11 @@ void evaluate_artifact(Session& ss, const std::string& path, std::vector<DecodeR
   const KindSpec& kind = admit_artifact(r, {});
   check_source(r.source(), ss.dump, false);
   const int64_t E = IndexedRows::of(r).coverage_end;
-  if (!ss.dense.count(E)) ss.dense.emplace(E, dense_run(ss.dec, E, decode_steps(ss, E)));
+  if (!ss.dense.count(E)) {
+    DenseRun run = dense_run(ss.dec, E, decode_steps(ss, E));
+    run.answer_begin = ss.opt.answer_begin, run.answer_end = ss.opt.answer_end;
+    ss.dense.emplace(E, std::move(run));
+  }
   if (!ss.keys.count(E)) ss.keys.emplace(E, prefix_keys(ss.dump, E));
   const DenseRun& dense = ss.dense.at(E);
   PublishRequest req;
@@ -470,7 +523,7 @@ void evaluate_artifact(Session& ss, const std::string& path, std::vector<DecodeR
       res.budget = st.params->setting();
       AttentionSelect select = pool_select(lease, *st.params, ss.keys.at(E), ss.dec, layers, E);
       if (ss.opt.share_kv_head) select = shared_per_kv_head(select, ss.dec);
-      sparse_run(ss.dec, dense, select, res);
+      sparse_run(ss.dec, dense, ss.keys.at(E), select, res);
       out.push_back(res);
       for (const auto& b : ss.opt.baselines) out.push_back(baseline(ss, dense, res, b, layers));
     }
@@ -508,6 +561,7 @@ json DecodeResult::to_json(const Llama2cTokenizer* tokenizer) const {
          {"steps", steps},
          {"selected_fraction", selected_fraction},
          {"selected_fraction_kv_union", selected_fraction_kv_union},
+         {"recall_at_k", recall_at_k},
          {"mean_kl", mean_kl},
          {"max_kl", max_kl},
          {"top1_agreement", top1_agreement},
@@ -516,6 +570,12 @@ json DecodeResult::to_json(const Llama2cTokenizer* tokenizer) const {
          {"diverge_step", diverged ? json(diverge_step) : json(nullptr)},
          {"diverge_tokens",
           diverged ? json{{"dense", diverge_dense_token}, {"sparse", diverge_sparse_token}} : json(nullptr)}};
+  j["answer"] = answer_tokens == 0 ? json(nullptr)
+                                   : json{{"tokens", answer_tokens},
+                                          {"correct", answer_correct},
+                                          {"exact", answer_correct == answer_tokens},
+                                          {"dense_correct", answer_correct_dense},
+                                          {"dense_exact", answer_correct_dense == answer_tokens}};
   if (tokenizer) {
     const int32_t last = greedy_common.empty() ? 0 : greedy_common.back();
     j["diverge_text"] = diverged ? json{{"common", decode_text(*tokenizer, greedy_common)},

@@ -10,6 +10,7 @@
 #include "env.h"
 #include "eval_options.h"
 #include "eval_output.h"
+#include "kvtool/blas.h"
 #include "kvtool/dump.h"
 #include "kvtool/eval_decode.h"
 #include "kvtool/llama2c.h"
@@ -20,7 +21,7 @@ namespace {
 
 struct EvalDecodeArgs {
   std::vector<std::string> arts;
-  std::string source, tokenizer, gguf;
+  std::string source, tokenizer, gguf, answer;
   EvalDecodeOptions opt;
   cli::SweepFlags sweep;  // --budget, --min-collisions, --quantile; --csv, --plot
 };
@@ -42,19 +43,42 @@ void print_divergences(const json& results) {
 }
 
 void print_decode(const EvalDecodeReport& rep) {
-  std::cout << cli::strprintf("%-28s %-9s %-10s %6s %6s %9s %9s %6s %9s %9s %7s\n", "artifact", "kind", "setting",
-                              "frac", "kv∪", "mean KL", "max KL", "top-1", "ppl", "ppl dense", "diverge");
+  std::cout << cli::strprintf("%-28s %-9s %-10s %6s %6s %6s %9s %9s %6s %9s %9s %7s\n", "artifact", "kind", "setting",
+                              "frac", "kv∪", "rec@k", "mean KL", "max KL", "top-1", "ppl", "ppl dense", "diverge");
   for (const auto& r : rep.results) {
     const std::string div = r.diverge_step < 0 ? "-" : std::to_string(r.diverge_step);
-    std::cout << cli::strprintf("%-28s %-9s %-10s %6.3f %6.3f %9.4g %9.4g %6.3f %9.4f %9.4f %7s\n",
+    std::cout << cli::strprintf("%-28s %-9s %-10s %6.3f %6.3f %6.3f %9.4g %9.4g %6.3f %9.4f %9.4f %7s\n",
                                 r.artifact.substr(r.artifact.size() > 28 ? r.artifact.size() - 28 : 0).c_str(),
                                 r.kind.c_str(), r.setting.c_str(), r.selected_fraction, r.selected_fraction_kv_union,
-                                r.mean_kl, r.max_kl, r.top1_agreement, r.ppl_sparse, r.ppl_dense, div.c_str());
+                                r.recall_at_k, r.mean_kl, r.max_kl, r.top1_agreement, r.ppl_sparse, r.ppl_dense,
+                                div.c_str());
   }
   if (!rep.results.empty())
     std::cout << cli::strprintf(
         "%lld decode steps, teacher forced; diverge: first step where free-running greedy decoding differs\n",
         static_cast<long long>(rep.results.front().steps));
+  for (const auto& r : rep.results)
+    if (r.answer_tokens > 0)
+      std::cout << cli::strprintf("answer (%lld tokens): %s %s %s predicts %lld, dense %lld\n",
+                                  static_cast<long long>(r.answer_tokens), r.artifact.c_str(), r.kind.c_str(),
+                                  r.setting.c_str(), static_cast<long long>(r.answer_correct),
+                                  static_cast<long long>(r.answer_correct_dense));
+}
+
+// --answer START:END, two decimal token positions, START < END.
+void parse_answer(const std::string& text, EvalDecodeOptions& o) {
+  if (text.empty()) return;
+  const size_t colon = text.find(':');
+  auto number = [&](const std::string& s) {
+    KVT_CHECK(!s.empty() && s.size() <= 12 && s.find_first_not_of("0123456789") == std::string::npos, USAGE,
+              "--answer '" << printable(text) << "': give START:END, two token positions (e.g. 4000:4008)");
+    return std::stoll(s);
+  };
+  KVT_CHECK(colon != std::string::npos, USAGE,
+            "--answer '" << printable(text) << "': give START:END, two token positions (e.g. 4000:4008)");
+  o.answer_begin = number(text.substr(0, colon));
+  o.answer_end = number(text.substr(colon + 1));
+  KVT_CHECK(o.answer_begin < o.answer_end, USAGE, "--answer " << printable(text) << ": START must be below END");
 }
 
 int run_eval_decode(EvalDecodeArgs& a, const Flags& flags) {
@@ -63,7 +87,9 @@ int run_eval_decode(EvalDecodeArgs& a, const Flags& flags) {
   KVT_CHECK(a.gguf.empty() || a.tokenizer.empty(), USAGE,
             "--tokenizer is a llama2.c tokenizer; it goes with --llama2c");
   if (!a.gguf.empty()) a.opt.model_path = a.gguf;
+  parse_answer(a.answer, a.opt);
   a.opt.threads = a.sweep.threads > 0 ? a.sweep.threads : cli::default_threads();
+  set_blas_threads(a.opt.threads);
   std::vector<std::string> inputs = a.arts;
   inputs.push_back(a.source);
   inputs.push_back(a.opt.model_path);
@@ -108,6 +134,10 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
       ->required();
   sub->add_option("--steps", a->opt.steps, "decode steps after the prefix (default: up to 64 the dump holds)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  sub->add_option("--answer", a->answer,
+                  "START:END, the dump's token positions [START, END) that answer a task prompt (a needle's "
+                  "value): report how many of them dense and sparse decoding predict under teacher forcing "
+                  "(they must fall within the decode steps)");
   sub->add_option("--budget", a->sweep.budgets,
                   "budgets of pq / clusterkv (default 0.1); squeeze ranks to a budget with -o rank_budget=B");
   sub->add_option("--rerank", a->sweep.reranks,

@@ -24,6 +24,10 @@ struct EvalDecodeOptions {
   int threads = 1;  // a GGUF model's batched prefill
   // Decode steps after the prefix; 0: min(64, the dump's tokens after the prefix - 1).
   int64_t steps = 0;
+  // The answer of a task prompt (a needle's value): the dump's tokens at positions [answer_begin,
+  // answer_end), each predicted under teacher forcing within the decode steps. Each result then
+  // reports how many of them dense and sparse decoding predict (argmax), and whether all. -1: none.
+  int64_t answer_begin = -1, answer_end = -1;
   // Swept values per query option of each artifact's kind, as EvalOptions::sweep (an option the
   // kind does not take is ignored; none named: the kind's default sweep).
   std::map<std::string, std::vector<std::string>> sweep;
@@ -48,7 +52,13 @@ struct DecodeResult {
   // Prefix rows attended per query as a fraction of the prefix, and per KV head the union over
   // its query heads (the rows a GQA engine must fetch), over the artifact's layers.
   double selected_fraction = 0, selected_fraction_kv_union = 0;
-  double mean_kl = 0, max_kl = 0;        // KL(dense || sparse) of the next-token distribution, nats
+  // The share of the exact top-k prefix rows by q·k (k = the rows selected, per query head and
+  // step) that the selection holds, averaged over the artifact's layers, heads and steps.
+  double recall_at_k = 0;
+  double mean_kl = 0, max_kl = 0;  // KL(dense || sparse) of the next-token distribution, nats
+  // EvalDecodeOptions::answer_*: the answer's tokens (0: no answer asked for) and how many of them
+  // sparse and dense decoding predict (argmax under teacher forcing).
+  int64_t answer_tokens = 0, answer_correct = 0, answer_correct_dense = 0;
   double top1_agreement = 0;             // steps whose argmax tokens agree
   double ppl_dense = 0, ppl_sparse = 0;  // perplexity of the dump's continuation
   // First step at which free-running sparse greedy decoding leaves dense greedy decoding; -1: none
