@@ -34,7 +34,7 @@ rows() { grep -c "^  $1 " "$WORK/out"; }
 [ "$(rows st.sq.kvi)" = $((1 + 2 * calibrated)) ] || fail "squeeze: every calibrated quantile, hier and flat"
 want_lsh=$(/usr/bin/python3 -c "print(1 + sum(c <= $tables for c in (1, 2, 3, 4, 8, 16)))")
 [ "$(rows st.lsh.kvi)" = "$want_lsh" ] || fail "lsh: the collision thresholds <= $tables tables"
-for h in artifact kind setting sel.frac retained oracle ratio out.err rel.err "index bytes"; do contains "$WORK/out" "$h"; done
+for h in artifact kind setting sel.frac retained oracle ratio recall@k out.err rel.err "index bytes"; do contains "$WORK/out" "$h"; done
 
 # JSON, CSV and SVG in one run; every number equal to eval's for the same artifact and setting.
 expect_exit 0 "$KVTOOL" compare --source st.h5 $ARTS --json --csv c.csv --plot c.svg --threads 1

@@ -438,21 +438,22 @@ void print_compare(const CompareReport& r) {
         static_cast<long long>(e.indexed_rows), static_cast<unsigned long long>(e.query_positions),
         human_bytes(e.index.stored).c_str(), e.index.stored_fraction());
   }
-  std::cout << cli::strprintf("\n  %-*s %-9s %-12s %9s %9s %9s %9s %8s %9s %9s %12s\n", static_cast<int>(w), "artifact",
-                              "kind", "setting", "sel.frac", "kv.union", "retained", "oracle", "ratio", "out.err",
-                              "rel.err", "index bytes");
+  std::cout << cli::strprintf("\n  %-*s %-9s %-12s %9s %9s %9s %9s %8s %8s %9s %9s %12s\n", static_cast<int>(w),
+                              "artifact", "kind", "setting", "sel.frac", "kv.union", "retained", "oracle", "ratio",
+                              "recall@k", "out.err", "rel.err", "index bytes");
   for (const auto& a : r.artifacts)
     for (const auto& s : a.report.settings) {
       const EvalStats& b = s.overall;
-      std::cout << cli::strprintf(
-          "  %-*s %-9s %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %9.4f %9.4f %12llu\n", static_cast<int>(w),
-          a.report.artifact.c_str(), a.report.kind.c_str(), s.label.c_str(), b.selected_fraction_mean,
-          b.selected_fraction_kv_union_mean, b.retained_mass_mean, b.oracle_retained_mass_mean, b.quality_ratio,
-          b.output_error_mean, b.relative_output_error_mean, static_cast<unsigned long long>(s.index_bytes));
+      std::cout << cli::strprintf("  %-*s %-9s %-12s %9.4f %9.4f %9.4f %9.4f %8.3f %8.3f %9.4f %9.4f %12llu\n",
+                                  static_cast<int>(w), a.report.artifact.c_str(), a.report.kind.c_str(),
+                                  s.label.c_str(), b.selected_fraction_mean, b.selected_fraction_kv_union_mean,
+                                  b.retained_mass_mean, b.oracle_retained_mass_mean, b.quality_ratio,
+                                  b.recall_support_mean, b.output_error_mean, b.relative_output_error_mean,
+                                  static_cast<unsigned long long>(s.index_bytes));
     }
-  std::cout << "  oracle: dense top-k with each query's selected row count; ratio = retained / oracle; out.err = "
-               "|o_R - o|, rel.err = out.err / |o| (mean over queries); kv.union: per KV head, the union of its "
-               "query heads' rows (what a GQA engine fetches)\n";
+  std::cout << "  oracle: dense top-k with each query's selected row count; ratio = retained / oracle; recall@k: "
+               "the share of that top-k the selection holds; out.err = |o_R - o|, rel.err = out.err / |o| (mean over "
+               "queries); kv.union: per KV head, the union of its query heads' rows (what a GQA engine fetches)\n";
 }
 
 void print_load(const LoadReport& j) {
