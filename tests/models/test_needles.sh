@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The needle tasks of issue 51 (tests/models/needles.py) and their report (needle_report.py):
+# deterministic for a seed; each task holds its fact in the document, its question at "ask" and the
+# fact's value at "answer"; and the report runs end to end (GGUF conversion, dumps, builds,
+# eval-decode --answer) on a shared character-level model (cheaders: 512-token context).
+source "${KVTOOL_SOURCE:?}/tests/cli/lib.sh"
+HERE=$KVTOOL_SOURCE/tests/models
+PY=/usr/bin/python3
+M=$SHARED/models
+[ -e "$M/cheaders.bin" ] || { echo "skipped: no $M/cheaders.bin"; exit 77; }
+[ -d /usr/include ] || { echo "skipped: no /usr/include (the tasks' text)"; exit 77; }
+$PY "$HERE/needles.py" --out a --contexts 480,1024 --depths 0.2,0.8 >/dev/null || fail "needles.py"
+$PY "$HERE/needles.py" --out b --contexts 480,1024 --depths 0.2,0.8 >/dev/null || fail "needles.py again"
+diff -r a b >/dev/null || fail "needles.py is not deterministic for its seed"
+$PY - a <<'EOF2' || fail "the tasks"
+import glob, json, sys
+names = sorted(glob.glob(sys.argv[1] + "/*-*.json"))
+tasks = [n for n in names if not n.endswith(".ids.json")]
+assert len(tasks) == 8, tasks
+for n in tasks:
+    t = json.load(open(n))
+    ids = t["token_ids"]
+    assert len(ids) == t["context"] and ids[0] == 1, (n, len(ids))
+    text = bytes(ids[1:]).decode("ascii")
+    a0, a1 = t["answer"]
+    assert bytes(ids[a0:a1]).decode() == t["value"], n
+    assert bytes(ids[t["ask"]:a0]).decode() == "/* ask %s = " % t["key"], n
+    fact = "/* fact %s = %s */" % (t["key"], t["value"])
+    at = text.find(fact)
+    assert 0 <= at < t["ask"] - 1, n  # in the document, before the question
+    assert json.load(open(n[:-5] + ".ids.json")) == ids, n
+EOF2
+$PY "$HERE/needle_report.py" --kvtool "$KVTOOL" --work r --model "$M/cheaders.bin" --tokenizer "$M/tok128c.bin" \
+  --contexts 480 --depths 0.5 --kinds single,multikey --index-kinds pq,clusterkv --budgets 0.05 >table.md ||
+  fail "needle_report.py"
+cat table.md
+grep -q "^| 480 | pq | 0.05 |" table.md || fail "the report has no pq row"
+grep -q "^| 480 | topk | 0.05 |" table.md || fail "the report has no top-k row"
+finish

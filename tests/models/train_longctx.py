@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""Trains the long-context test model (tests/models/README.md, issue 51): a character-level llama in
+llama2.c semantics with a real LLM's head shape (head_dim 128, 2 query heads per KV head), on C header
+text with planted key -> value facts (longctx_data.py), in three phases of growing context (a
+curriculum: copying learned at short distances first), then writes the llama2.c checkpoint and
+tokenizer. Deterministic for its arguments (seeded data and initialisation, 2 threads).
+
+Usage: train_longctx.py --out DIR [--steps A,B,C] [--measure]
+"""
+import argparse
+import math
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import longctx_data as data  # noqa: E402
+
+DIM, LAYERS, HEADS, KV_HEADS, HIDDEN, SEQ_LEN = 256, 2, 2, 1, 512, 8192
+HEAD_DIM = DIM // HEADS
+# (window characters, batch, facts per window, asks per fact, copied segments) per phase: copying
+# first (random strings written twice, a plain induction signal), then facts at growing distances.
+PHASES = [(256, 16, 2, 2, 4), (512, 8, 6, 2, 2), (2048, 4, 16, 2, 4), (4096, 2, 24, 2, 6)]
+
+
+def rope_tables(n):
+    freqs = 1.0 / (10000.0 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
+    ang = torch.outer(torch.arange(n).float(), freqs)
+    return torch.cos(ang), torch.sin(ang)
+
+
+def rope(x, cos, sin):
+    """llama2.c's rotation of adjacent pairs (2i, 2i + 1). x: [B, T, H, D]."""
+    a, b = x[..., 0::2], x[..., 1::2]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+
+        def w(o, i, scale=1.0):
+            return torch.nn.Parameter(torch.randn(o, i, generator=g) * 0.02 * scale)
+        self.embed = torch.nn.Parameter(torch.randn(data.VOCAB, DIM, generator=g) * 0.02)
+        self.layers = torch.nn.ModuleList()
+        for _ in range(LAYERS):
+            m = torch.nn.Module()
+            m.rms_att, m.rms_ffn = torch.nn.Parameter(torch.ones(DIM)), torch.nn.Parameter(torch.ones(DIM))
+            m.wq, m.wk, m.wv = w(DIM, DIM), w(KV_HEADS * HEAD_DIM, DIM), w(KV_HEADS * HEAD_DIM, DIM)
+            m.wo = w(DIM, DIM, 1 / math.sqrt(2 * LAYERS))
+            m.w1, m.w3, m.w2 = w(HIDDEN, DIM), w(HIDDEN, DIM), w(DIM, HIDDEN, 1 / math.sqrt(2 * LAYERS))
+            self.layers.append(m)
+        self.rms_final = torch.nn.Parameter(torch.ones(DIM))
+
+    @staticmethod
+    def norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+
+    def forward(self, tokens):
+        B, T = tokens.shape
+        cos, sin = rope_tables(T)
+        x = self.embed[tokens]
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        for m in self.layers:
+            h = self.norm(x, m.rms_att)
+            q = rope((h @ m.wq.T).view(B, T, HEADS, HEAD_DIM), cos, sin)
+            k = rope((h @ m.wk.T).view(B, T, KV_HEADS, HEAD_DIM), cos, sin)
+            v = (h @ m.wv.T).view(B, T, KV_HEADS, HEAD_DIM)
+            k = k.repeat_interleave(HEADS // KV_HEADS, dim=2)
+            v = v.repeat_interleave(HEADS // KV_HEADS, dim=2)
+            att = (q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2)) / math.sqrt(HEAD_DIM) + mask
+            o = (att.softmax(-1) @ v.transpose(1, 2)).transpose(1, 2).reshape(B, T, DIM)
+            x = x + o @ m.wo.T
+            h = self.norm(x, m.rms_ffn)
+            x = x + (F.silu(h @ m.w1.T) * (h @ m.w3.T)) @ m.w2.T
+        return self.norm(x, self.rms_final) @ self.embed.T
+
+
+def batch(rng, corpus, phase):
+    length, b, facts, asks, segments = phase
+    rows, weights = [], []
+    for _ in range(b):
+        text, spans = data.planted_copy_window(rng, corpus, length, facts, asks, segments)
+        ids = np.concatenate([[data.BOS], data.encode(text)])[: length + 1]
+        wt = np.ones(len(ids) - 1)
+        for _, v0, v1 in spans:  # the asked values: the retrieval signal, weighted up
+            wt[v0:v1] = 5.0
+        rows.append(ids)
+        weights.append(wt)
+    return torch.tensor(np.stack(rows)), torch.tensor(np.stack(weights), dtype=torch.float32)
+
+
+def export(model, out):
+    """The llama2.c legacy checkpoint (../shared/models/README.md's layout), shared classifier."""
+    L = model.layers
+    with open(os.path.join(out, "longctx.bin"), "wb") as f:
+        f.write(struct.pack("<7i", DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, data.VOCAB, SEQ_LEN))
+
+        def put(t):
+            f.write(t.detach().float().contiguous().numpy().astype("<f4").tobytes())
+        put(model.embed)
+        for name in ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3"):
+            for m in L:
+                put(getattr(m, name))
+        put(model.rms_final)
+        cos, sin = rope_tables(SEQ_LEN)
+        put(cos)
+        put(sin)
+    data.write_tokenizer(os.path.join(out, "longctx.tok.bin"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", default="1500,300,60,40", help="steps of the phases")
+    ap.add_argument("--measure", action="store_true", help="time 3 steps of each phase and stop")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
+    corpus = data.header_corpus()
+    model = Model()
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.95), weight_decay=0.01)
+    steps = [int(s) for s in args.steps.split(",")]
+    total, done, t0 = sum(steps), 0, time.time()
+    for phase, n in zip(PHASES, steps):
+        for s in range(3 if args.measure else n):
+            # Warm-up, constant through the copying phase, then a cosine to a tenth.
+            rest = max(0, done - steps[0]) / max(1, total - steps[0])
+            lr = 3e-3 * min(1.0, (done + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * rest)))
+            for g in opt.param_groups:
+                g["lr"] = lr
+            ids, wt = batch(rng, corpus, phase)
+            logits = model(ids[:, :-1])
+            ce = F.cross_entropy(logits.reshape(-1, data.VOCAB), ids[:, 1:].reshape(-1), reduction="none")
+            loss = (ce * wt.reshape(-1)).sum() / wt.sum()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            done += 1
+            asked = (ce.view(wt.shape)[wt > 1]).mean().item()  # copies and asked values
+            if args.measure or s % 10 == 0 or s == n - 1:
+                print("phase %d step %d/%d loss %.3f asked-value loss %.3f lr %.2e %.0f s" %
+                      (phase[0], s, n, loss.item(), asked, lr, time.time() - t0), flush=True)
+        if not args.measure:
+            os.makedirs(args.out, exist_ok=True)
+            export(model, args.out)  # after every phase: a usable checkpoint if stopped later
+    print("done in %.0f s" % (time.time() - t0))
+
+
+if __name__ == "__main__":
+    main()
