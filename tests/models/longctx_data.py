@@ -6,8 +6,8 @@ A fact is a line `/* fact KEY = VALUE */`; asking it again is `/* ask KEY = VALU
 retrieving the fact can predict VALUE. KEY: 4 characters of [A-Z0-9]; VALUE: 6 of VALUE_CHARS, control
 characters the header text never holds (the corpus keeps only tab, newline and printable ASCII), so
 that copying a value is unambiguous once a head finds it: a task vocabulary that makes copying the
-cheapest solution (../shared/LONGCTX.md's lesson: two attempts with values in [a-z0-9], the
-characters of the code around them, learned no copying at all).
+cheapest solution (tests/models/README.md, "Attempts": with values in [a-z0-9], the characters of
+the code around them, no attempt learned any copying).
 """
 import os
 import struct
@@ -107,7 +107,7 @@ def encode(text):
 
 def write_tokenizer(path):
     """llama2.c tokenizer: 128 tokens, id = ASCII code (0 <unk>, 1 BOS, 2 EOS; the other control
-    characters as <0xNN>), scores 0, as ../shared/models/tok128c.bin."""
+    characters as <0xNN>), scores 0: the tokenizer layout kvtool/llama2c.h reads."""
     toks = []
     for i in range(VOCAB):
         if i == 0:

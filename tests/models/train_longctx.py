@@ -98,7 +98,7 @@ def batch(rng, corpus, phase):
 
 
 def export(model, out):
-    """The llama2.c legacy checkpoint (../shared/models/README.md's layout), shared classifier."""
+    """The llama2.c legacy checkpoint (the layout kvtool/llama2c.h reads), shared classifier."""
     L = model.layers
     with open(os.path.join(out, "longctx.bin"), "wb") as f:
         f.write(struct.pack("<7i", DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, data.VOCAB, SEQ_LEN))
