@@ -1,14 +1,18 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <unistd.h>
 
 #include "kvtool/canonical.h"
 #include "kvtool/error.h"
 #include "kvtool/half.h"
 #include "kvtool/json.h"
+#include "kvtool/mapped_file.h"
 #include "kvtool/prng.h"
 #include "kvtool/sha256.h"
+#include "test_util.h"
 
 using namespace kvtool;
 
@@ -136,4 +140,51 @@ TEST_CASE("one mapping of exceptions to reasons: bad_alloc is OUT_OF_MEMORY ever
   CHECK(error_from_exception(std::make_exception_ptr(std::bad_alloc())).reason() == Reason::OUT_OF_MEMORY);
   CHECK(error_from_exception(std::make_exception_ptr(std::runtime_error("x"))).reason() == Reason::INTERNAL);
   CHECK(error_from_exception(std::make_exception_ptr(Error(Reason::TRUNCATED, "t"))).reason() == Reason::TRUNCATED);
+}
+
+namespace {
+// The reason a call threw, or "none".
+std::string thrown_reason(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.reason_name();
+  }
+  return "none";
+}
+}  // namespace
+
+TEST_CASE("a mapped file reads in bounds, refuses past its size, and turns a file cut under the map into TRUNCATED") {
+  test::TempDir dir;
+  const std::string path = dir.file("m.bin");
+  std::string bytes(3 * 4096, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  RandomAccessFile file(path);
+  MappedFile map(file);
+  REQUIRE(map.size() == bytes.size());
+  uint64_t sum = 0, want = 0;
+  for (size_t i = 5000; i < 9000; ++i) want += static_cast<uint8_t>(bytes[i]);
+  map.read(5000, 4000, [&](const uint8_t* p) {
+    for (size_t i = 0; i < 4000; ++i) sum += p[i];
+  });
+  CHECK(sum == want);
+  CHECK(thrown_reason([&] { map.read(12000, 289, [](const uint8_t*) {}); }) == "TRUNCATED");
+  CHECK(thrown_reason([&] { map.read(UINT64_MAX, 1, [](const uint8_t*) {}); }) == "TRUNCATED");
+  // An exception from the reader passes through, and leaves no fault target behind.
+  CHECK(thrown_reason([&] { map.read(0, 1, [](const uint8_t*) { throw Error(Reason::BAD_MODEL, "x"); }); }) ==
+        "BAD_MODEL");
+  REQUIRE(truncate(path.c_str(), 0) == 0);  // someone else cuts the file: its pages now fault
+  volatile uint64_t touched = 0;
+  std::string message;
+  try {
+    map.read(4096, 4096, [&](const uint8_t* p) {
+      for (size_t i = 0; i < 4096; i += 512) touched = touched + p[i];
+    });
+  } catch (const Error& e) {
+    message = std::string(e.reason_name()) + ": " + e.what();
+  }
+  CHECK(message == "TRUNCATED: '" + path + "' became shorter while it was read");
+  // The guard is per read: a second faulting read is caught the same way.
+  CHECK(thrown_reason([&] { map.read(0, 1, [&](const uint8_t* p) { touched = p[0]; }); }) == "TRUNCATED");
 }

@@ -20,4 +20,12 @@ bool set_blas_threads(int threads) {
   return false;
 }
 
+int blas_threads() {
+  using GetThreads = int (*)();
+  for (const char* name : {"openblas_get_num_threads", "bli_thread_get_num_threads"}) {
+    if (void* f = dlsym(RTLD_DEFAULT, name)) return std::max(1, reinterpret_cast<GetThreads>(f)());
+  }
+  return 0;
+}
+
 }  // namespace kvtool

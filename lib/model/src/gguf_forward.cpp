@@ -149,6 +149,8 @@ void attend_batch(const GgufModelConfig& c, const std::vector<float>& kc, const 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   constexpr int kBlock = 256;
   const int blocks = (n + kBlock - 1) / kBlock;
+  const int blas_before = blas_threads();  // one BLAS thread per job while the jobs run (kvtool/blas.h)
+  if (threads > 1 && blas_before > 1) set_blas_threads(1);
   parallel_for(c.heads * blocks, threads, [&](int job) {
     const int h = job / blocks, b0 = (job % blocks) * kBlock, bn = std::min(kBlock, n - b0);
     const int rows = pos0 + b0 + bn;  // causal: the block's last query sees rows [0, rows)
@@ -169,6 +171,7 @@ void attend_batch(const GgufModelConfig& c, const std::vector<float>& kc, const 
     int mo = hd, ko = rows, lv = kvd;
     sgemm_("N", "N", &mo, &nn, &ko, &one, v, &lv, sc.data(), &m, &zero, o, &lq);
   });
+  if (threads > 1 && blas_before > 1) set_blas_threads(blas_before);
 }
 
 // One query row at `pos` attending head by head to all rows [0, pos] or to those `select` chooses,

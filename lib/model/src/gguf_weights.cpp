@@ -6,6 +6,7 @@
 
 #include "impl/gguf_weights.h"
 #include "kvtool/error.h"
+#include "kvtool/mapped_file.h"
 #include "kvtool/random_access_file.h"
 
 namespace kvtool::impl {
@@ -14,7 +15,9 @@ namespace {
 
 class TensorLoader {
  public:
-  explicit TensorLoader(const GgufFile& f) : f_(f), file_(f.path()) {}
+  explicit TensorLoader(const GgufFile& f) : f_(f), file_(f.path(), {f.what(), true, false, "read"}), map_(file_) {
+    KVT_CHECK(file_.size() == f.file_size(), TRUNCATED, f.what() << " changed size while it was read");
+  }
 
   // The tensor `name` with exactly `dims` (ggml order), as float32; `optional` ones may be absent.
   std::vector<float> get(const std::string& name, std::vector<int64_t> dims, bool optional = false) {
@@ -31,12 +34,11 @@ class TensorLoader {
     KVT_CHECK(t->dims == dims, BAD_MODEL,
               f_.what() << ": tensor '" << name << "' has shape " << shape(t->dims) << ", the model's metadata says "
                         << shape(dims));
-    std::vector<uint8_t> raw(static_cast<size_t>(t->bytes));
-    file_.pread_exact(t->offset, raw.size(), raw.data());
     GgufMatrix m;
     m.type = t->type;
     m.w.resize(static_cast<size_t>(t->elements()));
-    ggml_dequantize(t->type, raw.data(), t->elements(), m.w.data());
+    map_.read(t->offset, static_cast<size_t>(t->bytes),
+              [&](const uint8_t* raw) { ggml_dequantize(t->type, raw, t->elements(), m.w.data()); });
     return m;
   }
   // Tensors of the file the graph did not take: each is a feature this forward would ignore.
@@ -55,6 +57,7 @@ class TensorLoader {
   }
   const GgufFile& f_;
   RandomAccessFile file_;
+  MappedFile map_;  // the tensor data, as llama.cpp maps it: no copy of the raw bytes
   std::set<std::string> used_;
 };
 
