@@ -311,7 +311,7 @@ def dump(out, *, gguf, prompt=None, token_ids=None, tokens=0, queries=False, dty
 
 
 def eval_decode(artifacts, source, *, llama2c=None, gguf=None, steps=0, baselines=(), window_sinks=4,
-                share_kv_head=False, tokenizer=None, **sweep):
+                share_kv_head=False, tokenizer=None, answer=None, **sweep):
     """Decode ``source``'s tokens with the model that produced the dump — the llama2.c checkpoint
     ``llama2c`` or the GGUF model ``gguf`` (llama, qwen2; ``kvtool dump --gguf``), one of them —
     densely and with each artifact's sparse attention through a runtime pool; returns what
@@ -324,6 +324,9 @@ def eval_decode(artifacts, source, *, llama2c=None, gguf=None, steps=0, baseline
     row count. ``share_kv_head=True``: one selection per KV head, as ``--share-kv-head``.
     ``tokenizer`` (with ``llama2c``): the model's llama2.c tokenizer; each result then has ``"diverge_text"`` (the
     greedy text both runs produced, then dense's and sparse's next token), as ``--tokenizer``.
+    ``answer=(start, end)``: a task's answer, the dump's tokens at positions [start, end), as
+    ``--answer START:END``; each result then has ``"answer"``: how many of them dense and sparse
+    decoding predict under teacher forcing, and whether all.
     ``sweep``: the kinds' query options as for :func:`eval` (``budget=[0.05, 0.1]``,
     ``quantile=0.8``, ``min_collisions=2``); kinds ignore the names they do not take, and a name
     no kind takes raises UsageError.
@@ -346,10 +349,17 @@ def eval_decode(artifacts, source, *, llama2c=None, gguf=None, steps=0, baseline
     if gguf is not None and tokenizer is not None:
         raise _usage("tokenizer= is a llama2.c tokenizer; it goes with llama2c=")
     model = _path(llama2c, "llama2c") if gguf is None else _path(gguf, "gguf")
+    span = (-1, -1)
+    if answer is not None:
+        if (not isinstance(answer, (tuple, list)) or len(answer) != 2 or
+                any(isinstance(v, bool) or not isinstance(v, int) for v in answer) or
+                not 0 <= answer[0] < answer[1] <= 2**31):
+            raise _usage(f"answer: (start, end) with 0 <= start < end, token positions, not {answer!r}")
+        span = (answer[0], answer[1])
     lists = _sweep_lists(sweep)
     text = _kvtool.eval_decode(paths, _path(source, "source"), model, steps, lists,
                                list(baselines), window_sinks, _flag(share_kv_head, "share_kv_head"),
-                               "" if tokenizer is None else _path(tokenizer, "tokenizer"))
+                               "" if tokenizer is None else _path(tokenizer, "tokenizer"), span[0], span[1])
     return json.loads(text)
 
 

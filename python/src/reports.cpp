@@ -166,7 +166,7 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
 std::string eval_decode(const std::vector<std::string>& artifacts, const std::string& source, const std::string& model,
                         int64_t steps, const std::map<std::string, std::vector<std::string>>& sweep,
                         const std::vector<std::string>& baselines, int64_t window_sinks, bool share_kv_head,
-                        const std::string& tokenizer) {
+                        const std::string& tokenizer, int64_t answer_begin, int64_t answer_end) {
   py::gil_scoped_release nogil;
   if (auto it = sweep.find("budget"); it != sweep.end())
     for (const auto& b : it->second) Budget::parse(b);  // USAGE for a bad budget, as the CLI
@@ -183,6 +183,8 @@ std::string eval_decode(const std::vector<std::string>& artifacts, const std::st
   o.baselines = baselines;
   o.window_sinks = window_sinks;
   o.share_kv_head = share_kv_head;
+  o.answer_begin = answer_begin;
+  o.answer_end = answer_end;
   DumpReader d(source);
   return json_text(kvtool::eval_decode(artifacts, d, o).to_json(tok.get()));
 }
@@ -258,7 +260,8 @@ void bind_reports(py::module_& m) {
         "(JSON text of `kvtool eval --json`, list of record dicts or None).");
   m.def("eval_decode", &eval_decode, py::arg("artifacts"), py::arg("source"), py::arg("model"), py::arg("steps"),
         py::arg("sweep"), py::arg("baselines"), py::arg("window_sinks"), py::arg("share_kv_head") = false,
-        py::arg("tokenizer") = "", "JSON text of `kvtool eval-decode --json` (--tokenizer when not empty).");
+        py::arg("tokenizer") = "", py::arg("answer_begin") = -1, py::arg("answer_end") = -1,
+        "JSON text of `kvtool eval-decode --json` (--tokenizer when not empty, --answer when begin >= 0).");
   m.def("query", &query, py::arg("artifact"), py::arg("source"), py::arg("layer"), py::arg("q_head"),
         py::arg("position"), py::arg("vector"), py::arg("settings"),
         "(JSON text of `kvtool query --json`, candidates int64 array, scores float32 array).");

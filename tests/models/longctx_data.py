@@ -101,6 +101,38 @@ def planted_copy_window(rng, corpus, length, facts, asks_per_fact, segments):
     return "".join(text)[:length], spans
 
 
+DRILL_CHARS = "".join(chr(c) for c in range(3, 128) if c not in (9, 10))  # every id but BOS/EOS/<unk>/tab/newline
+
+
+def copy_drill(rng, length, chars=DRILL_CHARS):
+    """A window of `length` characters that is nothing but copying: random strings of `chars` (8 to
+    24 characters, each on its own line), then the same strings again in another order. Every
+    character of a second copy but its first is predictable only by finding the first copy (an
+    induction head); the densest form of the signal planted_copy_window spreads through text.
+    Returns (text, spans) as planted_copy_window."""
+    segs, used = [], 0
+    while used < length // 2 - 26:
+        segs.append(random_word(rng, chars, int(rng.integers(8, 25))))
+        used += len(segs[-1]) + 1
+    text = "".join(x + "\n" for x in segs)
+    spans = []
+    for i in rng.permutation(len(segs)):
+        spans.append((len(text), len(text) + 1, len(text) + len(segs[i])))
+        text += segs[i] + "\n"
+    text = text[:length].ljust(length, "\n")
+    return text, [sp for sp in spans if sp[2] <= length]
+
+
+def repeat_drill(rng, length, chars=DRILL_CHARS):
+    """The plainest copying there is: one random string of `chars` (8 to 48 characters) repeated to
+    fill `length`. After its first copy every character is predictable by finding the previous copy,
+    the data small models form induction heads on. Returns (text, spans) as copy_drill."""
+    p = int(rng.integers(8, 49))
+    seg = random_word(rng, chars, p)
+    text = (seg * (length // p + 1))[:length]
+    return text, [(p, p, length)]
+
+
 def encode(text):
     return np.frombuffer(text.encode("ascii"), dtype=np.uint8).astype(np.int64)
 

@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--tokenizer", help="its character-level tokenizer (default: longctx.tok.bin beside it)")
     ap.add_argument("--contexts", default="2048,4096,8192")
     ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
-    ap.add_argument("--kinds", default="single,multikey")
+    ap.add_argument("--kinds", default="single,multikey,multivalue")
     ap.add_argument("--budgets", default="0.005,0.01,0.02,0.05")
     ap.add_argument("--index-kinds", default=",".join(KINDS))
     args = ap.parse_args()

@@ -6,6 +6,9 @@ in the question `/* ask KEY = ` and the VALUE (teacher forced: the dump holds th
 
   single    one fact at the given depth, asked at the end
   multikey  8 facts with different keys; the one at the given depth is asked
+  multivalue  4 facts with one key and 4 values, the first at the given depth and the others spread
+            evenly after it; the question's answer is the 4 values in document order, separated by
+            spaces (RULER's multi-value needle)
 
 Writes, per task, NAME.json: {"token_ids": [BOS, ...], "ask": position of the question's first
 token, "answer": [start, end) token positions of VALUE, "key", "value", "depth", "context"}: for
@@ -25,11 +28,15 @@ import longctx_data as data  # noqa: E402
 
 
 def task(rng, corpus, context, depth, kind):
-    n_facts = 1 if kind == "single" else 8
+    n_facts = {"single": 1, "multikey": 8, "multivalue": 4}[kind]
     facts = [(data.random_word(rng, data.KEY_CHARS, 4), data.random_word(rng, data.VALUE_CHARS, 6))
              for _ in range(n_facts)]
-    asked = 0 if kind == "single" else int(rng.integers(0, n_facts))
+    asked = 0 if kind != "multikey" else int(rng.integers(0, n_facts))
+    if kind == "multivalue":
+        facts = [(facts[0][0], v) for _, v in facts]
     key, value = facts[asked]
+    if kind == "multivalue":
+        value = " ".join(v for _, v in facts)
     question = "/* ask %s = " % key
     tail = question + value + " */\n"
     body_len = context - 1 - len(tail)  # BOS, the document, the question and answer
@@ -38,7 +45,10 @@ def task(rng, corpus, context, depth, kind):
     start = int(rng.integers(0, len(corpus) - filler_len - 1))
     filler = corpus[start:start + filler_len]
     # The asked fact at `depth` of the document, the others spread evenly around it.
-    where = sorted(((depth if i == asked else (i + 0.5) / n_facts), s) for i, s in enumerate(lines))
+    if kind == "multivalue":
+        where = [(depth + (1 - depth) * i / n_facts, s) for i, s in enumerate(lines)]
+    else:
+        where = sorted(((depth if i == asked else (i + 0.5) / n_facts), s) for i, s in enumerate(lines))
     out, taken = [], 0
     for d, s in where:
         cut = max(int(d * filler_len), taken)
@@ -59,7 +69,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--contexts", default="2048,4096,8192")
     ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
-    ap.add_argument("--kinds", default="single,multikey")
+    ap.add_argument("--kinds", default="single,multikey,multivalue")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     corpus = data.header_corpus()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The needle tasks of issue 51 (tests/models/needles.py) and their report (needle_report.py):
-# deterministic for a seed; each task holds its fact in the document, its question at "ask" and the
-# fact's value at "answer"; and the report runs end to end (GGUF conversion, dumps, builds,
+# deterministic for a seed; each task holds its fact (multivalue: its 4 facts of one key) in the
+# document, its question at "ask" and the value (values) at "answer"; and the report runs end to end (GGUF conversion, dumps, builds,
 # eval-decode --answer) on a shared character-level model (cheaders: 512-token context).
 source "${KVTOOL_SOURCE:?}/tests/cli/lib.sh"
 HERE=$KVTOOL_SOURCE/tests/models
@@ -16,7 +16,7 @@ $PY - a <<'EOF2' || fail "the tasks"
 import glob, json, sys
 names = sorted(glob.glob(sys.argv[1] + "/*-*.json"))
 tasks = [n for n in names if not n.endswith(".ids.json")]
-assert len(tasks) == 8, tasks
+assert len(tasks) == 12, tasks
 for n in tasks:
     t = json.load(open(n))
     ids = t["token_ids"]
@@ -25,9 +25,14 @@ for n in tasks:
     a0, a1 = t["answer"]
     assert bytes(ids[a0:a1]).decode() == t["value"], n
     assert bytes(ids[t["ask"]:a0]).decode() == "/* ask %s = " % t["key"], n
-    fact = "/* fact %s = %s */" % (t["key"], t["value"])
-    at = text.find(fact)
-    assert 0 <= at < t["ask"] - 1, n  # in the document, before the question
+    values = t["value"].split(" ")
+    assert len(values) == (4 if t["kind"] == "multivalue" else 1), n
+    last = -1
+    for v in values:  # each in the document, before the question, in the answer's order
+        at = text.find("/* fact %s = %s */" % (t["key"], v))
+        assert last < at < t["ask"] - 1, n
+        last = at
+    assert text.count("/* fact %s = " % t["key"]) == len(values), n
     assert json.load(open(n[:-5] + ".ids.json")) == ids, n
 EOF2
 $PY "$HERE/needle_report.py" --kvtool "$KVTOOL" --work r --model "$M/cheaders.bin" --tokenizer "$M/tok128c.bin" \

@@ -25,6 +25,7 @@ DIM, LAYERS, HEADS, KV_HEADS, HIDDEN, SEQ_LEN = 256, 2, 2, 1, 512, 8192
 HEAD_DIM = DIM // HEADS
 # (window characters, batch, facts per window, asks per fact, copied segments) per phase: copying
 # first (random strings written twice, a plain induction signal), then facts at growing distances.
+DRILL = "repeat"
 PHASES = [(256, 16, 2, 2, 4), (512, 8, 6, 2, 2), (2048, 4, 16, 2, 4), (4096, 2, 24, 2, 6)]
 
 
@@ -83,11 +84,14 @@ class Model(torch.nn.Module):
         return self.norm(x, self.rms_final) @ self.embed.T
 
 
-def batch(rng, corpus, phase):
+def batch(rng, corpus, phase, drills):
     length, b, facts, asks, segments = phase
     rows, weights = [], []
-    for _ in range(b):
-        text, spans = data.planted_copy_window(rng, corpus, length, facts, asks, segments)
+    for i in range(b):
+        if i < drills:
+            text, spans = (data.repeat_drill if DRILL == "repeat" else data.copy_drill)(rng, length)
+        else:
+            text, spans = data.planted_copy_window(rng, corpus, length, facts, asks, segments)
         ids = np.concatenate([[data.BOS], data.encode(text)])[: length + 1]
         wt = np.ones(len(ids) - 1)
         for _, v0, v1 in spans:  # the asked values: the retrieval signal, weighted up
@@ -120,6 +124,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", default="1500,300,60,40", help="steps of the phases")
+    ap.add_argument("--drills", default="8,2,0,0", help="rows of each phase's batch that are copy drills")
+    ap.add_argument("--drill", default="repeat", choices=("repeat", "shuffled"), help="which copy drill")
+    ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     ap.add_argument("--measure", action="store_true", help="time 3 steps of each phase and stop")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -129,15 +136,18 @@ def main():
     model = Model()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.95), weight_decay=0.01)
     steps = [int(s) for s in args.steps.split(",")]
+    drills = [int(s) for s in args.drills.split(",")]
+    global DRILL
+    DRILL = args.drill
     total, done, t0 = sum(steps), 0, time.time()
-    for phase, n in zip(PHASES, steps):
+    for phase, n, nd in zip(PHASES, steps, drills):
         for s in range(3 if args.measure else n):
             # Warm-up, constant through the copying phase, then a cosine to a tenth.
             rest = max(0, done - steps[0]) / max(1, total - steps[0])
-            lr = 3e-3 * min(1.0, (done + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * rest)))
+            lr = args.lr * min(1.0, (done + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * rest)))
             for g in opt.param_groups:
                 g["lr"] = lr
-            ids, wt = batch(rng, corpus, phase)
+            ids, wt = batch(rng, corpus, phase, nd)
             logits = model(ids[:, :-1])
             ce = F.cross_entropy(logits.reshape(-1, data.VOCAB), ids[:, 1:].reshape(-1), reduction="none")
             loss = (ce * wt.reshape(-1)).sum() / wt.sum()

@@ -323,7 +323,14 @@ def test_eval_decode():
                     "--json", "-q")
     got = kvtool.eval_decode("g.pq.kvi", "g.h5", gguf="m.gguf", steps=8, budget="100%")
     check(got == want and got["results"][0]["mean_kl"] == 0, f"eval_decode gguf: {got} != {want}")
-    for bad in (dict(), dict(llama2c=model, gguf="m.gguf")):
+    # answer= as --answer START:END: the answer's tokens counted under teacher forcing.
+    want = cli_json("eval-decode", "g.pq.kvi", "--gguf", "m.gguf", "--source", "g.h5", "--steps", 8, "--budget", "0.1",
+                    "--answer", "99:103", "--json", "-q")
+    got = kvtool.eval_decode("g.pq.kvi", "g.h5", gguf="m.gguf", steps=8, budget=0.1, answer=(99, 103))
+    check(got == want and got["results"][0]["answer"]["tokens"] == 4, f"eval_decode answer: {got} != {want}")
+    for bad in (dict(), dict(llama2c=model, gguf="m.gguf"), dict(gguf="m.gguf", answer=(103, 99)),
+                dict(gguf="m.gguf", answer=[99]), dict(gguf="m.gguf", answer=(99.0, 100)),
+                dict(gguf="m.gguf", answer=(90, 92))):
         try:
             kvtool.eval_decode("g.pq.kvi", "g.h5", steps=2, **bad)
             check(False, f"eval_decode took {bad}")
