@@ -89,6 +89,28 @@ assert {r["budget"] for r in rs} == {0.001, 0.005}, rs
 for r in rs:
     assert 0 < r["selected_fraction"] < 0.2 and 0 <= r["recall_at_k"] <= 1 and r["mean_kl"] >= 0, r
 EOF
+# --top-p: adaptive budgets under a 100 % cap fetch fewer rows than the cap, more for a larger P,
+# and P = 1 is the cap itself; each is a setting of its own ("1 p0.5").
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi clusterkv.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 8 \
+  --budget 100% --top-p 0.5 --top-p 0.9 --top-p 1 --baseline topk --json
+py "$WORK/out" <<'EOF' || fail "--top-p: $(head -c 2000 "$WORK/out")"
+import json, sys
+rs = json.load(open(sys.argv[1]))["results"]
+for kind in ("pq", "clusterkv"):
+    f = {r["setting"]: r["selected_fraction"] for r in rs if r["kind"] == kind}
+    assert set(f) == {"1 p0.5", "1 p0.9", "1 p1"}, f
+    assert 0 < f["1 p0.5"] < f["1 p0.9"] <= f["1 p1"], f
+    full = [r for r in rs if r["kind"] == kind and r["setting"] == "1 p1"][0]
+    assert full["mean_kl"] == 0, full
+EOF
+expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 8 --top-p 2
+expect_exit 0 "$KVTOOL" query pq.kvi --source s.h5 --layer 1 --q-head 0 --position 170 --budget 50 --top-p 0.5 --json
+py "$WORK/out" <<'EOF' || fail "query --top-p: $(head -c 2000 "$WORK/out")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["selector"]["top_p"] == 0.5 and r["selector"]["budget_rows"] == 50, r
+assert 1 <= len(r["candidates"]) < 50 and r["scores"] == sorted(r["scores"], reverse=True), r
+EOF
 [ "$(wc -l < d.csv)" -gt 10 ] || fail "the CSV has a row per result"
 contains d.svg "<svg"
 

@@ -282,6 +282,11 @@ def test_eval_decode():
     check(got == want, f"eval_decode: {got} != {want}")
     full = [r for r in got["results"] if r["kind"] == "pq" and r["budget"] == 1.0]
     check(len(full) == 1 and full[0]["mean_kl"] == 0 and full[0]["top1_agreement"] == 1, f"100 %: {full}")
+    # Adaptive budgets: top_p= as the CLI's --top-p.
+    want = cli_json("eval-decode", "m.pq.kvi", "--llama2c", model, "--source", "m.h5", "--steps", 4, "--budget", "100%",
+                    "--top-p", "0.5", "--top-p", "0.9", "--json", "-q")
+    got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=4, budget="100%", top_p=[0.5, 0.9])
+    check(got == want and [r["setting"] for r in got["results"]] == ["1 p0.5", "1 p0.9"], f"top_p: {got} != {want}")
     # Rerank through Python: query and eval_decode take rerank= as the CLI's --rerank.
     got = kvtool.eval_decode("m.pq.kvi", "m.h5", llama2c=model, steps=4, budget=0.1, rerank=[1, 4])
     check([r["setting"] for r in got["results"]] == ["0.1", "0.1 r4"], f"rerank settings: {got}")

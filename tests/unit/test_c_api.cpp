@@ -1,5 +1,6 @@
 // The C API: statuses, per-thread reasons, NULL arguments, the same answers as the C++ pool.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <catch2/catch.hpp>
 #include <string>
@@ -10,6 +11,7 @@
 #include "kvtool/kinds.h"
 #include "kvtool/kvtool_c.h"
 #include "kvtool/pool.h"
+#include "kvtool/query.h"
 #include "pq/pq_builder.h"
 #include "kvtool/store.h"
 #include "kvtool/artifact.h"
@@ -247,6 +249,65 @@ TEST_CASE("c api: rerank proposes F x the budget and keeps the exact top rows ov
   int64_t counts[1];
   CHECK(kvtool_lease_query_batch(lease, layer, 1, heads, q.data(), pos, qp, 1, ids, nullptr, 64, counts) ==
         KVTOOL_ERR_USAGE);
+  kvtool_query_params_free(qp);
+  kvtool_lease_release(lease);
+  kvtool_pool_free(pool);
+}
+
+TEST_CASE("c api: top_p keeps the shortest best-first prefix of the budget whose estimated mass reaches p") {
+  TempDir tmp;
+  kind_dump(tmp.file("d.h5"), 300, 4, 4);
+  PqParams p;
+  p.subspaces = 4;
+  p.bits = 4;
+  build_artifact(tmp.file("d.h5"), quiet_build(tmp.file("a.kvi"), 1, 1), PqBuilder(p));
+  ArtifactReader r(tmp.file("a.kvi"));
+  const int64_t d = r.source().geo.head_dim, E = r.source().coverage_end, layer = 1, q_head = 2;
+  std::vector<float> q(static_cast<size_t>(d));
+  for (int64_t i = 0; i < d; ++i) q[static_cast<size_t>(i)] = static_cast<float>((i * 7) % 5) * 0.9f - 1.5f;
+  kvtool_pool* pool = nullptr;
+  REQUIRE(kvtool_pool_new(int64_t{1} << 30, 0, KVTOOL_DEVICE_CPU, &pool) == KVTOOL_OK);
+  REQUIRE(kvtool_pool_publish(pool, "doc", tmp.file("a.kvi").c_str(), nullptr, nullptr) == KVTOOL_OK);
+  kvtool_lease* lease = nullptr;
+  REQUIRE(kvtool_pool_acquire(pool, "doc", &lease) == KVTOOL_OK);
+  // The plain budget's rows and scores, best first: the reference the prefix is cut from.
+  SelectorSet set(r);
+  const auto params = set.params({{"budget", "100"}});
+  const CandidateReceipt plain = set.query(layer, q_head, q.data(), E - 1, *params);
+  REQUIRE(plain.candidates.size() == 100);
+  std::vector<double> mass;  // cumulative estimated mass of the first i + 1 rows, relative to all 100
+  double total = 0;
+  for (float s : plain.scores) total += std::exp((s - plain.scores[0]) / std::sqrt(static_cast<double>(d)));
+  for (float s : plain.scores)
+    mass.push_back((mass.empty() ? 0 : mass.back()) + std::exp((s - plain.scores[0]) / std::sqrt(double(d))) / total);
+  int64_t ids[128], n = 0, last = 0;
+  for (double pv : {0.01, 0.3, 0.5, 0.8, 0.95, 1.0}) {
+    const std::string opts = "budget=100,top_p=" + std::to_string(pv);
+    REQUIRE(kvtool_lease_query(lease, layer, q_head, q.data(), E - 1, opts.c_str(), ids, 128, &n) == KVTOOL_OK);
+    INFO("top_p " << pv << " kept " << n);
+    CHECK(n >= last);  // more mass, never fewer rows
+    CHECK(std::vector<int64_t>(ids, ids + n) ==
+          std::vector<int64_t>(plain.candidates.begin(), plain.candidates.begin() + n));
+    // The shortest such prefix: n rows reach p (up to rounding), n - 1 do not.
+    CHECK(mass[static_cast<size_t>(n - 1)] >= pv - 1e-9);
+    if (n > 1) CHECK(mass[static_cast<size_t>(n - 2)] < pv + 1e-9);
+    last = n;
+  }
+  CHECK(last == 100);  // p = 1: the whole budget
+  // The estimate is over the budget's rows: a cap of 10 keeps at most 10.
+  REQUIRE(kvtool_lease_query(lease, layer, q_head, q.data(), E - 1, "budget=10,top_p=0.999", ids, 128, &n) ==
+          KVTOOL_OK);
+  CHECK(n <= 10);
+  for (const char* bad : {"top_p=1.5", "top_p=-0.1", "top_p=nan"})
+    CHECK(kvtool_lease_query(lease, layer, q_head, q.data(), E - 1, bad, ids, 128, &n) == KVTOOL_ERR_USAGE);
+  // Batches refuse it, as rerank: their answers are fixed-size buffers per query.
+  kvtool_query_params* qp = nullptr;
+  REQUIRE(kvtool_lease_params(lease, "budget=12,top_p=0.5", &qp) == KVTOOL_OK);
+  const int64_t heads[1] = {q_head}, pos[1] = {E - 1};
+  int64_t counts[1];
+  CHECK(kvtool_lease_query_batch(lease, layer, 1, heads, q.data(), pos, qp, 1, ids, nullptr, 64, counts) ==
+        KVTOOL_ERR_USAGE);
+  CHECK(std::string(kvtool_last_error()).find("top_p") != std::string::npos);
   kvtool_query_params_free(qp);
   kvtool_lease_release(lease);
   kvtool_pool_free(pool);

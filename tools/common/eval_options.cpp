@@ -23,6 +23,10 @@ void SweepFlags::add(CLI::App* sub, const Defaults& d) {
                   "pq, clusterkv: rerank factor(s) F: the index proposes F x budget rows, exact q.k over the dump's "
                   "keys keeps the budget; 1 is no rerank (default 1)")
       ->type_name("FLOAT");
+  sub->add_option("--top-p", top_ps,
+                  "pq, clusterkv: adaptive budget(s) P: of the budget's rows, best first, the fewest whose softmax "
+                  "mass as the index estimates it reaches P (0: a fixed budget, the default)")
+      ->type_name("P");
   sub->add_flag("--share-kv-head", share_kv_head,
                 "one selection per KV head: the rows chosen for the mean of its query heads' queries (what a "
                 "grouped-query engine fetches once for the group), each query head measured against its own dense "
@@ -51,6 +55,7 @@ std::map<std::string, std::vector<std::string>> SweepFlags::flag_values() const 
   for (int64_t c : min_collisions) all["min_collisions"].push_back(std::to_string(c));
   for (const auto& q : quantiles) all["quantile"].push_back(q);
   for (const auto& f : reranks) all["rerank"].push_back(f);
+  for (const auto& p : top_ps) all["top_p"].push_back(p);
   return all;
 }
 

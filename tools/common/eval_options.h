@@ -17,6 +17,7 @@ struct SweepFlags {
   std::vector<int64_t> min_collisions;
   std::vector<std::string> quantiles;  // as given: the kind parses them (USAGE naming the option)
   std::vector<std::string> reranks;    // --rerank F: budget kinds' rerank factors (1: none)
+  std::vector<std::string> top_ps;     // --top-p P: budget kinds' adaptive budgets (0: none)
   std::vector<std::string> options;    // --option NAME=VALUE: one more swept value of that option
   std::string positions = "all";
   uint64_t positions_seed = 0;

@@ -36,6 +36,7 @@ class ClusterKvSelector : public PartSelector {
         out.ids.push_back(rows_.begin() + i);
         out.scores.push_back(0.f);
       }
+      out.dense = true;
       return;
     }
     std::vector<float>& score = scratch().score;

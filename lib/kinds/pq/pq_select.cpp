@@ -108,6 +108,7 @@ class PqSelector : public PartSelector {
         ids.push_back(base + i);
         scores.push_back(0.f);
       }
+      out.dense = true;
       return;
     }
     // Per-thread and reused (no allocation once a thread has answered a part this size): the

@@ -103,21 +103,25 @@ Budget Budget::parse(const std::string& s) {
 json BudgetParams::receipt(int64_t indexed) const {
   json j = {{"budget", budget.str()}, {"budget_rows", budget.rows(indexed)}};
   if (rerank > 1) j["rerank"] = rerank, j["proposed_rows"] = proposal().rows(indexed);
+  if (top_p > 0) j["top_p"] = top_p;
   return j;
 }
 
 // Without a rerank the label and setting are what they were before the option existed, so that
 // reports of plain budgets keep their keys.
 std::string BudgetParams::label() const {
-  if (rerank <= 1) return budget.str();
+  if (rerank <= 1 && top_p <= 0) return budget.str();
   std::ostringstream os;
-  os << budget.str() << " r" << rerank;
+  os << budget.str();
+  if (rerank > 1) os << " r" << rerank;
+  if (top_p > 0) os << " p" << top_p;
   return os.str();
 }
 
 json BudgetParams::setting() const {
   json j = {{"budget", budget.str()}, {"budget_is_fraction", budget.fraction}};
   if (rerank > 1) j["rerank"] = rerank;
+  if (top_p > 0) j["top_p"] = top_p;
   return j;
 }
 
@@ -134,10 +138,19 @@ const BudgetParams* reranking(const QueryParams& params) {
   return b && b->rerank > 1 ? b : nullptr;
 }
 
+const BudgetParams* top_p_of(const QueryParams& params) {
+  const auto* b = dynamic_cast<const BudgetParams*>(&params);
+  return b && b->top_p > 0 ? b : nullptr;
+}
+
 std::vector<QueryOption> budget_query_options() {
   return {{"budget", "index-chosen rows: a fraction of the indexed rows (0.1, 10%) or a count (64)", "0.1"},
           {"rerank",
-           "F >= 1: the index proposes F x budget rows, exact q.k over the host keys keeps the budget (1: off)", "1"}};
+           "F >= 1: the index proposes F x budget rows, exact q.k over the host keys keeps the budget (1: off)", "1"},
+          {"top_p",
+           "P in (0, 1]: of the budget's rows, best first, the fewest whose softmax mass as the index estimates it "
+           "reaches P (an adaptive budget; the budget is its cap; 0: off)",
+           "0"}};
 }
 
 // From near the sink/local floor to well past eval's default 0.1: where the budget kinds' curves
@@ -151,6 +164,9 @@ std::unique_ptr<QueryParams> parse_budget_params(const KindSpec& kind, const Que
   p->rerank = parse_double_option("rerank", setting_or_default(kind, s, "rerank"));
   KVT_CHECK(p->rerank >= 1 && p->rerank <= BudgetParams::kMaxRerank, USAGE,
             "query option rerank=" << p->rerank << " must be between 1 (no rerank) and " << BudgetParams::kMaxRerank);
+  p->top_p = parse_double_option("top_p", setting_or_default(kind, s, "top_p"));
+  KVT_CHECK(p->top_p >= 0 && p->top_p <= 1, USAGE,
+            "query option top_p=" << p->top_p << " must be in (0, 1] (0: off, a fixed budget)");
   return p;
 }
 

@@ -200,6 +200,7 @@ DeviceStepPlan Lease::plan_device_step(int64_t layer, const int64_t* q_heads, in
   KVT_CHECK(q_heads, USAGE, "a device step needs its query heads");
   KVT_CHECK(count >= 1 && count <= 65535, USAGE, "a device step has 1..65535 queries (got " << count << ")");
   KVT_CHECK(!reranking(params), USAGE, "rerank applies to single queries (Lease::query with the host keys)");
+  KVT_CHECK(!top_p_of(params), USAGE, "top_p applies to single queries (Lease::query), not to a device step");
   KVT_CHECK(layer >= 0 && layer < src.geo.layers, USAGE, "layer " << layer << " is outside 0-" << src.geo.layers - 1);
   std::map<int64_t, PqStepGroup> groups;  // by kv head
   int64_t per = -1;

@@ -97,6 +97,26 @@ namespace {
 // cannot make a query allocate without end. A longer decode is indexed again, over the longer prefix.
 constexpr int64_t kMaxUncoveredRows = int64_t(1) << 20;
 
+// An adaptive budget (BudgetParams::top_p): of a best-first selection, the shortest prefix whose
+// estimated softmax mass — exp(scale * score), relative to the whole selection's — reaches p
+// (summed in double after the largest score is subtracted, so no score overflows).
+void keep_top_p(Selection& out, double p, double scale) {
+  const size_t n = out.ids.size();
+  if (n == 0) return;
+  double top = out.scores[0], total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    KVT_CHECK(i == 0 || out.scores[i] <= out.scores[i - 1], INTERNAL,
+              "top_p: a budget kind's selection is not best first");
+    total += std::exp(scale * (out.scores[i] - top));
+  }
+  double mass = 0;
+  size_t kept = 0;
+  while (kept < n && mass < p * total) mass += std::exp(scale * (out.scores[kept++] - top));
+  out.ids.resize(kept);
+  out.scores.resize(kept);
+  if (!out.inclusion.empty()) out.inclusion.resize(kept);
+}
+
 // The rerank of a budget kind's proposal (BudgetParams::rerank): exact q.k of each proposed row
 // over the host keys (scoring's double dot products), the best `keep` kept, best first (ties by
 // lower row), with their exact scores.
@@ -181,6 +201,8 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
     out.budget_rows = rerank->budget.rows(sel.indexed_rows());
     rerank_selection(out, q, *keys, out.budget_rows);
   }
+  if (const BudgetParams* p = top_p_of(params); p && !out.dense)
+    keep_top_p(out, p->top_p, 1.0 / std::sqrt(static_cast<double>(src.geo.head_dim)));
   rc.budget_rows = out.budget_rows;
   rc.candidates = std::move(out.ids);
   rc.scores = std::move(out.scores);
@@ -346,6 +368,7 @@ void SelectorSet::query_batch(const QueryBatch& batch, const QueryParams& params
   KVT_CHECK(out.capacity <= INT64_MAX / batch.count, USAGE, "batch answers: capacity x count overflows");
   KVT_CHECK(threads >= 1 && threads <= 1024, USAGE, "a batch runs on 1..1024 threads (got " << threads << ")");
   KVT_CHECK(!reranking(params), USAGE, "rerank applies to single queries (query with the host keys), not to batches");
+  KVT_CHECK(!top_p_of(params), USAGE, "top_p applies to single queries (query, eval, eval-decode), not to batches");
   const auto& src = r_.source();
   // Per-query checks and part lookups first, on this thread: the parallel part only reads.
   thread_local std::vector<const PartSelector*> parts;

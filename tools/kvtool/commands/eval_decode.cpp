@@ -144,6 +144,10 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
                   "pq, clusterkv rerank factors F: the index proposes F x budget rows, exact q.k over the prefix keys "
                   "keeps the budget (1: none, the default)")
       ->type_name("FLOAT");
+  sub->add_option("--top-p", a->sweep.top_ps,
+                  "pq, clusterkv adaptive budgets P: of each budget's rows, best first, the fewest whose softmax mass "
+                  "as the index estimates it reaches P (0: a fixed budget, the default)")
+      ->type_name("P");
   sub->add_flag("--share-kv-head", a->opt.share_kv_head,
                 "one selection per KV head per step, from the mean of its query heads' queries (the rows a "
                 "grouped-query engine fetches once for the group); the topk and heavy baselines share theirs too");

@@ -18,11 +18,11 @@ namespace {
 struct QueryArgs {
   std::string art, source, vector, budget = "0.1";
   int64_t layer = 0, q_head = 0, position = -1, min_collisions = 2;
-  std::string quantile, rerank;  // as given: the kind parses them (USAGE naming the option)
+  std::string quantile, rerank, top_p;  // as given: the kind parses them (USAGE naming the option)
   bool flat = false;
   std::vector<std::string> options;  // --option NAME=VALUE, passed to the kind as given
   CLI::Option *position_opt = nullptr, *budget_opt = nullptr, *min_collisions_opt = nullptr, *quantile_opt = nullptr,
-              *rerank_opt = nullptr;
+              *rerank_opt = nullptr, *top_p_opt = nullptr;
 };
 
 // The query vector: --vector's file, or the dumped query at --position. Sets `position`.
@@ -56,7 +56,8 @@ QuerySettings query_settings(const QueryArgs& a, const KindSpec& kind) {
   if (a.flat) s["flat"] = "true";
   s = settings_for(kind, s);
   if (a.rerank_opt->count() > 0) s["rerank"] = a.rerank;  // a kind without it: USAGE
-  for (const auto& o : a.options)                         // named explicitly: a name the kind does not take is USAGE
+  if (a.top_p_opt->count() > 0) s["top_p"] = a.top_p;
+  for (const auto& o : a.options)  // named explicitly: a name the kind does not take is USAGE
     for (const auto& [name, value] : parse_query_settings(o)) s[name] = value;
   return s;
 }
@@ -130,6 +131,11 @@ cli::Command register_query(CLI::App& app, Flags& flags) {
                                   "pq, clusterkv: the index proposes F x budget rows, exact q.k over the dump's keys "
                                   "keeps the budget (as an engine holding full K in host memory)")
                       ->type_name("FLOAT");
+  a->top_p_opt =
+      sub->add_option("--top-p", a->top_p,
+                      "pq, clusterkv: an adaptive budget: of the budget's rows, best first, the fewest whose "
+                      "softmax mass as the index estimates it reaches P (the budget is the cap)")
+          ->type_name("P");
   a->min_collisions_opt =
       sub->add_option("--min-collisions", a->min_collisions, "lsh: emit rows colliding in at least c tables")
           ->capture_default_str();

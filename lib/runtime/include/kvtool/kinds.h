@@ -96,12 +96,14 @@ struct Selection {
   std::vector<double> inclusion;  // sampling kinds: inclusion probability of each id
   int64_t centroids_scored = -1;  // centroid kinds: how many centroids this query scored
   int64_t budget_rows = -1;       // budget kinds: the rows the budget allowed this part
+  bool dense = false;             // a dense part's listing of all its rows (no budget, no ranking)
   void clear() {                  // empty, its buffers kept
     ids.clear();
     scores.clear();
     inclusion.clear();
     centroids_scored = -1;
     budget_rows = -1;
+    dense = false;
   }
 };
 
@@ -272,10 +274,13 @@ bool parse_bool_option(const std::string& name, const std::string& text);  // tr
 
 // Parameters of the budget kinds (pq, clusterkv): "budget", and "rerank" F: the index proposes
 // F x the budget's rows and exact q.k over the host keys keeps the budget's best (SelectorSet::query;
-// the caller must pass the keys). F = 1: no rerank.
+// the caller must pass the keys). F = 1: no rerank. "top_p" P (an adaptive budget, docs/quality.md):
+// of the budget's rows, best first, the fewest whose softmax mass — as the index's scores estimate
+// it, exp(score / sqrt(head_dim)) over the budget's rows — reaches P; the budget is then a cap. 0: off.
 struct BudgetParams : QueryParams {
   Budget budget;
   double rerank = 1;
+  double top_p = 0;
   static constexpr double kMaxRerank = 1024;
   json receipt(int64_t indexed) const override;
   std::string label() const override;
@@ -285,6 +290,8 @@ struct BudgetParams : QueryParams {
 };
 // `params` when they are a budget kind's with rerank F > 1, else null.
 const BudgetParams* reranking(const QueryParams& params);
+// `params` when they are a budget kind's with top_p > 0, else null.
+const BudgetParams* top_p_of(const QueryParams& params);
 std::vector<QueryOption> budget_query_options();
 // The budgets (fractions of the indexed rows) a budget kind's compare curve sweeps.
 std::vector<std::string> budget_curve();
