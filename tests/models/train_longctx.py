@@ -5,7 +5,8 @@ text with planted key -> value facts (longctx_data.py), in three phases of growi
 curriculum: copying learned at short distances first), then writes the llama2.c checkpoint and
 tokenizer. Deterministic for its arguments (seeded data and initialisation, 2 threads).
 
-Usage: train_longctx.py --out DIR [--steps A,B,C] [--measure]
+Usage: train_longctx.py --out DIR [--steps A,B,C,D] [--drills A,B,C,D] [--drill repeat|shuffled] [--lr LR]
+                        [--init longctx.bin] [--measure]
 """
 import argparse
 import math
@@ -120,6 +121,29 @@ def export(model, out):
     data.write_tokenizer(os.path.join(out, "longctx.tok.bin"))
 
 
+def load(model, path):
+    """The inverse of export: a longctx.bin of this script's shape into `model` (--init, to go on
+    training a checkpoint in another session)."""
+    with open(path, "rb") as f:
+        head = struct.unpack("<7i", f.read(28))
+        want = (DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, data.VOCAB, SEQ_LEN)
+        if head != want:
+            sys.exit("%s has shape %s, this script trains %s" % (path, head, want))
+
+        def get(t):
+            n = t.numel()
+            a = np.frombuffer(f.read(4 * n), dtype="<f4")
+            if a.size != n:
+                sys.exit("%s is shorter than its shape says" % path)
+            with torch.no_grad():
+                t.copy_(torch.from_numpy(a.copy()).view_as(t))
+        get(model.embed)
+        for name in ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3"):
+            for m in model.layers:
+                get(getattr(m, name))
+        get(model.rms_final)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -127,6 +151,7 @@ def main():
     ap.add_argument("--drills", default="8,2,0,0", help="rows of each phase's batch that are copy drills")
     ap.add_argument("--drill", default="repeat", choices=("repeat", "shuffled"), help="which copy drill")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    ap.add_argument("--init", help="start from this longctx.bin (a checkpoint of an earlier run) instead of random")
     ap.add_argument("--measure", action="store_true", help="time 3 steps of each phase and stop")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -134,6 +159,8 @@ def main():
     rng = np.random.default_rng(1)
     corpus = data.header_corpus()
     model = Model()
+    if args.init:
+        load(model, args.init)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.95), weight_decay=0.01)
     steps = [int(s) for s in args.steps.split(",")]
     drills = [int(s) for s in args.drills.split(",")]
