@@ -311,7 +311,7 @@ def dump(out, *, gguf, prompt=None, token_ids=None, tokens=0, queries=False, dty
 
 
 def eval_decode(artifacts, source, *, llama2c=None, gguf=None, steps=0, baselines=(), window_sinks=4,
-                share_kv_head=False, tokenizer=None, answer=None, **sweep):
+                share_kv_head=False, tokenizer=None, answer=None, estimated_zone=False, **sweep):
     """Decode ``source``'s tokens with the model that produced the dump — the llama2.c checkpoint
     ``llama2c`` or the GGUF model ``gguf`` (llama, qwen2; ``kvtool dump --gguf``), one of them —
     densely and with each artifact's sparse attention through a runtime pool; returns what
@@ -326,7 +326,9 @@ def eval_decode(artifacts, source, *, llama2c=None, gguf=None, steps=0, baseline
     greedy text both runs produced, then dense's and sparse's next token), as ``--tokenizer``.
     ``answer=(start, end)``: a task's answer, the dump's tokens at positions [start, end), as
     ``--answer START:END``; each result then has ``"answer"``: how many of them dense and sparse
-    decoding predict under teacher forcing, and whether all.
+    decoding predict under teacher forcing, and whether all. ``estimated_zone=True``: cluster kinds
+    also decode each setting with the rows they leave out estimated per cluster, as
+    ``--estimated-zone`` (results with ``" +est"`` settings).
     ``sweep``: the kinds' query options as for :func:`eval` (``budget=[0.05, 0.1]``,
     ``quantile=0.8``, ``min_collisions=2``); kinds ignore the names they do not take, and a name
     no kind takes raises UsageError.
@@ -359,7 +361,8 @@ def eval_decode(artifacts, source, *, llama2c=None, gguf=None, steps=0, baseline
     lists = _sweep_lists(sweep)
     text = _kvtool.eval_decode(paths, _path(source, "source"), model, steps, lists,
                                list(baselines), window_sinks, _flag(share_kv_head, "share_kv_head"),
-                               "" if tokenizer is None else _path(tokenizer, "tokenizer"), span[0], span[1])
+                               "" if tokenizer is None else _path(tokenizer, "tokenizer"), span[0], span[1],
+                               _flag(estimated_zone, "estimated_zone"))
     return json.loads(text)
 
 

@@ -166,7 +166,7 @@ py::tuple eval(const std::string& artifact, const std::string& dump,
 std::string eval_decode(const std::vector<std::string>& artifacts, const std::string& source, const std::string& model,
                         int64_t steps, const std::map<std::string, std::vector<std::string>>& sweep,
                         const std::vector<std::string>& baselines, int64_t window_sinks, bool share_kv_head,
-                        const std::string& tokenizer, int64_t answer_begin, int64_t answer_end) {
+                        const std::string& tokenizer, int64_t answer_begin, int64_t answer_end, bool estimated_zone) {
   py::gil_scoped_release nogil;
   if (auto it = sweep.find("budget"); it != sweep.end())
     for (const auto& b : it->second) Budget::parse(b);  // USAGE for a bad budget, as the CLI
@@ -185,6 +185,7 @@ std::string eval_decode(const std::vector<std::string>& artifacts, const std::st
   o.share_kv_head = share_kv_head;
   o.answer_begin = answer_begin;
   o.answer_end = answer_end;
+  o.estimated_zone = estimated_zone;
   DumpReader d(source);
   return json_text(kvtool::eval_decode(artifacts, d, o).to_json(tok.get()));
 }
@@ -261,6 +262,7 @@ void bind_reports(py::module_& m) {
   m.def("eval_decode", &eval_decode, py::arg("artifacts"), py::arg("source"), py::arg("model"), py::arg("steps"),
         py::arg("sweep"), py::arg("baselines"), py::arg("window_sinks"), py::arg("share_kv_head") = false,
         py::arg("tokenizer") = "", py::arg("answer_begin") = -1, py::arg("answer_end") = -1,
+        py::arg("estimated_zone") = false,
         "JSON text of `kvtool eval-decode --json` (--tokenizer when not empty, --answer when begin >= 0).");
   m.def("query", &query, py::arg("artifact"), py::arg("source"), py::arg("layer"), py::arg("q_head"),
         py::arg("position"), py::arg("vector"), py::arg("settings"),

@@ -104,6 +104,25 @@ for kind in ("pq", "clusterkv"):
     assert full["mean_kl"] == 0, full
 EOF
 expect_reason 2 USAGE "$KVTOOL" eval-decode pq.kvi --llama2c "$M/stories260K.bin" --source s.h5 --steps 8 --top-p 2
+# --estimated-zone: the cluster kinds get a " +est" run of each setting with the same rows fetched
+# and a different distribution; pq (no clusters) gets none; a 100 % budget leaves nothing out, so
+# its estimate changes nothing.
+expect_exit 0 "$KVTOOL" eval-decode pq.kvi clusterkv.kvi squeeze.kvi --llama2c "$M/stories260K.bin" --source s.h5 \
+  --steps 8 --budget 0.1 --budget 100% --quantile 0.8 --estimated-zone --json
+py "$WORK/out" <<'EOF' || fail "--estimated-zone: $(head -c 3000 "$WORK/out")"
+import json, sys
+rs = json.load(open(sys.argv[1]))["results"]
+assert not any(r["estimated_zone"] for r in rs if r["kind"] == "pq"), rs
+for kind in ("clusterkv", "squeeze"):
+    plain = {r["setting"]: r for r in rs if r["kind"] == kind and not r["estimated_zone"]}
+    est = {r["setting"][:-5]: r for r in rs if r["kind"] == kind and r["estimated_zone"]}
+    assert plain and set(plain) == set(est) and all(s.endswith(" +est") for s in (r["setting"] for r in est.values())), rs
+    for s in plain:
+        assert abs(plain[s]["selected_fraction"] - est[s]["selected_fraction"]) < 0.02, (plain[s], est[s])
+ckv = {r["setting"]: r for r in rs if r["kind"] == "clusterkv"}
+assert ckv["0.1 +est"]["mean_kl"] != ckv["0.1"]["mean_kl"], ckv
+assert ckv["1 +est"]["mean_kl"] == ckv["1"]["mean_kl"] == 0, ckv
+EOF
 expect_exit 0 "$KVTOOL" query pq.kvi --source s.h5 --layer 1 --q-head 0 --position 170 --budget 50 --top-p 0.5 --json
 py "$WORK/out" <<'EOF' || fail "query --top-p: $(head -c 2000 "$WORK/out")"
 import json, sys

@@ -282,6 +282,12 @@ def test_eval_decode():
     check(got == want, f"eval_decode: {got} != {want}")
     full = [r for r in got["results"] if r["kind"] == "pq" and r["budget"] == 1.0]
     check(len(full) == 1 and full[0]["mean_kl"] == 0 and full[0]["top1_agreement"] == 1, f"100 %: {full}")
+    # The estimated zone: estimated_zone= as the CLI's --estimated-zone (a cluster kind).
+    cli("build", "clusterkv", "m.h5", "--prefix", 96, "-o", "m.ckv.kvi", "-q")
+    want = cli_json("eval-decode", "m.ckv.kvi", "--llama2c", model, "--source", "m.h5", "--steps", 4, "--budget", "0.1",
+                    "--estimated-zone", "--json", "-q")
+    got = kvtool.eval_decode("m.ckv.kvi", "m.h5", llama2c=model, steps=4, budget=0.1, estimated_zone=True)
+    check(got == want and [r["setting"] for r in got["results"]] == ["0.1", "0.1 +est"], f"zone: {got} != {want}")
     # Adaptive budgets: top_p= as the CLI's --top-p.
     want = cli_json("eval-decode", "m.pq.kvi", "--llama2c", model, "--source", "m.h5", "--steps", 4, "--budget", "100%",
                     "--top-p", "0.5", "--top-p", "0.9", "--json", "-q")

@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "impl/estimated_zone.h"
 #include "impl/eval_parts.h"
 #include "kvtool/admission.h"
 #include "kvtool/dump.h"
@@ -513,6 +514,9 @@ void evaluate_artifact(Session& ss, const std::string& path, std::vector<DecodeR
   ss.pool.publish(req);
   const json& params = r.manifest()["params"];
   const LayerRange layers{params["layers"][0].get<int64_t>(), params["layers"][1].get<int64_t>()};
+  SelectorSet parts(r);
+  impl::EstimatedZone zone(parts, ss.dump, E, ss.dec.group);
+  const bool zone_applies = ss.opt.estimated_zone && zone.applies();
   {
     const Lease lease = ss.pool.acquire(path);  // released before retire, which waits for leases
     for (const auto& st : decode_settings(r, kind, ss.opt)) {
@@ -526,6 +530,13 @@ void evaluate_artifact(Session& ss, const std::string& path, std::vector<DecodeR
       sparse_run(ss.dec, dense, ss.keys.at(E), select, res);
       out.push_back(res);
       for (const auto& b : ss.opt.baselines) out.push_back(baseline(ss, dense, res, b, layers));
+      if (zone_applies) {  // the same rows fetched, the rest estimated
+        DecodeResult est;
+        est.artifact = path, est.kind = r.kind(), est.setting = st.label + " +est", est.budget = res.budget;
+        est.estimated_zone = true;
+        sparse_run(ss.dec, dense, ss.keys.at(E), zone.wrap(select), est);
+        out.push_back(est);
+      }
     }
   }
   ss.pool.retire(path);
@@ -557,6 +568,7 @@ json DecodeResult::to_json(const Llama2cTokenizer* tokenizer) const {
   json j{{"artifact", artifact},
          {"kind", kind},
          {"setting", setting},
+         {"estimated_zone", estimated_zone},
          {"budget", b},
          {"steps", steps},
          {"selected_fraction", selected_fraction},

@@ -92,6 +92,11 @@ class ClusterKvSelector : public PartSelector {
     return s;
   }
   json describe() const override { return {{"dense", dense_}, {"clusters", set_.clusters()}}; }
+  bool cluster_view(ClusterView& out) const override {
+    if (dense_) return false;
+    out = set_.view();
+    return true;
+  }
   int64_t resident_bytes() const override { return set_.resident_bytes(); }
 
  private:

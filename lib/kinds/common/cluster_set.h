@@ -23,6 +23,7 @@ struct ClusterSet {
   std::vector<float> centroids;
   std::vector<uint32_t> sizes, prefix, members;
   int64_t clusters() const { return static_cast<int64_t>(sizes.size()); }
+  ClusterView view() const { return {clusters(), d, centroids.data(), sizes.data(), prefix.data(), members.data()}; }
   int64_t resident_bytes() const {
     return vector_bytes(centroids) + vector_bytes(sizes) + vector_bytes(prefix) + vector_bytes(members);
   }

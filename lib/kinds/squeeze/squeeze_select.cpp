@@ -216,6 +216,11 @@ class SqueezeSelector : public PartSelector {
 
   int64_t coarse_groups() const { return static_cast<int64_t>(children_.size()); }
   json describe() const override { return {{"fine_clusters", fine_.clusters()}, {"coarse_groups", coarse_groups()}}; }
+  bool cluster_view(ClusterView& out) const override {
+    if (n_ == 0) return false;
+    out = fine_.view();
+    return true;
+  }
   int64_t resident_bytes() const override {
     int64_t b = fine_.resident_bytes() + vector_bytes(coarse_) + vector_bytes(parent_) + vector_bytes(group_size_) +
                 vector_bytes(children_) + vector_bytes(bounds_.radius) + vector_bytes(bounds_.mean_offset) +

@@ -183,11 +183,13 @@ void attend_one(const GgufModelConfig& c, const std::vector<float>& kc, const st
   std::vector<float> att;
   for (int h = 0; h < c.heads; ++h) {
     const float* qh = s.q.data() + h * hd;
+    rows.extra_logit.clear(), rows.extra_value.clear();
     const bool sparse = select && select(layer, h, s.q.data(), pos, rows);
     const int n = sparse ? static_cast<int>(rows.rows.size()) : pos + 1;
+    const int e = sparse ? extra_count(rows, hd) : 0;
     KVT_CHECK(n > 0 && (!sparse || rows.log_weight.size() == rows.rows.size()), INTERNAL,
               "sparse attention needs at least one row, each with a weight");
-    att.resize(static_cast<size_t>(n));
+    att.resize(static_cast<size_t>(n + e));
     const int kvh = h / group;
     for (int j = 0; j < n; ++j) {
       const int t = sparse ? rows.rows[static_cast<size_t>(j)] : j;
@@ -198,13 +200,18 @@ void attend_one(const GgufModelConfig& c, const std::vector<float>& kc, const st
       att[static_cast<size_t>(j)] = sc / std::sqrt(static_cast<float>(hd));
       if (sparse) att[static_cast<size_t>(j)] += rows.log_weight[static_cast<size_t>(j)];
     }
-    softmax(att.data(), n);
+    std::copy(rows.extra_logit.begin(), rows.extra_logit.begin() + e, att.begin() + n);
+    softmax(att.data(), n + e);
     float* out = s.o.data() + h * hd;
     std::fill(out, out + hd, 0.f);
     for (int j = 0; j < n; ++j) {
       const int t = sparse ? rows.rows[static_cast<size_t>(j)] : j;
       const float* vt = vc.data() + static_cast<size_t>(t) * kvd + kvh * hd;
       for (int i = 0; i < hd; ++i) out[i] += att[static_cast<size_t>(j)] * vt[i];
+    }
+    for (int j = 0; j < e; ++j) {
+      const float* vt = rows.extra_value.data() + static_cast<size_t>(j) * hd;
+      for (int i = 0; i < hd; ++i) out[i] += att[static_cast<size_t>(n + j)] * vt[i];
     }
   }
 }

@@ -110,6 +110,13 @@ Llama2cModel::Llama2cModel(const std::string& path) {
   val_cache_.assign(L * S * KV, 0.f);
 }
 
+int extra_count(const AttentionRows& rows, int head_dim) {
+  const size_t e = rows.extra_logit.size();
+  KVT_CHECK(rows.extra_value.size() == e * static_cast<size_t>(head_dim) && e < (size_t{1} << 30), INTERNAL,
+            "estimated attention entries need one value vector each");
+  return static_cast<int>(e);
+}
+
 // Each query head's attention output into out [n_heads * head_dim]: over every row 0..pos, or over
 // the rows `select` chooses, in ascending order either way (so that choosing all rows is dense).
 void Llama2cModel::attend(int32_t l, int32_t pos, const float* q, float* out_all, const AttentionSelect& select,
@@ -118,11 +125,13 @@ void Llama2cModel::attend(int32_t l, int32_t pos, const float* q, float* out_all
   const int KV = c.kv_dim(), hs = c.head_dim(), S = c.seq_len, kv_mul = c.n_heads / c.n_kv_heads;
   for (int h = 0; h < c.n_heads; ++h) {
     const float* qh = q + h * hs;
+    rows.extra_logit.clear(), rows.extra_value.clear();
     const bool sparse = select && select(l, h, qh, pos, rows);
     const int n = sparse ? static_cast<int>(rows.rows.size()) : pos + 1;
+    const int e = sparse ? extra_count(rows, hs) : 0;
     KVT_CHECK(n > 0 && (!sparse || rows.log_weight.size() == rows.rows.size()), INTERNAL,
               "sparse attention needs at least one row, each with a weight");
-    att.resize(static_cast<size_t>(n));
+    att.resize(static_cast<size_t>(n + e));
     const int kvh = h / kv_mul;
     float mx = -INFINITY;
     for (int j = 0; j < n; ++j) {
@@ -135,14 +144,20 @@ void Llama2cModel::attend(int32_t l, int32_t pos, const float* q, float* out_all
       if (sparse) att[j] += rows.log_weight[j];
       mx = std::max(mx, att[j]);
     }
+    for (int j = 0; j < e; ++j) mx = std::max(mx, att[n + j] = rows.extra_logit[j]);
     float sum = 0;
-    for (int j = 0; j < n; ++j) sum += (att[j] = std::exp(att[j] - mx));
+    for (int j = 0; j < n + e; ++j) sum += (att[j] = std::exp(att[j] - mx));
     float* out = out_all + h * hs;
     std::fill(out, out + hs, 0.f);
     for (int j = 0; j < n; ++j) {
       const int t = sparse ? rows.rows[j] : j;
       const float* vt = val_cache_.data() + (static_cast<size_t>(l) * S + t) * KV + kvh * hs;
       float a = att[j] / sum;
+      for (int i = 0; i < hs; ++i) out[i] += a * vt[i];
+    }
+    for (int j = 0; j < e; ++j) {
+      const float* vt = rows.extra_value.data() + static_cast<size_t>(j) * hs;
+      float a = att[n + j] / sum;
       for (int i = 0; i < hs; ++i) out[i] += a * vt[i];
     }
   }

@@ -43,11 +43,11 @@ void print_divergences(const json& results) {
 }
 
 void print_decode(const EvalDecodeReport& rep) {
-  std::cout << cli::strprintf("%-28s %-9s %-10s %6s %6s %6s %9s %9s %6s %9s %9s %7s\n", "artifact", "kind", "setting",
+  std::cout << cli::strprintf("%-28s %-9s %-15s %6s %6s %6s %9s %9s %6s %9s %9s %7s\n", "artifact", "kind", "setting",
                               "frac", "kv∪", "rec@k", "mean KL", "max KL", "top-1", "ppl", "ppl dense", "diverge");
   for (const auto& r : rep.results) {
     const std::string div = r.diverge_step < 0 ? "-" : std::to_string(r.diverge_step);
-    std::cout << cli::strprintf("%-28s %-9s %-10s %6.3f %6.3f %6.3f %9.4g %9.4g %6.3f %9.4f %9.4f %7s\n",
+    std::cout << cli::strprintf("%-28s %-9s %-15s %6.3f %6.3f %6.3f %9.4g %9.4g %6.3f %9.4f %9.4f %7s\n",
                                 r.artifact.substr(r.artifact.size() > 28 ? r.artifact.size() - 28 : 0).c_str(),
                                 r.kind.c_str(), r.setting.c_str(), r.selected_fraction, r.selected_fraction_kv_union,
                                 r.recall_at_k, r.mean_kl, r.max_kl, r.top1_agreement, r.ppl_sparse, r.ppl_dense,
@@ -148,6 +148,10 @@ cli::Command register_eval_decode(CLI::App& app, Flags& flags) {
                   "pq, clusterkv adaptive budgets P: of each budget's rows, best first, the fewest whose softmax mass "
                   "as the index estimates it reaches P (0: a fixed budget, the default)")
       ->type_name("P");
+  sub->add_flag("--estimated-zone", a->opt.estimated_zone,
+                "clusterkv, squeeze: also decode each setting with every cluster's left-out rows attended as one "
+                "estimated entry (centroid score weighted by their count, their mean value; RetroInfer), reported as "
+                "the setting with ' +est'");
   sub->add_flag("--share-kv-head", a->opt.share_kv_head,
                 "one selection per KV head per step, from the mean of its query heads' queries (the rows a "
                 "grouped-query engine fetches once for the group); the topk and heavy baselines share theirs too");

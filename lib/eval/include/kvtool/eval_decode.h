@@ -41,6 +41,10 @@ struct EvalDecodeOptions {
   // (group_mean_query): the rows a grouped-query engine fetches once for the group. The topk and
   // heavy baselines then choose per KV head too (summed scores).
   bool share_kv_head = false;
+  // RetroInfer's estimated zone (cluster kinds: clusterkv, squeeze): each setting is also decoded
+  // with every cluster's left-out rows attended as one estimated entry (the centroid's score
+  // weighted by their count, their mean value), reported as the setting with " +est" appended.
+  bool estimated_zone = false;
   bool quiet = true;
 };
 
@@ -48,6 +52,7 @@ struct EvalDecodeOptions {
 struct DecodeResult {
   std::string artifact, kind, setting;  // kind "window" / "topk" for a baseline matched to `artifact`
   json budget;                          // the setting's options (e.g. {"budget": 0.1})
+  bool estimated_zone = false;          // EvalDecodeOptions::estimated_zone's second run
   int64_t steps = 0;
   // Prefix rows attended per query as a fraction of the prefix, and per KV head the union over
   // its query heads (the rows a GQA engine must fetch), over the artifact's layers.

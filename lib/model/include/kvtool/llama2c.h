@@ -21,12 +21,19 @@ struct Llama2cConfig {
 struct AttentionRows {
   std::vector<int32_t> rows;
   std::vector<float> log_weight;
+  // Estimated entries that are no row of the cache (eval-decode --estimated-zone): each an
+  // attention logit (scaled, with its log weight) and a value vector [head_dim], attended beside
+  // the rows in one softmax. The model clears them before each select call.
+  std::vector<float> extra_logit, extra_value;
 };
 
 // Chooses the rows of (layer, q_head) for query `q` at `pos`; returns false for dense attention
 // (every row 0..pos). Rows must be ascending, unique and <= pos. Query heads are offered in order
 // 0, 1, ... within a layer, and `q` points into the layer's query vectors of all heads (head-major,
 // [n_heads * head_dim]), so a selector may read the other heads of q_head's KV group.
+// How many estimated entries `rows` holds (INTERNAL when its logits and values disagree).
+int extra_count(const AttentionRows& rows, int head_dim);
+
 using AttentionSelect =
     std::function<bool(int32_t layer, int32_t q_head, const float* q, int32_t pos, AttentionRows& out)>;
 

@@ -168,6 +168,16 @@ int64_t vector_bytes(const std::vector<T>& v) {
   return static_cast<int64_t>(v.capacity() * sizeof(T));
 }
 
+// The clusters a part's selection is made of (clusterkv, squeeze's fine level), as loaded: cluster c
+// has centroid centroids[c * d, (c + 1) * d) and sizes[c] members (absolute rows, ascending) at
+// members[prefix[c] - sizes[c], prefix[c]). For estimates of what a selection leaves out
+// (eval-decode --estimated-zone).
+struct ClusterView {
+  int64_t count = 0, d = 0;
+  const float* centroids = nullptr;
+  const uint32_t *sizes = nullptr, *prefix = nullptr, *members = nullptr;
+};
+
 // Loaded selector state of one (layer, kv head) part.
 class PartSelector {
  public:
@@ -198,6 +208,8 @@ class PartSelector {
     return false;
   }
   virtual json describe() const { return json::object(); }
+  // The part's clusters, for kinds that select whole clusters; false for others and dense parts.
+  virtual bool cluster_view(ClusterView& /*out*/) const { return false; }
   // Bytes of selector state this part holds in memory (the pool charges them to its host tier).
   virtual int64_t resident_bytes() const = 0;
 };
