@@ -10,52 +10,36 @@ for a peaked one; the question is whether that beats a fixed budget at equal mea
 
 Every number comes from the commands it runs; nothing is edited by hand.
 """
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality_report import MODELS, dump, run  # noqa: E402
+from quality_report import each_build, run  # noqa: E402
 
 FIXED = ["0.02", "0.05", "0.1", "0.2"]
 TOP_P = ["0.5", "0.8", "0.9", "0.95", "0.99"]
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kvtool", required=True)
-    ap.add_argument("--shared", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    kv, w = args.kvtool, args.work
-    os.makedirs(w, exist_ok=True)
     print("| model | kind | setting | rows % | mean KL | top-1 | exact top-k KL, same mean rows | KL / top-k's |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, model, tok, opts, prefix, steps in MODELS:
-        d = dump(kv, args.shared, w, name, model, tok, opts)
-        for kind in ("pq", "clusterkv"):
-            art = os.path.join(w, "%s.%s.kvi" % (name, kind))
-            if not os.path.exists(art):
-                run([kv, "build", kind, d, "--prefix", str(prefix), "-o", art, "-q"])
-            flags = sum((["--budget", b] for b in FIXED), [])
-            fixed = json.loads(run([kv, "eval-decode", art, "--llama2c", os.path.join(args.shared, "models", model),
-                                    "--source", d, "--steps", str(steps), "--baseline", "topk", "--json", "-q"] +
-                                   flags))["results"]
-            adaptive = json.loads(run([kv, "eval-decode", art, "--llama2c",
-                                       os.path.join(args.shared, "models", model), "--source", d, "--steps",
-                                       str(steps), "--baseline", "topk", "--budget", "100%", "--json", "-q"] +
-                                      sum((["--top-p", p] for p in TOP_P), [])))["results"]
-            rs = fixed + adaptive
-            for i, r in enumerate(rs):
-                if r["kind"] != kind:
-                    continue
-                base = rs[i + 1]
-                assert base["kind"] == "topk" and base["setting"] == r["setting"], (r, base)
-                ratio = r["mean_kl"] / base["mean_kl"] if base["mean_kl"] > 0 else float("nan")
-                print("| %s | %s | %s | %.1f | %.3g | %.3f | %.3g | %.2f |" % (
-                    name, kind, r["setting"], 100 * r["selected_fraction"], r["mean_kl"], r["top1_agreement"],
-                    base["mean_kl"], ratio))
+    for kv, shared, name, model, d, art, steps in each_build(__doc__, ("pq", "clusterkv")):
+        kind = "pq" if art.endswith(".pq.kvi") else "clusterkv"
+        decode = [kv, "eval-decode", art, "--llama2c", os.path.join(shared, "models", model), "--source", d,
+                  "--steps", str(steps), "--baseline", "topk", "--json", "-q"]
+        fixed = json.loads(run(decode + sum((["--budget", b] for b in FIXED), [])))["results"]
+        adaptive = json.loads(run(decode + ["--budget", "100%"] + sum((["--top-p", p] for p in TOP_P), [])))["results"]
+        rs = fixed + adaptive
+        for i, r in enumerate(rs):
+            if r["kind"] != kind:
+                continue
+            base = rs[i + 1]
+            assert base["kind"] == "topk" and base["setting"] == r["setting"], (r, base)
+            ratio = r["mean_kl"] / base["mean_kl"] if base["mean_kl"] > 0 else float("nan")
+            print("| %s | %s | %s | %.1f | %.3g | %.3f | %.3g | %.2f |" % (
+                name, kind, r["setting"], 100 * r["selected_fraction"], r["mean_kl"], r["top1_agreement"],
+                base["mean_kl"], ratio))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,24 @@ def dump(kv, shared, work, name, model, tok, opts):
     return path
 
 
+def each_build(doc, kinds):
+    """For the reports beside this one (adaptive_report.py, zone_report.py): their command line
+    (--kvtool, --shared, --work), then per shared model and kind its dump and default build, as
+    (kvtool, shared folder, name, model file, dump, artifact, decode steps)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    for name in ("--kvtool", "--shared", "--work"):
+        ap.add_argument(name, required=True)
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    for name, model, tok, opts, prefix, steps in MODELS:
+        d = dump(args.kvtool, args.shared, args.work, name, model, tok, opts)
+        for kind in kinds:
+            art = os.path.join(args.work, "%s.%s.kvi" % (name, kind))
+            if not os.path.exists(art):
+                run([args.kvtool, "build", kind, d, "--prefix", str(prefix), "-o", art, "-q"])
+            yield args.kvtool, args.shared, name, model, d, art, steps
+
+
 def settings_flags(kind):
     """What each kind sweeps: the budgets with and without a x4 rerank (pq, clusterkv), squeeze's
     rank budgets; lsh its collision thresholds, which set its own row counts."""

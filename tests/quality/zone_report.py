@@ -10,13 +10,12 @@ fetched rows, beside the exact top-k of the same rows.
 
 Every number comes from the commands it runs; nothing is edited by hand.
 """
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quality_report import MODELS, dump, run  # noqa: E402
+from quality_report import each_build, run  # noqa: E402
 
 BUDGETS = ["0.02", "0.05", "0.1", "0.2"]
 
@@ -28,34 +27,23 @@ def flags(kind):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kvtool", required=True)
-    ap.add_argument("--shared", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    kv, w = args.kvtool, args.work
-    os.makedirs(w, exist_ok=True)
     print("| model | kind | setting | rows % | mean KL | + estimated zone | ratio | top-1 | + zone | exact top-k KL |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, model, tok, opts, prefix, steps in MODELS:
-        d = dump(kv, args.shared, w, name, model, tok, opts)
-        for kind in ("clusterkv", "squeeze"):
-            art = os.path.join(w, "%s.%s.kvi" % (name, kind))
-            if not os.path.exists(art):
-                run([kv, "build", kind, d, "--prefix", str(prefix), "-o", art, "-q"])
-            extra = ["--quantile", "0.9"] if kind == "squeeze" else []
-            rs = json.loads(run([kv, "eval-decode", art, "--llama2c", os.path.join(args.shared, "models", model),
-                                 "--source", d, "--steps", str(steps), "--baseline", "topk", "--estimated-zone",
-                                 "--json", "-q"] + flags(kind) + extra))["results"]
-            for i, r in enumerate(rs):
-                if r["kind"] != kind or r["estimated_zone"]:
-                    continue
-                base, est = rs[i + 1], rs[i + 2]
-                assert base["kind"] == "topk" and est["estimated_zone"] and est["setting"] == r["setting"] + " +est"
-                print("| %s | %s | %s | %.1f | %.3g | %.3g | %.2f | %.3f | %.3f | %.3g |" % (
-                    name, kind, r["setting"].replace("rank_budget=", "rb "), 100 * r["selected_fraction"],
-                    r["mean_kl"], est["mean_kl"], est["mean_kl"] / r["mean_kl"] if r["mean_kl"] else float("nan"),
-                    r["top1_agreement"], est["top1_agreement"], base["mean_kl"]))
+    for kv, shared, name, model, d, art, steps in each_build(__doc__, ("clusterkv", "squeeze")):
+        kind = "squeeze" if art.endswith(".squeeze.kvi") else "clusterkv"
+        extra = ["--quantile", "0.9"] if kind == "squeeze" else []
+        rs = json.loads(run([kv, "eval-decode", art, "--llama2c", os.path.join(shared, "models", model), "--source", d,
+                             "--steps", str(steps), "--baseline", "topk", "--estimated-zone", "--json", "-q"] +
+                            flags(kind) + extra))["results"]
+        for i, r in enumerate(rs):
+            if r["kind"] != kind or r["estimated_zone"]:
+                continue
+            base, est = rs[i + 1], rs[i + 2]
+            assert base["kind"] == "topk" and est["estimated_zone"] and est["setting"] == r["setting"] + " +est"
+            print("| %s | %s | %s | %.1f | %.3g | %.3g | %.2f | %.3f | %.3f | %.3g |" % (
+                name, kind, r["setting"].replace("rank_budget=", "rb "), 100 * r["selected_fraction"],
+                r["mean_kl"], est["mean_kl"], est["mean_kl"] / r["mean_kl"] if r["mean_kl"] else float("nan"),
+                r["top1_agreement"], est["top1_agreement"], base["mean_kl"]))
 
 
 if __name__ == "__main__":

@@ -172,13 +172,20 @@ TEST_CASE("c api: statuses are the exit classes of the one reason table") {
   CHECK(std::string(kvtool_last_reason()) == reason_name(Reason::USAGE));
 }
 
-TEST_CASE("c api: rerank proposes F x the budget and keeps the exact top rows over the host keys") {
-  TempDir tmp;
+namespace {
+// A 300-row dump in `tmp` and a pq artifact a.kvi over it (4 subspaces of 4 bits).
+void small_pq(const TempDir& tmp) {
   kind_dump(tmp.file("d.h5"), 300, 4, 4);
   PqParams p;
   p.subspaces = 4;
   p.bits = 4;
   build_artifact(tmp.file("d.h5"), quiet_build(tmp.file("a.kvi"), 1, 1), PqBuilder(p));
+}
+}  // namespace
+
+TEST_CASE("c api: rerank proposes F x the budget and keeps the exact top rows over the host keys") {
+  TempDir tmp;
+  small_pq(tmp);
   ArtifactReader r(tmp.file("a.kvi"));
   const IndexedRows ix = IndexedRows::of(r);
   const int64_t d = r.source().geo.head_dim, E = r.source().coverage_end, layer = 1, q_head = 2;
@@ -256,11 +263,7 @@ TEST_CASE("c api: rerank proposes F x the budget and keeps the exact top rows ov
 
 TEST_CASE("c api: top_p keeps the shortest best-first prefix of the budget whose estimated mass reaches p") {
   TempDir tmp;
-  kind_dump(tmp.file("d.h5"), 300, 4, 4);
-  PqParams p;
-  p.subspaces = 4;
-  p.bits = 4;
-  build_artifact(tmp.file("d.h5"), quiet_build(tmp.file("a.kvi"), 1, 1), PqBuilder(p));
+  small_pq(tmp);
   ArtifactReader r(tmp.file("a.kvi"));
   const int64_t d = r.source().geo.head_dim, E = r.source().coverage_end, layer = 1, q_head = 2;
   std::vector<float> q(static_cast<size_t>(d));
