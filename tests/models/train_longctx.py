@@ -26,7 +26,7 @@ DIM, LAYERS, HEADS, KV_HEADS, HIDDEN, SEQ_LEN = 256, 2, 2, 1, 512, 8192
 HEAD_DIM = DIM // HEADS
 # (window characters, batch, facts per window, asks per fact, copied segments) per phase: copying
 # first (random strings written twice, a plain induction signal), then facts at growing distances.
-DRILL = "repeat"
+DRILL = "shuffled"
 PHASES = [(256, 16, 2, 2, 4), (512, 8, 6, 2, 2), (2048, 4, 16, 2, 4), (4096, 2, 24, 2, 6)]
 
 
@@ -121,6 +121,54 @@ def export(model, out):
     data.write_tokenizer(os.path.join(out, "longctx.tok.bin"))
 
 
+def induction_warmup(model, rng, steps, lr, log):
+    """Attempt 7's first phase: the model attention only (the feed-forward weights held at zero),
+    on shuffled copy drills (longctx_data.copy_drill) of 128 characters x 32, the loss on the copy
+    spans alone, no weight decay. Two attention layers then form an induction head within a few
+    hundred steps (tests/models/README.md), which attempts 1-6, with the feed-forward layers and
+    text in the loss from the start, never did. Afterwards w1 and w3 are drawn as at initialisation
+    and w2 is zero: the function is unchanged, and the feed-forward layers can learn."""
+    mlp = [p for m in model.layers for p in (m.w1, m.w2, m.w3)]
+    with torch.no_grad():
+        for p in mlp:
+            p.zero_()
+            p.requires_grad_(False)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.95),
+                            weight_decay=0.0)
+    t0 = time.time()
+    for s in range(steps):
+        rows, wts = [], []
+        for _ in range(32):
+            text, spans = data.copy_drill(rng, 128)
+            rows.append(np.concatenate([[data.BOS], data.encode(text)])[:129])
+            w = np.zeros(128)
+            for _, a, b in spans:
+                w[a:b] = 1
+            wts.append(w)
+        ids, wt = torch.tensor(np.stack(rows)), torch.tensor(np.stack(wts), dtype=torch.float32)
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, (s + 1) / 30)
+        logits = model(ids[:, :-1])
+        ce = F.cross_entropy(logits.reshape(-1, data.VOCAB), ids[:, 1:].reshape(-1), reduction="none")
+        loss = (ce * wt.reshape(-1)).sum() / wt.sum()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if s % 25 == 0 or s == steps - 1:
+            acc = ((logits.argmax(-1) == ids[:, 1:]).float() * wt).sum() / wt.sum()
+            log("warm-up step %d/%d copy loss %.3f copy accuracy %.3f %.0f s" %
+                (s, steps, loss.item(), acc.item(), time.time() - t0))
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for m in model.layers:
+            m.w1.copy_(torch.randn(m.w1.shape, generator=g) * 0.02)
+            m.w3.copy_(torch.randn(m.w3.shape, generator=g) * 0.02)
+            m.w2.zero_()
+    for p in mlp:
+        p.requires_grad_(True)
+
+
 def load(model, path):
     """The inverse of export: a longctx.bin of this script's shape into `model` (--init, to go on
     training a checkpoint in another session)."""
@@ -148,8 +196,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", default="1500,300,60,40", help="steps of the phases")
-    ap.add_argument("--drills", default="0,0,0,0", help="rows of each phase's batch that are copy drills (attempt 5: 16,0,0,0)")
-    ap.add_argument("--drill", default="repeat", choices=("repeat", "shuffled"), help="which copy drill")
+    ap.add_argument("--warmup", type=int, default=400,
+                    help="steps of the attention-only induction warm-up (induction_warmup; 0: none, attempts 1-6)")
+    ap.add_argument("--drills", default="4,2,0,0",
+                    help="rows of each phase's batch that are copy drills (attempt 5: 16,0,0,0; attempts 1-4: 0,0,0,0)")
+    ap.add_argument("--drill", default="shuffled", choices=("repeat", "shuffled"), help="which copy drill")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     ap.add_argument("--seed", type=int, default=1, help="the data's seed (another for a run that goes on from --init)")
     ap.add_argument("--init", help="start from this longctx.bin (a checkpoint of an earlier run) instead of random")
@@ -162,6 +213,8 @@ def main():
     model = Model()
     if args.init:
         load(model, args.init)
+    if args.warmup and not args.measure:
+        induction_warmup(model, rng, args.warmup, 1e-3, lambda line: print(line, flush=True))
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.95), weight_decay=0.01)
     steps = [int(s) for s in args.steps.split(",")]
     drills = [int(s) for s in args.drills.split(",")]
