@@ -27,6 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import longctx_data as data  # noqa: E402
 
 
+KINDS = ["single", "multikey", "multivalue"]
+
+
 def task(rng, corpus, context, depth, kind):
     n_facts = {"single": 1, "multikey": 8, "multivalue": 4}[kind]
     facts = [(data.random_word(rng, data.KEY_CHARS, 4), data.random_word(rng, data.VALUE_CHARS, 6))
@@ -69,16 +72,18 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--contexts", default="2048,4096,8192")
     ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
-    ap.add_argument("--kinds", default="single,multikey,multivalue")
+    ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     corpus = data.header_corpus()
     corpus = corpus[int(len(corpus) * 0.9):]  # text the training windows were least likely drawn from
-    rng = np.random.default_rng(args.seed)
     os.makedirs(args.out, exist_ok=True)
     for kind in args.kinds.split(","):
         for ctx in (int(c) for c in args.contexts.split(",")):
             for depth in (float(d) for d in args.depths.split(",")):
+                # One generator per task, seeded by what names it: a task does not depend on which
+                # other contexts, depths or kinds were asked for in the same run.
+                rng = np.random.default_rng([args.seed, KINDS.index(kind), ctx, int(round(depth * 1000))])
                 t = task(rng, corpus, ctx, depth, kind)
                 name = "%s-%d-%02d" % (kind, ctx, int(round(depth * 100)))
                 with open(os.path.join(args.out, name + ".json"), "w") as f:
