@@ -10,6 +10,8 @@ cd "$WORK"
 FAILS=0
 
 fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+# skip WHY: ends the test as skipped (ctest's SKIP_RETURN_CODE 77), saying why.
+skip() { echo "skipped: $*"; exit 77; }
 
 # expect_exit CODE CMD...: runs CMD, captures stdout/stderr in $WORK/out, $WORK/err.
 expect_exit() {

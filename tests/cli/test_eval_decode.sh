@@ -4,7 +4,7 @@
 # baselines report their distance; wrong models, dumps and options are refused with a reason.
 . "$(dirname "$0")/lib.sh"
 M=$SHARED/models
-[ -e "$M/stories260K.bin" ] || { echo "skip: no $M/stories260K.bin"; exit 77; }
+[ -e "$M/stories260K.bin" ] || skip "no $M/stories260K.bin"
 py() { /usr/bin/python3 - "$@"; }
 
 expect_exit 0 "$KVTOOL" dump --llama2c "$M/stories260K.bin" --tokens 200 --queries -o s.h5 -q

@@ -6,7 +6,7 @@
 # reason code and exit code and leaves no output. Also `query --vector FILE.npy`.
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
-$PY -c "import numpy, h5py" 2>/dev/null || { echo "SKIP: /usr/bin/python3 lacks numpy or h5py"; exit 77; }
+$PY -c "import numpy, h5py" 2>/dev/null || skip "/usr/bin/python3 lacks numpy or h5py"
 
 # The source arrays (src.npz holds the ground truth the dumps are compared with) and every input.
 $PY - <<'PY'

@@ -9,7 +9,7 @@
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 PY=/usr/bin/python3
-$PY -c "import numpy, h5py, torch" 2>/dev/null || { echo "SKIP: /usr/bin/python3 lacks numpy, h5py or torch"; exit 77; }
+$PY -c "import numpy, h5py, torch" 2>/dev/null || skip "/usr/bin/python3 lacks numpy, h5py or torch"
 $PY "$HERE/make_chunk_fixtures.py" || { fail "make_chunk_fixtures.py failed"; finish; }
 
 GEO=(--layers 3 --kv-heads 2 --head-dim 8)

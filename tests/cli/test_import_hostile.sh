@@ -4,7 +4,7 @@
 # reason code and exit code, quickly, and leaves no output.
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
-$PY -c "import numpy" 2>/dev/null || { echo "SKIP: /usr/bin/python3 lacks numpy"; exit 77; }
+$PY -c "import numpy" 2>/dev/null || skip "/usr/bin/python3 lacks numpy"
 
 $PY - <<'PY'
 import json

@@ -9,7 +9,7 @@
 # code, no output.
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
-$PY -c "import numpy, h5py" 2>/dev/null || { echo "SKIP: /usr/bin/python3 lacks numpy or h5py"; exit 77; }
+$PY -c "import numpy, h5py" 2>/dev/null || skip "/usr/bin/python3 lacks numpy or h5py"
 
 $PY - <<'PY'
 import json, struct

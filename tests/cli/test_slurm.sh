@@ -4,10 +4,6 @@
 # submits tests/slurm/array.sbatch as a 4-task array (--shard auto) and tests/slurm/merge.sbatch as
 # a job that depends on it (afterok), then checks the merged artifact against an unsharded build.
 # Without root or without the Debian packages slurm-wlm and munge it prints why and exits 77.
-skip() {
-  echo "SKIP: $*"
-  exit 77
-}
 export PATH=$PATH:/usr/sbin:/sbin
 . "$(dirname "$0")/lib.sh"
 SOURCE=${KVTOOL_SOURCE:-$(dirname "$0")/../..}

@@ -15,7 +15,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama2c_to_gguf import ALIGNMENT  # noqa: E402
-from make_gguf_models import write  # noqa: E402
+from make_gguf_models import raw_kvs, write  # noqa: E402
 
 
 def main():
@@ -28,8 +28,7 @@ def main():
     sys.path.insert(0, args.gguf_py)
     from gguf import GGUFReader, quants  # noqa: E402
     r = GGUFReader(args.input)
-    # Each metadata pair as the bytes the file holds (the reader keeps every part of a field).
-    kvs = [b"".join(p.tobytes() for p in f.parts) for name, f in r.fields.items() if not name.startswith("GGUF.")]
+    kvs = raw_kvs(r, lambda name: not name.startswith("GGUF."))  # every pair but the reader's own header fields
     assert int(r.alignment) == ALIGNMENT, r.alignment
     out, counts = [], collections.Counter()
     for t in r.tensors:

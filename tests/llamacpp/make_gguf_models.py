@@ -124,11 +124,16 @@ def model_tensors(shape, layers, rng):
     return t
 
 
+def raw_kvs(reader, keep):
+    """The metadata pairs of a gguf-py GGUFReader whose key `keep` accepts, each as the bytes the
+    file holds (the reader keeps every part of a field)."""
+    return [b"".join(p.tobytes() for p in f.parts) for name, f in reader.fields.items() if keep(name)]
+
+
 def vocab_from(path, gguf_reader):
     """(size, the tokenizer.* metadata pairs as the file holds them) of a GGUF vocabulary."""
     r = gguf_reader(path)
-    kvs = [b"".join(p.tobytes() for p in f.parts) for name, f in r.fields.items() if name.startswith("tokenizer.")]
-    return len(r.fields["tokenizer.ggml.tokens"].data), kvs
+    return len(r.fields["tokenizer.ggml.tokens"].data), raw_kvs(r, lambda name: name.startswith("tokenizer."))
 
 
 def metadata(shape, layers, wtype, vocab_kvs=None):

@@ -9,7 +9,7 @@ heavy-hitter selections of the same row counts as that build.
 
     /usr/bin/python3 tests/models/needle_report.py --kvtool build/bin/kvtool --work /tmp/needles \
         [--contexts 2048,4096,8192] [--budgets 0.005,0.01,0.02,0.05] \
-        [--variant "pq-m16b8=pq -m 16 -b 8" ...] [--query "--rerank 4"] [--json rows.json] > table.md
+        [--variant "pq-m16b8=pq -m 16 -b 8" ...] [--query="--rerank 4"] [--json rows.json] > table.md
 
 Every number comes from the commands it runs; nothing is edited by hand. Dumps and builds are made
 anew on every run (a few seconds), so a table never mixes files of another model or binary.
@@ -37,6 +37,11 @@ def settings(kind, budgets):
     if kind == "squeeze":
         return sum((["-o", "rank_budget=" + b] for b in budgets), [])
     return sum((["--budget", b] for b in budgets), [])
+
+
+def base_setting(setting):
+    """The setting whose baselines a row shares: "+est" (--estimated-zone) fetches the same rows."""
+    return setting[:-len(" +est")] if setting.endswith(" +est") else setting
 
 
 def variants(specs):
@@ -87,7 +92,7 @@ def table(acc, order):
     for key in sorted(acc, key=lambda k: (k[0], order.index(k[1]), k[2], k[3] in BASELINES, BASELINES.index(k[3])
                                           if k[3] in BASELINES else 0)):
         a = acc[key]
-        topk = acc.get(key[:3] + ("topk",))
+        topk = acc.get((key[0], key[1], base_setting(key[2]), "topk"))
         rows.append({"context": key[0], "build": key[1], "setting": key[2], "rows": key[3],
                      "selected_percent": 100 * mean(a["selected_fraction"]), "index_percent": mean(a["index_percent"]),
                      "exact": sum(a["exact"]), "dense_exact": sum(a["dense"]), "tasks": len(a["exact"]),
@@ -111,7 +116,9 @@ def main():
     ap.add_argument("--variant", action="append", metavar="NAME=KIND [ARGS]",
                     help="an index build (repeatable): NAME=KIND and `kvtool build` options, or a bare KIND "
                     "(default: %s at their defaults)" % ", ".join(KINDS))
-    ap.add_argument("--query", default="", help="more eval-decode options for every build, e.g. \"--rerank 4\"")
+    ap.add_argument("--query", default="",
+                    help="more eval-decode options for every build, given as --query=OPTIONS: e.g. --query=\"--rerank 4\", "
+                    "--query=\"--top-p 0.9\" (the budget is its cap) or --query=--estimated-zone (adds \"+est\" rows)")
     ap.add_argument("--baselines", default=",".join(BASELINES),
                     help="eval-decode baselines beside each build (topk is the one KL / top-k needs)")
     ap.add_argument("--json", help="also write the rows as JSON here")
@@ -146,7 +153,7 @@ def print_table(rows):
             continue
         base = []
         for b in BASELINES:
-            x = at.get((r["context"], r["build"], r["setting"], b))
+            x = at.get((r["context"], r["build"], base_setting(r["setting"]), b))
             base.append("%d, %.3g" % (x["exact"], x["mean_kl"]) if x else "-")
         print("| %d | %s | %s | %.2f | %.2f | %d/%d | %d | %.3g | %s | %.3f | %.3f | %s |" % (
             r["context"], r["build"], r["setting"], r["selected_percent"], r["index_percent"], r["exact"], r["tasks"],

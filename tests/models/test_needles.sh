@@ -7,8 +7,8 @@ source "${KVTOOL_SOURCE:?}/tests/cli/lib.sh"
 HERE=$KVTOOL_SOURCE/tests/models
 PY=/usr/bin/python3
 M=$SHARED/models
-[ -e "$M/cheaders.bin" ] || { echo "skipped: no $M/cheaders.bin"; exit 77; }
-[ -d /usr/include ] || { echo "skipped: no /usr/include (the tasks' text)"; exit 77; }
+[ -e "$M/cheaders.bin" ] || skip "no $M/cheaders.bin"
+[ -d /usr/include ] || skip "no /usr/include (the tasks' text)"
 $PY "$HERE/needles.py" --out a --contexts 480,1024 --depths 0.2,0.8 >/dev/null || fail "needles.py"
 $PY "$HERE/needles.py" --out b --contexts 480,1024 --depths 0.2,0.8 >/dev/null || fail "needles.py again"
 diff -r a b >/dev/null || fail "needles.py is not deterministic for its seed"
@@ -46,4 +46,11 @@ grep -q "^| 480 | pq | 0.05 | " table.md || fail "the report has no pq row"
 # Each build's baselines have its row count: the top-k, window and heavy-hitter columns are filled.
 grep "^| 480 | clusterkv | 0.05 | " table.md | grep -Eq "\| [0-9]+, [0-9.e-]+ \| [0-9]+, [0-9.e-]+ \| [0-9]+, [0-9.e-]+ \|$" ||
   fail "the clusterkv row lacks its baselines"
+# needle_rows.py on the report's files: one line per answer step, layer and query head.
+$PY "$HERE/needle_rows.py" --kvtool "$KVTOOL" --task r/tasks-7/single-480-50.json --dump r/single-480-50.h5 \
+  --artifact r/single-480-50.pq.kvi --budget 0.05 >rows.txt || fail "needle_rows.py"
+want=$($PY -c "import h5py, json, sys; t = json.load(open(sys.argv[1])); q = h5py.File(sys.argv[2])['kv/q']
+print((t['answer'][1] - t['answer'][0]) * q.shape[0] * q.shape[1])" r/tasks-7/single-480-50.json r/single-480-50.h5)
+[ "$(grep -cE '^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ +(yes|no)$' rows.txt)" = "$want" ] ||
+  fail "needle_rows.py printed $(wc -l <rows.txt) lines, not a header and $want rows"
 finish

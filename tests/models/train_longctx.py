@@ -3,10 +3,12 @@
 llama2.c semantics with a real LLM's head shape (head_dim 128, 2 query heads per KV head), on C header
 text with planted key -> value facts (longctx_data.py), in three phases of growing context (a
 curriculum: copying learned at short distances first), then writes the llama2.c checkpoint and
-tokenizer. Deterministic for its arguments (seeded data and initialisation, 2 threads).
+tokenizer. The data and initialisation are seeded; with --threads 1 a run gives the same bytes every
+time (checked: two runs of --warmup 2 --steps 2,1,0,0 are identical), with the default 2 threads
+torch's threaded reductions make the weights differ in the last bits from run to run.
 
 Usage: train_longctx.py --out DIR [--steps A,B,C,D] [--drills A,B,C,D] [--drill repeat|shuffled] [--lr LR]
-                        [--init longctx.bin] [--measure]
+                        [--init longctx.bin] [--threads N] [--measure]
 """
 import argparse
 import math
@@ -121,6 +123,22 @@ def export(model, out):
     data.write_tokenizer(os.path.join(out, "longctx.tok.bin"))
 
 
+def train_step(model, opt, ids, wt, lr):
+    """One step at learning rate `lr` on the next-character cross-entropy of `ids`, each target
+    weighted by `wt` (0 leaves it out of the loss), gradients clipped to norm 1. Returns the
+    logits, the per-target cross-entropy and the loss."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    logits = model(ids[:, :-1])
+    ce = F.cross_entropy(logits.reshape(-1, data.VOCAB), ids[:, 1:].reshape(-1), reduction="none")
+    loss = (ce * wt.reshape(-1)).sum() / wt.sum()
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return logits, ce, loss
+
+
 def induction_warmup(model, rng, steps, lr, log):
     """Attempt 7's first phase: the model attention only (the feed-forward weights held at zero),
     on shuffled copy drills (longctx_data.copy_drill) of 128 characters x 32, the loss on the copy
@@ -146,15 +164,7 @@ def induction_warmup(model, rng, steps, lr, log):
                 w[a:b] = 1
             wts.append(w)
         ids, wt = torch.tensor(np.stack(rows)), torch.tensor(np.stack(wts), dtype=torch.float32)
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (s + 1) / 30)
-        logits = model(ids[:, :-1])
-        ce = F.cross_entropy(logits.reshape(-1, data.VOCAB), ids[:, 1:].reshape(-1), reduction="none")
-        loss = (ce * wt.reshape(-1)).sum() / wt.sum()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        logits, _, loss = train_step(model, opt, ids, wt, lr * min(1.0, (s + 1) / 30))
         if s % 25 == 0 or s == steps - 1:
             acc = ((logits.argmax(-1) == ids[:, 1:]).float() * wt).sum() / wt.sum()
             log("warm-up step %d/%d copy loss %.3f copy accuracy %.3f %.0f s" %
@@ -204,9 +214,12 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     ap.add_argument("--seed", type=int, default=1, help="the data's seed (another for a run that goes on from --init)")
     ap.add_argument("--init", help="start from this longctx.bin (a checkpoint of an earlier run) instead of random")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="torch threads (default 2, both cores of the machine it was made on); only 1 gives "
+                    "the same bytes on every run (threaded CPU reductions sum in varying order)")
     ap.add_argument("--measure", action="store_true", help="time 3 steps of each phase and stop")
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     rng = np.random.default_rng(args.seed)
     corpus = data.header_corpus()
@@ -226,16 +239,8 @@ def main():
             # Warm-up, constant through the copying phase, then a cosine to a tenth.
             rest = max(0, done - steps[0]) / max(1, total - steps[0])
             lr = args.lr * min(1.0, (done + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * rest)))
-            for g in opt.param_groups:
-                g["lr"] = lr
             ids, wt = batch(rng, corpus, phase, nd)
-            logits = model(ids[:, :-1])
-            ce = F.cross_entropy(logits.reshape(-1, data.VOCAB), ids[:, 1:].reshape(-1), reduction="none")
-            loss = (ce * wt.reshape(-1)).sum() / wt.sum()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            _, ce, loss = train_step(model, opt, ids, wt, lr)
             done += 1
             asked = (ce.view(wt.shape)[wt > 1]).mean().item()  # copies and asked values
             if args.measure or s % 10 == 0 or s == n - 1:

@@ -142,18 +142,6 @@ TEST_CASE("one mapping of exceptions to reasons: bad_alloc is OUT_OF_MEMORY ever
   CHECK(error_from_exception(std::make_exception_ptr(Error(Reason::TRUNCATED, "t"))).reason() == Reason::TRUNCATED);
 }
 
-namespace {
-// The reason a call threw, or "none".
-std::string thrown_reason(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.reason_name();
-  }
-  return "none";
-}
-}  // namespace
-
 TEST_CASE("a mapped file reads in bounds, refuses past its size, and turns a file cut under the map into TRUNCATED") {
   test::TempDir dir;
   const std::string path = dir.file("m.bin");
@@ -169,10 +157,10 @@ TEST_CASE("a mapped file reads in bounds, refuses past its size, and turns a fil
     for (size_t i = 0; i < 4000; ++i) sum += p[i];
   });
   CHECK(sum == want);
-  CHECK(thrown_reason([&] { map.read(12000, 289, [](const uint8_t*) {}); }) == "TRUNCATED");
-  CHECK(thrown_reason([&] { map.read(UINT64_MAX, 1, [](const uint8_t*) {}); }) == "TRUNCATED");
+  CHECK(test::reason_of([&] { map.read(12000, 289, [](const uint8_t*) {}); }) == "TRUNCATED");
+  CHECK(test::reason_of([&] { map.read(UINT64_MAX, 1, [](const uint8_t*) {}); }) == "TRUNCATED");
   // An exception from the reader passes through, and leaves no fault target behind.
-  CHECK(thrown_reason([&] { map.read(0, 1, [](const uint8_t*) { throw Error(Reason::BAD_MODEL, "x"); }); }) ==
+  CHECK(test::reason_of([&] { map.read(0, 1, [](const uint8_t*) { throw Error(Reason::BAD_MODEL, "x"); }); }) ==
         "BAD_MODEL");
   REQUIRE(truncate(path.c_str(), 0) == 0);  // someone else cuts the file: its pages now fault
   volatile uint64_t touched = 0;
@@ -186,5 +174,5 @@ TEST_CASE("a mapped file reads in bounds, refuses past its size, and turns a fil
   }
   CHECK(message == "TRUNCATED: '" + path + "' became shorter while it was read");
   // The guard is per read: a second faulting read is caught the same way.
-  CHECK(thrown_reason([&] { map.read(0, 1, [&](const uint8_t* p) { touched = p[0]; }); }) == "TRUNCATED");
+  CHECK(test::reason_of([&] { map.read(0, 1, [&](const uint8_t* p) { touched = p[0]; }); }) == "TRUNCATED");
 }

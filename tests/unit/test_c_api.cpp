@@ -181,26 +181,54 @@ void small_pq(const TempDir& tmp) {
   p.bits = 4;
   build_artifact(tmp.file("d.h5"), quiet_build(tmp.file("a.kvi"), 1, 1), PqBuilder(p));
 }
+
+// small_pq's artifact published as "doc" in a CPU pool, and a lease on it; released at the end.
+struct SmallPqLease {
+  TempDir tmp;
+  kvtool_pool* pool = nullptr;
+  kvtool_lease* lease = nullptr;
+  SmallPqLease() {
+    small_pq(tmp);
+    REQUIRE(kvtool_pool_new(int64_t{1} << 30, 0, KVTOOL_DEVICE_CPU, &pool) == KVTOOL_OK);
+    REQUIRE(kvtool_pool_publish(pool, "doc", tmp.file("a.kvi").c_str(), nullptr, nullptr) == KVTOOL_OK);
+    REQUIRE(kvtool_pool_acquire(pool, "doc", &lease) == KVTOOL_OK);
+  }
+  ~SmallPqLease() {
+    kvtool_lease_release(lease);
+    kvtool_pool_free(pool);
+  }
+  SmallPqLease(const SmallPqLease&) = delete;
+  SmallPqLease& operator=(const SmallPqLease&) = delete;
+  // The status of a batch of the one query (layer, q_head, q at pos) under `opts`.
+  int batch_status(int64_t layer, int64_t q_head, const float* q, int64_t pos, const char* opts) {
+    kvtool_query_params* qp = nullptr;
+    REQUIRE(kvtool_lease_params(lease, opts, &qp) == KVTOOL_OK);
+    const int64_t heads[1] = {q_head}, positions[1] = {pos};
+    int64_t ids[64], counts[1];
+    const int status = kvtool_lease_query_batch(lease, layer, 1, heads, q, positions, qp, 1, ids, nullptr, 64, counts);
+    kvtool_query_params_free(qp);
+    return status;
+  }
+};
+
+// A fixed query of d numbers, ((i * 7) mod 5) * step + offset: a few key rows score far above the rest.
+std::vector<float> fixed_query(int64_t d, float step, float offset) {
+  std::vector<float> q(static_cast<size_t>(d));
+  for (int64_t i = 0; i < d; ++i) q[static_cast<size_t>(i)] = static_cast<float>((i * 7) % 5) * step + offset;
+  return q;
+}
 }  // namespace
 
 TEST_CASE("c api: rerank proposes F x the budget and keeps the exact top rows over the host keys") {
-  TempDir tmp;
-  small_pq(tmp);
-  ArtifactReader r(tmp.file("a.kvi"));
+  SmallPqLease f;
+  kvtool_lease* lease = f.lease;
+  ArtifactReader r(f.tmp.file("a.kvi"));
   const IndexedRows ix = IndexedRows::of(r);
   const int64_t d = r.source().geo.head_dim, E = r.source().coverage_end, layer = 1, q_head = 2;
-  DumpReader dump(tmp.file("d.h5"));
+  DumpReader dump(f.tmp.file("d.h5"));
   std::vector<float> keys(static_cast<size_t>(E * d));
   dump.read_k(layer, r.source().id.q_to_kv_head[q_head], 0, E, keys.data());
-  std::vector<float> q(static_cast<size_t>(d));
-  for (int64_t i = 0; i < d; ++i) q[static_cast<size_t>(i)] = static_cast<float>((i * 7) % 5) * 0.3f - 0.5f;
-
-  kvtool_pool* pool = nullptr;
-  REQUIRE(kvtool_pool_new(int64_t{1} << 30, 0, KVTOOL_DEVICE_CPU, &pool) == KVTOOL_OK);
-  int64_t gen = 0;
-  REQUIRE(kvtool_pool_publish(pool, "doc", tmp.file("a.kvi").c_str(), nullptr, &gen) == KVTOOL_OK);
-  kvtool_lease* lease = nullptr;
-  REQUIRE(kvtool_pool_acquire(pool, "doc", &lease) == KVTOOL_OK);
+  const std::vector<float> q = fixed_query(d, 0.3f, -0.5f);
   int64_t ids[64], n = 0;
   // A factor that proposes every indexed row: the rerank is the exact top 12 by q.k, best first.
   REQUIRE(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, "budget=12,rerank=1024", keys.data(), E, ids,
@@ -250,29 +278,15 @@ TEST_CASE("c api: rerank proposes F x the budget and keeps the exact top rows ov
   CHECK(kvtool_lease_query_keys(lease, layer, q_head, q.data(), E - 1, "budget=12,rerank=1024", nan_keys.data(), E, ids,
                                 64, &n) != KVTOOL_OK);
   CHECK(std::string(kvtool_last_reason()) == "NON_FINITE");
-  kvtool_query_params* qp = nullptr;
-  REQUIRE(kvtool_lease_params(lease, "budget=12,rerank=2", &qp) == KVTOOL_OK);
-  const int64_t heads[1] = {q_head}, pos[1] = {E - 1};
-  int64_t counts[1];
-  CHECK(kvtool_lease_query_batch(lease, layer, 1, heads, q.data(), pos, qp, 1, ids, nullptr, 64, counts) ==
-        KVTOOL_ERR_USAGE);
-  kvtool_query_params_free(qp);
-  kvtool_lease_release(lease);
-  kvtool_pool_free(pool);
+  CHECK(f.batch_status(layer, q_head, q.data(), E - 1, "budget=12,rerank=2") == KVTOOL_ERR_USAGE);
 }
 
 TEST_CASE("c api: top_p keeps the shortest best-first prefix of the budget whose estimated mass reaches p") {
-  TempDir tmp;
-  small_pq(tmp);
-  ArtifactReader r(tmp.file("a.kvi"));
+  SmallPqLease f;
+  kvtool_lease* lease = f.lease;
+  ArtifactReader r(f.tmp.file("a.kvi"));
   const int64_t d = r.source().geo.head_dim, E = r.source().coverage_end, layer = 1, q_head = 2;
-  std::vector<float> q(static_cast<size_t>(d));
-  for (int64_t i = 0; i < d; ++i) q[static_cast<size_t>(i)] = static_cast<float>((i * 7) % 5) * 0.9f - 1.5f;
-  kvtool_pool* pool = nullptr;
-  REQUIRE(kvtool_pool_new(int64_t{1} << 30, 0, KVTOOL_DEVICE_CPU, &pool) == KVTOOL_OK);
-  REQUIRE(kvtool_pool_publish(pool, "doc", tmp.file("a.kvi").c_str(), nullptr, nullptr) == KVTOOL_OK);
-  kvtool_lease* lease = nullptr;
-  REQUIRE(kvtool_pool_acquire(pool, "doc", &lease) == KVTOOL_OK);
+  const std::vector<float> q = fixed_query(d, 0.9f, -1.5f);
   // The plain budget's rows and scores, best first: the reference the prefix is cut from.
   SelectorSet set(r);
   const auto params = set.params({{"budget", "100"}});
@@ -304,14 +318,6 @@ TEST_CASE("c api: top_p keeps the shortest best-first prefix of the budget whose
   for (const char* bad : {"top_p=1.5", "top_p=-0.1", "top_p=nan"})
     CHECK(kvtool_lease_query(lease, layer, q_head, q.data(), E - 1, bad, ids, 128, &n) == KVTOOL_ERR_USAGE);
   // Batches refuse it, as rerank: their answers are fixed-size buffers per query.
-  kvtool_query_params* qp = nullptr;
-  REQUIRE(kvtool_lease_params(lease, "budget=12,top_p=0.5", &qp) == KVTOOL_OK);
-  const int64_t heads[1] = {q_head}, pos[1] = {E - 1};
-  int64_t counts[1];
-  CHECK(kvtool_lease_query_batch(lease, layer, 1, heads, q.data(), pos, qp, 1, ids, nullptr, 64, counts) ==
-        KVTOOL_ERR_USAGE);
+  CHECK(f.batch_status(layer, q_head, q.data(), E - 1, "budget=12,top_p=0.5") == KVTOOL_ERR_USAGE);
   CHECK(std::string(kvtool_last_error()).find("top_p") != std::string::npos);
-  kvtool_query_params_free(qp);
-  kvtool_lease_release(lease);
-  kvtool_pool_free(pool);
 }

@@ -238,14 +238,22 @@ void prefix_scores(const KeyRows& kr, const float* q, int64_t E, std::vector<std
   }
 }
 
+// The `k` (1 <= k <= E) prefix rows of highest q·k, ties to the lower row, in scored[0, k) in no
+// particular order: the exact top-k baseline's rows and recall@k's reference set.
+void exact_top_rows(const KeyRows& kr, const float* q, int64_t E, int64_t k,
+                    std::vector<std::pair<float, int32_t>>& scored) {
+  prefix_scores(kr, q, E, scored);
+  std::nth_element(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(k - 1), scored.end());
+}
+
 // The exact top-k baseline: the `n` prefix rows of highest q·k (ties to the lower row).
 AttentionSelect topk_select(const PrefixKeys& keys, const Decoder& dec, LayerRange layers, int64_t E, int64_t n) {
   return [&keys, &dec, layers, E, n](int32_t l, int32_t h, const float* q, int32_t pos, AttentionRows& out) {
     if (!layers.covers(l)) return false;
     std::vector<std::pair<float, int32_t>> scored;
-    prefix_scores(keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)], q, E, scored);
     const auto keep = static_cast<size_t>(std::clamp<int64_t>(n, 1, E));
-    std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(keep), scored.end());
+    exact_top_rows(keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)], q, E, static_cast<int64_t>(keep),
+                   scored);
     out.rows.clear();
     for (size_t i = 0; i < keep; ++i) out.rows.push_back(scored[i].second);
     std::sort(out.rows.begin(), out.rows.end());
@@ -271,8 +279,7 @@ struct RecallTally {
     int64_t k = 0;
     for (int32_t r : rows) k += r < E;
     if (k == 0) return;
-    prefix_scores(keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)], q, E, scored);
-    std::nth_element(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(k - 1), scored.end());
+    exact_top_rows(keys.rows[static_cast<size_t>(l * dec.kv_heads + h / dec.group)], q, E, k, scored);
     top.assign(static_cast<size_t>(E), 0);
     for (int64_t i = 0; i < k; ++i) top[static_cast<size_t>(scored[static_cast<size_t>(i)].second)] = 1;
     int64_t hits = 0;

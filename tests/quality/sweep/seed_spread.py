@@ -6,7 +6,8 @@ eval-decode` decodes every build at budgets 0.05 / 0.1 / 0.2 with the exact top-
 Prints, per model, kind and budget, the KL of each seed over the exact top-k's and their spread.
 
   /usr/bin/python3 tests/quality/sweep/seed_spread.py --kvtool build/bin/kvtool --shared ../shared --work /tmp/seeds
-  (--clusterkv-args "--centroid-dtype f16": the previous clusterkv default)
+  (--clusterkv-args "--centroid-dtype f16": the previous clusterkv default; --pq-args "--loss
+  anisotropic": score-aware codebooks, docs/reports/defaults-sweep.md section 5)
 """
 import argparse
 import json
@@ -34,6 +35,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--clusterkv-args", default="", help='more clusterkv build options, e.g. "--centroid-dtype f16"')
+    ap.add_argument("--pq-args", default="", help='more pq build options, e.g. "--loss anisotropic"')
+    ap.add_argument("--budgets", default=",".join(BUDGETS))
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     models = os.path.join(a.shared, "models")
@@ -49,17 +52,18 @@ def main():
         for kind in KINDS:
             for seed in range(a.seeds):
                 art = os.path.join(a.work, "%s.%s.s%d.kvi" % (name, kind, seed))
-                more = a.clusterkv_args.split() if kind == "clusterkv" else []
+                more = (a.clusterkv_args if kind == "clusterkv" else a.pq_args).split()
                 run([a.kvtool, "build", kind, dump, "--prefix", str(prefix), "--seed", str(seed), "-o", art, "-q",
                      "--force"] + more)
                 arts.append((kind, seed, art))
         cmd = [a.kvtool, "eval-decode"] + [x[2] for x in arts] + ["--llama2c", os.path.join(models, model), "--source",
                                                                    dump, "--steps", str(steps), "--json", "-q",
                                                                    "--baseline", "topk"]
-        results = json.loads(run(cmd + sum((["--budget", b] for b in BUDGETS), [])))["results"]
+        budgets = a.budgets.split(",")
+        results = json.loads(run(cmd + sum((["--budget", b] for b in budgets), [])))["results"]
         topk = {r["budget"]: r["mean_kl"] for r in results if r["kind"] == "topk"}
         for kind in KINDS:
-            for b in BUDGETS:
+            for b in budgets:
                 kl = [r["mean_kl"] for r in results if r["kind"] == kind and math.isclose(r["budget"], float(b))
                       for x in arts if x[2] == r["artifact"] and x[0] == kind]
                 ref = [v for k, v in topk.items() if math.isclose(k, float(b))][0]
