@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kvtool dump --gguf against llama.cpp's own prefill (issue 50, item 2), in one run on the same cores:
+# kvtool dump --gguf against llama.cpp's own prefill (docs/models.md, "Speed"), in one run on the same cores:
 # a random-weight model of SmolLM2-135M's shape (30 layers, 9 query and 3 KV heads, head_dim 64,
 # hidden 576/1536, vocabulary 49152; f32 weights), the same T token ids (default 8192;
 # KVTOOL_BENCH_TOKENS), kvtool with --queries (K, V and Q of every position written) against

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The long-context table of docs/quality.md (issue 51): the long-context test model
+"""The long-context table of docs/quality.md ("Long context"): the long-context test model
 (tests/models/longctx.bin, as GGUF through tests/llamacpp/llama2c_to_gguf.py) on needle tasks
 (needles.py) at each context, depth and task seed. Per context, index build (--variant; default:
 each kind's default build) and budget, on the document before the question: answer exact-match

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Needle tasks in the style of RULER for the long-context test model (issue 51), generated
+"""Needle tasks in the style of RULER for the long-context test model (tests/models/README.md), generated
 deterministically: C header text (longctx_data.header_corpus, a part the model was not trained on
 first: the corpus's last tenth) of a given length with planted facts `/* fact KEY = VALUE */`, ending
 in the question `/* ask KEY = ` and the VALUE (teacher forced: the dump holds the answer).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long-context decode gate of issue 51 (docs/quality.md, "Long context"): the committed
+# The long-context decode gate (docs/quality.md, "Long context"): the committed
 # long-context model (tests/models/longctx.bin) on 9 needle tasks at 4,096 characters (single,
 # multikey, multivalue at depths 0.1, 0.5, 0.9), every kind at its default build, budgets 1 % and
 # 2 %, eval-decode teacher forced (needle_report.py). It holds:
@@ -19,7 +19,7 @@ cat table.md
 $PY - rows.json <<'EOF2' || fail "the gate"
 import json, sys
 DENSE_MIN = 4  # of 9: docs/quality.md, "Long context"
-AIM = {"0.01": 3.0, "0.02": 2.0}  # issue 51's aims: KL within 3x (1 %) and 2x (2 %) of the exact top-k's
+AIM = {"0.01": 3.0, "0.02": 2.0}  # docs/quality.md's aims: KL within 3x (1 %) and 2x (2 %) of the exact top-k's
 # Measured with this configuration (docs/quality.md, "Long context": the 4,096 rows of its table):
 # pq 17.3x and 19.9x, clusterkv 11.9x and 11.9x at 1 % and 2 %; a quarter of headroom, rounded up.
 CEILING = {("pq", "0.01"): 22, ("pq", "0.02"): 25, ("clusterkv", "0.01"): 15, ("clusterkv", "0.02"): 15}

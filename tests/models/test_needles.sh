@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The needle tasks of issue 51 (tests/models/needles.py) and their report (needle_report.py):
+# The needle tasks (tests/models/needles.py) and their report (needle_report.py):
 # deterministic for a seed; each task holds its fact (multivalue: its 4 facts of one key) in the
 # document, its question at "ask" and the value (values) at "answer"; and the report runs end to end (GGUF conversion, dumps, builds,
 # eval-decode --answer) on a shared character-level model (cheaders: 512-token context).

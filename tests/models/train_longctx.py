@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Trains the long-context test model (tests/models/README.md, issue 51): a character-level llama in
+"""Trains the long-context test model (tests/models/README.md): a character-level llama in
 llama2.c semantics with a real LLM's head shape (head_dim 128, 2 query heads per KV head), on C header
 text with planted key -> value facts (longctx_data.py), in three phases of growing context (a
 curriculum: copying learned at short distances first), then writes the llama2.c checkpoint and

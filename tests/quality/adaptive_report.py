@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The "Adaptive budgets" table of docs/quality.md (issue 51, item 5): per shared model and budget
+"""The "Adaptive budgets" table of docs/quality.md: per shared model and budget
 kind (pq, clusterkv; default builds), decoding with fixed budgets against top_p under no cap (budget
 100 %: the index's estimate over every indexed row), each beside the exact top-k of the same mean
 row count. A top_p setting fetches many rows for a head whose estimated attention is flat and few

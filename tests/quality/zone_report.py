@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The "Estimated zone" table of docs/quality.md (issue 51, item 6): per shared model and cluster
+"""The "Estimated zone" table of docs/quality.md: per shared model and cluster
 kind (clusterkv; squeeze at rank budgets; default builds), decoding at fixed budgets with and
 without RetroInfer's estimated zone (eval-decode --estimated-zone: every cluster's left-out rows
 attended as one entry, the centroid's score weighted by their count, their mean value), at equal

@@ -211,7 +211,7 @@ struct SmallPqLease {
   }
 };
 
-// A fixed query of d numbers, ((i * 7) mod 5) * step + offset: a few key rows score far above the rest.
+// A fixed, uneven query of d numbers: ((i * 7) mod 5) * step + offset.
 std::vector<float> fixed_query(int64_t d, float step, float offset) {
   std::vector<float> q(static_cast<size_t>(d));
   for (int64_t i = 0; i < d; ++i) q[static_cast<size_t>(i)] = static_cast<float>((i * 7) % 5) * step + offset;
