@@ -35,11 +35,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   // In the order `kvtool --help` lists them.
   static constexpr cmd::Register table[] = {
-      cmd::register_inspect, cmd::register_verify,  cmd::register_export,    cmd::register_keygen,
-      cmd::register_sign,    cmd::register_dump,    cmd::register_synth,     cmd::register_import,
-      cmd::register_demo,    cmd::register_query,   cmd::register_eval,      cmd::register_eval_decode,
-      cmd::register_compare, cmd::register_merge,   cmd::register_build,     cmd::register_store,
-      cmd::register_load,    cmd::register_reasons, cmd::register_completion};
+      cmd::register_inspect,     cmd::register_verify,  cmd::register_export,  cmd::register_keygen,
+      cmd::register_seal,        cmd::register_sign,    cmd::register_dump,    cmd::register_synth,
+      cmd::register_import,      cmd::register_demo,    cmd::register_query,   cmd::register_eval,
+      cmd::register_eval_decode, cmd::register_compare, cmd::register_merge,   cmd::register_build,
+      cmd::register_store,       cmd::register_load,    cmd::register_reasons, cmd::register_completion};
   cmd::Flags flags;
   std::vector<cli::Command> commands;
   for (cmd::Register add : table) commands.push_back(add(app, flags));

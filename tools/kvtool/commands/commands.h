@@ -23,6 +23,7 @@ cli::Command register_inspect(CLI::App& app, Flags& flags);
 cli::Command register_verify(CLI::App& app, Flags& flags);
 cli::Command register_export(CLI::App& app, Flags& flags);
 cli::Command register_keygen(CLI::App& app, Flags& flags);
+cli::Command register_seal(CLI::App& app, Flags& flags);
 cli::Command register_sign(CLI::App& app, Flags& flags);
 cli::Command register_dump(CLI::App& app, Flags& flags);
 cli::Command register_synth(CLI::App& app, Flags& flags);

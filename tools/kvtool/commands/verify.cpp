@@ -4,6 +4,7 @@
 #include "env.h"
 #include "kvtool/report.h"
 #include "snapshot_options.h"
+#include "store_options.h"
 #include "stdin_input.h"
 
 namespace kvtool::cmd {
@@ -16,9 +17,41 @@ struct VerifyArgs {
   TrustArgs trust;
   cli::LlamaStateArgs llama;
   std::string stdin_limit = "16G";
+  cli::StoreArgs store;
 };
 
+// A store directory: every check of kvtool/store_check.h; exit 1 when any finding is not a warning.
+int run_verify_store(VerifyArgs& a, const Flags& flags) {
+  KVT_CHECK(a.opt.source.empty() && !a.opt.strict_snapshot && !a.opt.model_check && a.llama.gguf.empty(), USAGE,
+            "--source, --strict-snapshot, --model-check and --gguf apply to files; a store takes --model");
+  StoreCheckOptions o = a.store.check;
+  o.threads = cli::default_threads(), o.quiet = flags.quiet || flags.json;
+  if (a.trust.any()) {
+    KVT_CHECK(!o.seal.empty(), USAGE, "--pubkey / --trusted-keys check a store's seal: give --seal");
+    o.trusted_keys = load_trust(a.trust).all.trusted;
+  }
+  const StoreReport r = verify_store(a.path, o);
+  emit(flags, r.to_json(), [&] { cli::print_store_report(r, true); });
+  return r.ok() ? 0 : 1;
+}
+
+// A single file against its seal (formats/seal-v1.md): exit 1 when it changed.
+int run_verify_sealed_file(VerifyArgs& a, const std::string& seal, const Flags& flags) {
+  StoreReport r;
+  r.root = a.path, r.kind = "file";
+  std::vector<PublicKeyRaw> trusted;
+  if (a.trust.any()) trusted = load_trust(a.trust).all.trusted;
+  check_seal(a.path, read_seal(seal), trusted, 1, flags.quiet || flags.json, r.findings, r.sealed_files);
+  emit(flags, r.to_json(), [&] { cli::print_store_report(r, true); });
+  return r.ok() ? 0 : 1;
+}
+
 int run_verify(VerifyArgs& a, const Flags& flags) {
+  if (cli::is_store_path(a.path)) return run_verify_store(a, flags);
+  const std::string seal = a.store.check.seal;
+  a.store.check.seal.clear();
+  cli::refuse_store_options(a.store, a.path);
+  if (!seal.empty()) return run_verify_sealed_file(a, seal, flags);
   const cli::InputFile in(a.path, a.stdin_limit);
   VerifyOptions& o = a.opt;
   o.gguf = a.llama.gguf;
@@ -56,7 +89,11 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   auto a = std::make_shared<VerifyArgs>();
   auto* sub = app.add_subcommand(
       "verify", "Check structure, every digest, the signature and (with --source) the binding to a dump");
-  sub->add_option("FILE", a->path, "dump, artifact or llama.cpp state file; - reads standard input")->required();
+  sub->add_option(
+         "FILE", a->path,
+         "dump, artifact, llama.cpp state file or cache store directory (formats/cache-stores.md); - reads standard "
+         "input")
+      ->required();
   sub->add_option("--source", a->opt.source,
                   "dump the artifact must have been built from (content digest of its covered range); for a "
                   "llama.cpp state file, a dump whose K/V the state must equal within --tolerance");
@@ -68,6 +105,10 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
                 "also require the dump's snapshot digest (generations, frontier) to match");
   add_trust_options(sub, a->trust, "fail unsigned artifacts (needs --pubkey or --trusted-keys)");
   cli::add_stdin_limit_option(sub, a->stdin_limit);
+  cli::add_store_options(sub, a->store);
+  sub->add_option("--seal", a->store.check.seal,
+                  "compare the store directory or file with this seal (kvtool seal): a changed, removed or added file "
+                  "fails; with --pubkey / --trusted-keys the seal must be signed by one of them");
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] { return run_verify(*a, flags); }};
 }

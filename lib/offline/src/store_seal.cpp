@@ -1,0 +1,298 @@
+// Seals (formats/seal-v1.md): the SHA-256 of every file of a store directory (or of one file),
+// hashed on several threads, optionally for one shard of the files and signed; merged from shards;
+// compared with the files now.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "kvtool/canonical.h"
+#include "kvtool/progress.h"
+#include "kvtool/sha256.h"
+#include "kvtool/store_check.h"
+
+namespace kvtool {
+
+namespace {
+
+constexpr int kSealVersion = 1;
+constexpr size_t kSealMaxBytes = 4ull << 30;
+constexpr const char* kSealSigningPrefix = "kvtool-seal-v1\n";
+
+struct Target {
+  std::string path;  // relative to the tree ("" for a single file: the file itself)
+  uint64_t size = 0;
+};
+
+// Which shard a file belongs to: the first 8 bytes of SHA-256 of its path, modulo the count, so a
+// file keeps its shard when others come or go.
+int64_t shard_of(const std::string& rel, int64_t count) {
+  const Digest d = sha256(rel);
+  uint64_t x = 0;
+  for (int i = 0; i < 8; ++i) x = (x << 8) | d[static_cast<size_t>(i)];
+  return static_cast<int64_t>(x % static_cast<uint64_t>(count));
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  KVT_CHECK(stat(path.c_str(), &st) == 0, IO_ERROR, "'" << path << "' does not exist");
+  return S_ISDIR(st.st_mode);
+}
+
+// The files a seal covers: every regular file of the tree but a store's temporaries.
+std::vector<Target> sealed_targets(const DirectoryTree& tree, const StoreOptions& so, std::string& kind, int64_t index,
+                                   int64_t count) {
+  std::set<std::string> temporaries;
+  kind = "directory";
+  try {
+    const StoreScan s = scan_cache_store(tree, so);
+    kind = s.kind;
+    for (const StoreFile& f : s.files)
+      if (f.role == StoreFile::Role::temporary) temporaries.insert(f.entry.path);
+  } catch (const Error& e) {
+    if (e.reason() != Reason::STORE_UNRECOGNIZED) throw;
+  }
+  std::vector<Target> out;
+  for (const TreeEntry& e : tree.list(8, 50'000'000))
+    if (e.type == TreeEntry::Type::file && !temporaries.count(e.path) && shard_of(e.path, count) == index)
+      out.push_back({e.path, e.size});
+  return out;
+}
+
+std::string digest_of(const RandomAccessFile& f, std::vector<uint8_t>& buf) {
+  Sha256 h;
+  for (uint64_t at = 0; at < f.size(); at += buf.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), f.size() - at));
+    f.pread_exact(at, n, buf.data());
+    h.update(buf.data(), n);
+  }
+  return to_hex(h.finish());
+}
+
+// SHA-256 of each target on `threads` threads (results in target order); a file that cannot be
+// read gets "" and its error in `errors`.
+std::vector<std::string> digests(const std::string& root, bool dir, const std::vector<Target>& t, int threads,
+                                 bool quiet, std::vector<StoreFinding>& errors) {
+  std::unique_ptr<DirectoryTree> tree = dir ? std::make_unique<DirectoryTree>(root) : nullptr;
+  std::vector<std::string> out(t.size());
+  std::vector<std::optional<StoreFinding>> err(t.size());
+  uint64_t total = 0;
+  for (const Target& x : t) total += x.size;
+  Progress progress("kvtool seal " + root, static_cast<int64_t>(t.size()), quiet);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    std::vector<uint8_t> buf(4u << 20);
+    for (size_t i; (i = next++) < t.size();) {
+      try {
+        if (dir) {
+          TreeFile f(*tree, t[i].path);
+          out[i] = digest_of(f.file(), buf);
+        } else {
+          out[i] = digest_of(RandomAccessFile(root), buf);
+        }
+      } catch (const Error& e) {
+        err[i] = StoreFinding{e.reason(), t[i].path, e.what(), false};
+      }
+      progress.advance();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int k = 1; k < std::max(1, threads); ++k) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+  progress.finish();
+  for (auto& e : err)
+    if (e) errors.push_back(*e);
+  return out;
+}
+
+std::string signing_message(const json& seal) {
+  json body = seal;
+  body.erase("signature");
+  return std::string(kSealSigningPrefix) + to_hex(sha256(canonical_json(body)));
+}
+
+void sign(json& seal, const std::string& key_path) {
+  if (key_path.empty()) return;
+  const SigningKey key = SigningKey::load(key_path);
+  const SignatureRaw sig = key.sign(signing_message(seal));
+  seal["signature"] = {{"key_id", key_id(key.public_key())},
+                       {"public_key", to_hex(key.public_key().data(), key.public_key().size())},
+                       {"sig", to_hex(sig.data(), sig.size())}};
+}
+
+std::string leaf(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+// The seal's structure; BAD_SEAL naming what is wrong.
+void check_structure(const json& s) {
+  KVT_CHECK(s.is_object() && s.value("kvtool_seal", 0) == kSealVersion, BAD_SEAL,
+            "not a kvtool seal of version " << kSealVersion << " (no \"kvtool_seal\": 1)");
+  KVT_CHECK(s.contains("kind") && s["kind"].is_string() && s.contains("name") && s["name"].is_string(), BAD_SEAL,
+            "the seal has no kind or name");
+  const json& sh = s.value("shard", json());
+  KVT_CHECK(sh.is_object() && sh.value("count", 0) >= 1 && sh.value("index", -1) >= 0 &&
+                sh.value("index", -1) < sh.value("count", 0),
+            BAD_SEAL, "the seal's shard is not {index, count} with 0 <= index < count");
+  KVT_CHECK(s.contains("files") && s["files"].is_array(), BAD_SEAL, "the seal has no files array");
+  std::string prev;
+  for (const json& f : s["files"]) {
+    KVT_CHECK(f.is_object() && f.contains("path") && f["path"].is_string() && f.contains("size") &&
+                  f["size"].is_number_unsigned() && f.contains("sha256") && f["sha256"].is_string(),
+              BAD_SEAL, "a seal entry lacks path, size or sha256");
+    Digest d;
+    KVT_CHECK(from_hex(f["sha256"].get<std::string>(), d), BAD_SEAL, "a seal entry's sha256 is not 64 hex digits");
+    const std::string p = f["path"].get<std::string>();
+    KVT_CHECK(p > prev || prev.empty(), BAD_SEAL, "the seal's files are not sorted by path or name one twice");
+    prev = p;
+  }
+}
+
+void check_signature(const json& seal, const std::vector<PublicKeyRaw>& trusted) {
+  if (trusted.empty()) return;
+  KVT_CHECK(seal.contains("signature") && seal["signature"].is_object(), BAD_SEAL,
+            "the seal is unsigned; a trusted key was given (--pubkey / --trusted-keys)");
+  const json& sg = seal["signature"];
+  const std::string msg = signing_message(seal);
+  SignatureRaw sig{};
+  const std::string hex = sg.value("sig", "");
+  KVT_CHECK(hex.size() == 128, BAD_SEAL, "the seal's signature is not 64 bytes of hex");
+  for (size_t i = 0; i < sig.size(); ++i) sig[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (const PublicKeyRaw& k : trusted)
+    if (verify_signature(k, msg, sig)) return;
+  KVT_THROW(BAD_SEAL,
+            "the seal's signature is not valid for any trusted key (it was changed, or signed by another key)");
+}
+
+}  // namespace
+
+json make_seal(const std::string& path, const SealOptions& o) {
+  KVT_CHECK(o.shard_count >= 1 && o.shard_index >= 0 && o.shard_index < o.shard_count, USAGE,
+            "shard " << o.shard_index << "/" << o.shard_count << " is not 0 <= index < count");
+  const bool dir = is_directory(path);
+  std::string kind = "file";
+  std::vector<Target> targets;
+  if (dir) {
+    targets = sealed_targets(DirectoryTree(path), o.store, kind, o.shard_index, o.shard_count);
+  } else {
+    KVT_CHECK(o.shard_count == 1, USAGE, "a single file is sealed whole: shards apply to directories");
+    targets.push_back({leaf(path), RandomAccessFile(path).size()});
+  }
+  std::vector<StoreFinding> errors;
+  const std::vector<std::string> d = digests(path, dir, targets, o.threads, o.quiet, errors);
+  if (!errors.empty()) throw Error(errors.front().reason, errors.front().message);
+  json seal = {{"kvtool_seal", kSealVersion},
+               {"kind", kind},
+               {"name", leaf(path)},
+               {"shard", {{"index", o.shard_index}, {"count", o.shard_count}}},
+               {"files", json::array()}};
+  for (size_t i = 0; i < targets.size(); ++i)
+    seal["files"].push_back({{"path", targets[i].path}, {"size", targets[i].size}, {"sha256", d[i]}});
+  sign(seal, o.sign_key);
+  return seal;
+}
+
+json merge_seals(const std::vector<json>& shards, const std::string& sign_key) {
+  KVT_CHECK(!shards.empty(), USAGE, "no seals to merge");
+  for (const json& s : shards) check_structure(s);
+  const int64_t count = shards[0]["shard"]["count"].get<int64_t>();
+  std::vector<bool> seen(static_cast<size_t>(count), false);
+  std::map<std::string, json> files;
+  for (const json& s : shards) {
+    KVT_CHECK(s["kind"] == shards[0]["kind"] && s["name"] == shards[0]["name"] && s["shard"]["count"] == count,
+              BAD_SEAL, "the seals are of different trees or shard counts");
+    const auto i = static_cast<size_t>(s["shard"]["index"].get<int64_t>());
+    KVT_CHECK(!seen[i], BAD_SEAL, "shard " << i << " is given twice");
+    seen[i] = true;
+    for (const json& f : s["files"]) files[f["path"].get<std::string>()] = f;
+  }
+  for (size_t i = 0; i < seen.size(); ++i) KVT_CHECK(seen[i], BAD_SEAL, "shard " << i << "/" << count << " is missing");
+  json seal = {{"kvtool_seal", kSealVersion},
+               {"kind", shards[0]["kind"]},
+               {"name", shards[0]["name"]},
+               {"shard", {{"index", 0}, {"count", 1}}},
+               {"files", json::array()}};
+  for (auto& [p, f] : files) seal["files"].push_back(f);
+  sign(seal, sign_key);
+  return seal;
+}
+
+json read_seal(const std::string& path) {
+  const RandomAccessFile f(path);
+  KVT_CHECK(f.size() <= kSealMaxBytes, BAD_SEAL, "the seal '" << path << "' is over 4 GiB");
+  std::string text(static_cast<size_t>(f.size()), '\0');
+  f.pread_exact(0, text.size(), text.data());
+  json s = parse_untrusted_json(text, "the seal '" + path + "'", Reason::BAD_SEAL, kJsonMaxDepth, kSealMaxBytes);
+  check_structure(s);
+  return s;
+}
+
+void check_seal(const std::string& path, const json& seal, const std::vector<PublicKeyRaw>& trusted, int threads,
+                bool quiet, std::vector<StoreFinding>& findings, int64_t& sealed_files) {
+  check_structure(seal);
+  check_signature(seal, trusted);
+  const bool dir = is_directory(path);
+  const int64_t index = seal["shard"]["index"].get<int64_t>(), count = seal["shard"]["count"].get<int64_t>();
+  KVT_CHECK(dir == (seal["kind"] != "file"), BAD_SEAL,
+            "the seal is of " << (dir ? "a single file" : "a directory") << "; '" << path << "' is not");
+  std::map<std::string, uint64_t> now;
+  if (dir) {
+    std::string kind;
+    StoreOptions so;
+    if (seal["kind"] != "directory") so.kind = seal["kind"].get<std::string>();
+    for (const Target& t : sealed_targets(DirectoryTree(path), so, kind, index, count)) now[t.path] = t.size;
+  } else {
+    now[leaf(path)] = RandomAccessFile(path).size();
+  }
+  std::vector<Target> to_hash;
+  std::vector<std::string> want;
+  for (const json& f : seal["files"]) {
+    const std::string p = f["path"].get<std::string>();
+    auto it = now.find(p);
+    if (it == now.end()) {
+      findings.push_back({Reason::SEAL_MISMATCH, p, "removed since it was sealed", false});
+    } else if (it->second != f["size"].get<uint64_t>()) {
+      findings.push_back({Reason::SEAL_MISMATCH, p,
+                          "changed since it was sealed: " + std::to_string(f["size"].get<uint64_t>()) +
+                              " bytes then, " + std::to_string(it->second) + " now",
+                          false});
+    } else {
+      to_hash.push_back({p, it->second});
+      want.push_back(f["sha256"].get<std::string>());
+    }
+    if (it != now.end()) now.erase(it);
+  }
+  sealed_files = static_cast<int64_t>(seal["files"].size());
+  for (const auto& [p, size] : now)
+    findings.push_back({Reason::SEAL_MISMATCH, p, "added since the seal was made", false});
+  const std::vector<std::string> got = digests(path, dir, to_hash, threads, quiet, findings);
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!got[i].empty() && got[i] != want[i])
+      findings.push_back(
+          {Reason::SEAL_MISMATCH, to_hash[i].path, "its bytes changed since it was sealed (SHA-256 differs)", false});
+}
+
+uint32_t crc32c(uint32_t crc, const void* data, size_t n) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  const auto* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+}  // namespace kvtool
