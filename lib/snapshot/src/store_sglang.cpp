@@ -64,7 +64,8 @@ bool parse_name(const std::string& file, const std::string& model_name, Name& n)
     rest = us == std::string::npos ? "" : rest.substr(us);
   }
   n.suffix = rest;
-  return !rest.empty() && parse_suffix(rest, model_name, n);
+  // A suffix of another model is still a page: the model check reports it (check()).
+  return !rest.empty() && (parse_suffix(rest, model_name, n) || (!model_name.empty() && parse_suffix(rest, "", n)));
 }
 
 bool probe(const DirectoryTree&, const std::vector<TreeEntry>& entries) {

@@ -126,9 +126,19 @@ void classify_rank_entry(const TreeEntry& e, const std::string& ns, int64_t rank
   s.files.push_back(f);
 }
 
+// A namespace's config.json, or a block at <ns>_r<rank>/<h[0:3]>/<h[3:5]>_g<group>/<h>.bin (a
+// store whose configuration was lost is still vLLM's: its blocks are orphans).
 bool probe(const DirectoryTree&, const std::vector<TreeEntry>& entries) {
-  for (const TreeEntry& e : entries)
-    if (std::count(e.path.begin(), e.path.end(), '/') == 1 && leaf_of(e.path) == "config.json") return true;
+  for (const TreeEntry& e : entries) {
+    const auto depth = std::count(e.path.begin(), e.path.end(), '/');
+    if (depth == 1 && leaf_of(e.path) == "config.json") return true;
+    std::string ns;
+    int64_t rank = 0;
+    const std::string leaf = leaf_of(e.path);
+    if (depth == 3 && leaf.size() > 4 && leaf.compare(leaf.size() - 4, 4, ".bin") == 0 &&
+        all_hex(leaf.substr(0, leaf.size() - 4)) && rank_folder(e.path.substr(0, e.path.find('/')), ns, rank))
+      return true;
+  }
   return false;
 }
 

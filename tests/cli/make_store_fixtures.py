@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Cache stores written byte for byte as vLLM, LMCache and SGLang lay them out on disk, for
-tests/stores/test_stores.sh (formats/cache-stores.md names each layout's source file and commit).
+tests/cli/test_cache_stores.sh (formats/cache-stores.md names each layout's source file and commit).
 
 Run in an empty folder with Debian's /usr/bin/python3 (numpy). Writes:
   model/config.json              a Hugging Face config of the geometry below (2 layers, 4 kv heads, d 8, f16)
