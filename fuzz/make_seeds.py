@@ -93,6 +93,35 @@ def structured_seeds(corpus):
     put(os.path.join(corpus, "dump_struct", "dataset"), base + bytes([1, 0, 4, 1, 0, 5, 2]) + bytes(40))
 
 
+def store_entry(path, data):
+    """One entry of fuzz_cache_store's input: the path, a newline, a 2-byte length, the bytes."""
+    return path.encode() + b"\n" + struct.pack("<H", len(data)) + data
+
+
+def cache_store_seeds(corpus):
+    """fuzz_cache_store: one small store of each kind in the target's geometry (2 layers, 2 kv heads,
+    head_dim 4, f16, 4 tokens a block; formats/cache-stores.md), and a seal."""
+    import hashlib
+    fields = {"model_name": "m", "tokens_per_hash": 4, "blocks_per_file": 1, "tp_size": 1, "pp_size": 1,
+              "pcp_size": 1, "dcp_size": 1, "dtype": "float16", "inference_engine": "vllm",
+              "kv_cache_groups": [{"tokens_per_block": 4, "layer_names": ["l0", "l1"]}]}
+    ns = "m_" + hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+    h = hashlib.sha256(b"block").hexdigest()
+    row = bytes(range(256)) + bytes(4096 - 256)
+    vllm = store_entry(ns + "/config.json", json.dumps(fields, indent=2, sort_keys=True).encode())
+    vllm += store_entry("%s_r0/%s/%s_g0/%s.bin" % (ns, h[:3], h[3:5], h), row)
+    put(os.path.join(corpus, "cache_store", "vllm"), bytes([1, 0]) + vllm)
+    chunk = bytes(2 * 2 * 3 * 8 * 2)
+    put(os.path.join(corpus, "cache_store", "lmcache"),
+        bytes([2, 0]) + store_entry("m@1@0@-1f@half.pt", chunk) +
+        store_entry("m@1@0@2e@half.data", struct.pack("iiiiiii", len(chunk), 1, 2, 2, 2, 3, 8) + chunk))
+    put(os.path.join(corpus, "cache_store", "sglang"),
+        bytes([3, 5]) + store_entry(h + "_m_0_1.bin", bytes(256)) + store_entry(h + ".swa_m_0_1.bin", bytes(64)))
+    seal = {"kvtool_seal": 1, "kind": "directory", "name": "s", "shard": {"index": 0, "count": 1},
+            "files": [{"path": "a", "size": 3, "sha256": hashlib.sha256(b"abc").hexdigest()}]}
+    put(os.path.join(corpus, "cache_store", "seal.json"), json.dumps(seal).encode())
+
+
 def main():
     kvtool, corpus = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "corpus")
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,6 +134,7 @@ def main():
         put(os.path.join(corpus, "dump", "small-f32.h5"), open(small, "rb").read())
         import_seeds(corpus)
         structured_seeds(corpus)
+        cache_store_seeds(corpus)
         for i, kind in enumerate(KINDS):
             art = os.path.join(tmp, kind + ".kvi")
             run(kvtool, "build", kind, dump, "-o", art, "-q", "--zstd-level", 0, "--threads", 1, "--sink", 4,

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# kvtool seal and verify --seal of a 4 GiB store against sha256sum over the same files, in the same
+# run (formats/seal-v1.md; the target: seal and verify at >= 0.8x sha256sum's speed). The store is
+# vLLM-shaped: 2,048 block files of 2 MiB in hash folders. Both read from the page cache (the files
+# were just written; the machine holds them), so the comparison is of hashing and file handling,
+# not of the disk. Baselines: one sha256sum over every file (one core, as a user runs it) and two
+# sha256sum processes (xargs -P 2: every core, the best a shell gets). KVTOOL_SEAL_BENCH_GIB sets
+# the size.
+set -euo pipefail
+KVTOOL=${KVTOOL:?KVTOOL must point at the kvtool binary}
+GIB=${KVTOOL_SEAL_BENCH_GIB:-4}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+files=$((GIB * 512))
+/usr/bin/python3 - "$files" <<'PY'
+import hashlib, os, sys
+n = int(sys.argv[1])
+block = os.urandom(2 << 20)
+for i in range(n):
+    h = hashlib.sha256(b"%d" % i).hexdigest()
+    d = "store/m_0123456789ab_r0/%s/%s_g0" % (h[:3], h[3:5])
+    os.makedirs(d, exist_ok=True)
+    with open("%s/%s.bin" % (d, h), "wb") as f:
+        f.write(block[i % 4096:] + block[:i % 4096])  # distinct files, no allocation per file
+PY
+cat >/dev/null < <(find store -type f -exec cat {} +)  # warm the page cache for every contender
+now() { date +%s.%N; }
+t0=$(now); find store -type f -print0 | xargs -0 sha256sum >/dev/null; t1=$(now)
+find store -type f -print0 | xargs -0 -n 64 -P 2 sha256sum >/dev/null; t2=$(now)
+"$KVTOOL" seal store -o store.seal -q; t3=$(now)
+"$KVTOOL" verify store --seal store.seal >/dev/null; t4=$(now)
+/usr/bin/python3 - "$t0" "$t1" "$t2" "$t3" "$t4" "$GIB" "$(nproc)" <<'PY'
+import sys
+t0, t1, t2, t3, t4, gib, cores = map(float, sys.argv[1:])
+one, two, seal, verify = t1 - t0, t2 - t1, t3 - t2, t4 - t3
+gb = gib * (1 << 30) / 1e9
+print("store: %d GiB in %d files of 2 MiB; %d cores" % (gib, gib * 512, cores))
+for name, s in (("sha256sum (1 process)", one), ("sha256sum (xargs -P 2)", two), ("kvtool seal", seal),
+                ("kvtool verify --seal", verify)):
+    print("  %-24s %7.2f s  %6.2f GB/s" % (name, s, gb / s))
+print("seal   / sha256sum: %.2fx  (vs -P 2: %.2fx)" % (one / seal, two / seal))
+print("verify / sha256sum: %.2fx  (vs -P 2: %.2fx)" % (one / verify, two / verify))
+ok = one / seal >= 0.8 and one / verify >= 0.8
+print("target (>= 0.8x sha256sum): %s" % ("met" if ok else "NOT met"))
+sys.exit(0 if ok else 1)
+PY
