@@ -42,8 +42,8 @@ bool safe_path(const std::string& p) {
 void write_entry(const std::string& root, const std::string& rel, const std::vector<uint8_t>& bytes) {
   for (size_t i = rel.find('/'); i != std::string::npos; i = rel.find('/', i + 1))
     ::mkdir((root + "/" + rel.substr(0, i)).c_str(), 0700);
-  std::ofstream(root + "/" + rel, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                         static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(root + "/" + rel, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 void check_maps(const kvtool::StoreScan& s, const kvtool::StoreModel& m, const kvtool::StoreOptions& o) {
@@ -97,7 +97,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kvtool::fuzz::on_exception(std::current_exception());
   }
   try {
-    std::ofstream(dir + "/seal.json", std::ios::binary).write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+    std::ofstream(dir + "/seal.json", std::ios::binary)
+        .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
     const kvtool::json seal = kvtool::read_seal(dir + "/seal.json");
     std::vector<kvtool::StoreFinding> findings;
     int64_t n = 0;

@@ -11,6 +11,8 @@ Run in an empty folder with Debian's /usr/bin/python3 (numpy). Writes:
   sglang/                        HiCache pages <hash>_<model>_0_1.bin (layer_first, 4 tokens a page)
   sglang_tp2/                    the same pages split over 2 tensor-parallel ranks
   truth.npz                      K and V [L, H, T, d] of the 37-token prompt every store holds a prefix of
+With --from-dump DUMP MODEL SEED: vllm_p/ and sglang_p/, a real prompt's K/V under the block names
+vLLM and SGLang compute for its tokens (from_dump below), and prompt_tokens.json.
 """
 import hashlib
 import json
@@ -119,7 +121,73 @@ def sglang_pages(root, ranks, page=4):
             write("%s/%s_%s_%d_%d.bin" % (root, prev.hex(), MODEL.replace("/", "-"), r, ranks), data.tobytes())
 
 
+def vllm_hashes(tokens, block, seed):
+    """vllm/v1/core/kv_cache_utils.py hash_block_tokens with the default sha256 hash
+    (vllm/utils/hashing.py: sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))), chained from
+    NONE_HASH = sha256(pickle of PYTHONHASHSEED): the names vLLM gives the prompt's blocks."""
+    import pickle
+
+    def h(obj):
+        return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+    parent, out = h(seed), []
+    for i in range(0, len(tokens) - block + 1, block):
+        parent = h((parent, tuple(tokens[i:i + block]), None))
+        out.append(parent)
+    return out
+
+
+def sglang_keys(tokens, page):
+    """get_hash_str (python/sglang/srt/mem_cache/utils.py) chained over the pages."""
+    out, prev = [], None
+    for i in range(0, len(tokens) - page + 1, page):
+        hasher = hashlib.sha256()
+        if prev:
+            hasher.update(prev)
+        for t in tokens[i:i + page]:
+            hasher.update(t.to_bytes(4, byteorder="little", signed=False))
+        prev = hasher.digest()
+        out.append(prev)
+    return out
+
+
+def from_dump(dump, model, seed, block=16, page=8):
+    """Stores of a real prompt's K/V (a dump's f16 rows) under the names the stacks give its tokens:
+    vllm_p/ (vLLM, blocks of BLOCK tokens, PYTHONHASHSEED=SEED) and sglang_p/ (SGLang, pages of PAGE
+    tokens over 2 tensor-parallel ranks)."""
+    import h5py
+    global K, V
+    f = h5py.File(dump, "r")
+    K, V = f["kv/k"][:].astype(np.float16), f["kv/v"][:].astype(np.float16)
+    tokens = [int(t) for t in f["kv/tokens"]]
+    layers, heads, _, d = K.shape
+    fields = {"model_name": model, "tokens_per_hash": block, "blocks_per_file": 1, "tp_size": 1, "pp_size": 1,
+              "pcp_size": 1, "dcp_size": 1, "dtype": "float16", "inference_engine": "vllm",
+              "kv_cache_groups": [{"tokens_per_block": block,
+                                   "layer_names": ["model.layers.%d.self_attn.attn" % l for l in range(layers)]}]}
+    base = vllm_namespace("vllm_p", fields)
+    for b, h in enumerate(vllm_hashes(tokens, block, seed)):
+        t = slice(b * block, (b + 1) * block)
+        row = b"".join(np.concatenate([K[l, :, t].transpose(1, 0, 2), V[l, :, t].transpose(1, 0, 2)], axis=2).tobytes()
+                       for l in range(layers))
+        row += b"\0" * (-len(row) % 4096)
+        x = h.hex()
+        write("%s_r0/%s/%s_g0/%s.bin" % (base, x[:3], x[3:5], x), row)
+    hr = heads // 2
+    for p, key in enumerate(sglang_keys(tokens, page)):
+        t = slice(p * page, (p + 1) * page)
+        for r in range(2):
+            hs = slice(r * hr, (r + 1) * hr)
+            data = np.stack([K[:, hs, t], V[:, hs, t]]).transpose(0, 1, 3, 2, 4)  # [2, L, P, hr, d]
+            write("sglang_p/%s_%s_%d_2.bin" % (key.hex(), model.replace("/", "-"), r), data.tobytes())
+    json.dump(tokens, open("prompt_tokens.json", "w"))
+
+
 if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 5 and sys.argv[1] == "--from-dump":
+        from_dump(sys.argv[2], sys.argv[3], sys.argv[4])
+        sys.exit(0)
     model_config()
     vllm_store()
     lmcache_stores()

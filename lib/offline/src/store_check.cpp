@@ -235,6 +235,10 @@ StoreReport examine(const std::string& root, const StoreCheckOptions& o, bool ve
   } else {
     r.not_read.emplace_back("no model: give one for sizes and values (--model M.gguf|config.json)", r.blocks);
   }
+  if (verify && !o.prompt.empty()) {
+    KVT_CHECK(!o.model.empty(), USAGE, "a prompt's blocks are compared with a GGUF model: give model (--model M.gguf)");
+    r.content = check_store_prompt(root, o, o.model, r.findings);
+  }
   if (verify && !o.seal.empty())
     check_seal(root, read_seal(o.seal), o.trusted_keys, o.threads, o.quiet, r.findings, r.sealed_files);
   return r;
@@ -271,6 +275,7 @@ json StoreReport::to_json() const {
     j["findings"].push_back(
         {{"reason", reason_name(f.reason)}, {"path", f.path}, {"message", f.message}, {"warning", f.warning}});
   if (sealed_files) j["sealed_files"] = sealed_files;
+  if (content) j["content"] = content->to_json();
   return j;
 }
 

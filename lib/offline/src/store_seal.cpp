@@ -79,8 +79,6 @@ std::vector<std::string> digests(const std::string& root, bool dir, const std::v
   std::unique_ptr<DirectoryTree> tree = dir ? std::make_unique<DirectoryTree>(root) : nullptr;
   std::vector<std::string> out(t.size());
   std::vector<std::optional<StoreFinding>> err(t.size());
-  uint64_t total = 0;
-  for (const Target& x : t) total += x.size;
   Progress progress("kvtool seal " + root, static_cast<int64_t>(t.size()), quiet);
   std::atomic<size_t> next{0};
   auto work = [&] {

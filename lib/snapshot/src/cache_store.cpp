@@ -168,6 +168,7 @@ StoreModel read_store_model(const std::string& path) {
     const GgufModel g = read_gguf_model(path);
     StoreModel m;
     m.path = path, m.name = g.name, m.layers = g.layers, m.kv_heads = g.kv_heads, m.head_dim = g.head_dim;
+    m.gguf = true;
     return m;
   }
   return read_hf_config(path);

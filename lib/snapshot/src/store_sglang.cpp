@@ -160,7 +160,7 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
     const uint64_t es = f.entry.size / static_cast<uint64_t>(unit);
     b.elem_bytes = es == 4 || es == 2 || es == 1 ? static_cast<int64_t>(es) : 2;
     b.dtype = b.elem_bytes == 4 ? "f32" : "";  // 2 bytes may be f16 or bf16: size-checked only
-    if (b.elem_bytes == 2) why = "2-byte values may be f16 or bf16: give dtype (--dtype) to decode";
+    if (b.elem_bytes == 2) why = "2-byte values may be f16 or bf16: give dtype (--store-dtype) to decode";
   }
   b.bytes = static_cast<uint64_t>(unit * b.elem_bytes);
   b.layers = L, b.heads = hr, b.first_head = f.rank * hr, b.head_dim = d, b.tokens = P, b.tb = P, b.hr = hr;

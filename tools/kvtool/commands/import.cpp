@@ -11,6 +11,7 @@
 #include "kvtool/import.h"
 #include "kvtool/snapshot.h"
 #include "snapshot_options.h"
+#include "store_options.h"
 
 namespace kvtool::cmd {
 
@@ -92,6 +93,29 @@ void refuse_tensor_options(const CLI::App* sub, const std::string& format) {
   }
 }
 
+// A cache store directory: the prompt's blocks, found by the stack's hashes, in position order
+// (formats/cache-stores.md, "A prompt's blocks").
+template <typename Args>
+int import_store(Args& a, const Flags& flags) {
+  KVT_CHECK(cli::resolve_store_prompt(a.store), USAGE,
+            "a store holds many prompts: give the prompt (--prompt, --prompt-file, --token-ids or --tokens-from) and "
+            "--model M.gguf");
+  if (!a.dtype.empty()) a.opt.dtype = parse_dtype(a.dtype);
+  a.opt.meta = read_meta(a.meta);
+  a.opt.overwrite = a.force;
+  const StoreCheckOptions& c = a.store.check;
+  StorePromptFound found;
+  std::unique_ptr<KvSnapshot> snap =
+      open_store_prompt(a.request.inputs[0], c.store, read_store_model(c.model), c.prompt, c.prompt_options, found);
+  const ImportSummary s = import_snapshot(*snap, a.opt, a.out);
+  json j = s.to_json();
+  j["schema_version"] = kJsonSchemaVersion, j["ok"] = true, j["output"] = a.out, j["store"] = found.to_json();
+  return emit(flags, j, [&] {
+    std::cout << "imported " << found.files.size() << " of the prompt's " << found.blocks_wanted << " blocks ("
+              << s.geo.tokens << " tokens, " << s.source_dtype << ") from " << found.ns << " into " << a.out << "\n";
+  });
+}
+
 }  // namespace
 
 cli::Command register_import(CLI::App& app, Flags& flags) {
@@ -101,6 +125,7 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
     std::string out, meta, dtype;
     bool force = false, queries = false;
     cli::LlamaStateArgs llama;
+    cli::StoreArgs store;
   };
   auto a = std::make_shared<Args>();
   TensorLayoutOptions& o = a->request.tensors;
@@ -154,9 +179,15 @@ cli::Command register_import(CLI::App& app, Flags& flags) {
   sub->add_option("--page-size", a->request.chunks.page_size, "SGLang page size, tokens per page file")
       ->check(CLI::PositiveNumber);
   sub->add_option("--src-dtype", a->request.chunks.src_dtype, "dtype of headerless chunk files: f16 | bf16 | f32");
+  cli::add_store_options(sub, a->store, false);
+  cli::add_store_prompt_options(sub, a->store);
   sub->add_flag("--json", flags.json, "machine-readable summary");
   sub->add_flag("-q,--quiet", flags.quiet, "print nothing on success");
   return {sub, [a, &flags, sub] {
+            if (a->request.inputs.size() == 1 && cli::is_store_path(a->request.inputs[0]))
+              return import_store(*a, flags);
+            cli::refuse_store_options(a->store, a->request.inputs.empty() ? "" : a->request.inputs[0]);
+            KVT_CHECK(!cli::resolve_store_prompt(a->store), USAGE, "--prompt and its kin apply to store directories");
             if (!a->dtype.empty()) a->opt.dtype = parse_dtype(a->dtype);
             a->opt.meta = read_meta(a->meta);
             a->opt.overwrite = a->force;

@@ -24,8 +24,10 @@ struct VerifyArgs {
 int run_verify_store(VerifyArgs& a, const Flags& flags) {
   KVT_CHECK(a.opt.source.empty() && !a.opt.strict_snapshot && !a.opt.model_check && a.llama.gguf.empty(), USAGE,
             "--source, --strict-snapshot, --model-check and --gguf apply to files; a store takes --model");
+  cli::resolve_store_prompt(a.store);
   StoreCheckOptions o = a.store.check;
   o.threads = cli::default_threads(), o.quiet = flags.quiet || flags.json;
+  if (a.llama.tolerance >= 0) o.tolerance = a.llama.tolerance;
   if (a.trust.any()) {
     KVT_CHECK(!o.seal.empty(), USAGE, "--pubkey / --trusted-keys check a store's seal: give --seal");
     o.trusted_keys = load_trust(a.trust).all.trusted;
@@ -51,6 +53,7 @@ int run_verify(VerifyArgs& a, const Flags& flags) {
   const std::string seal = a.store.check.seal;
   a.store.check.seal.clear();
   cli::refuse_store_options(a.store, a.path);
+  KVT_CHECK(!cli::resolve_store_prompt(a.store), USAGE, "--prompt and its kin apply to store directories");
   if (!seal.empty()) return run_verify_sealed_file(a, seal, flags);
   const cli::InputFile in(a.path, a.stdin_limit);
   VerifyOptions& o = a.opt;
@@ -106,6 +109,7 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   add_trust_options(sub, a->trust, "fail unsigned artifacts (needs --pubkey or --trusted-keys)");
   cli::add_stdin_limit_option(sub, a->stdin_limit);
   cli::add_store_options(sub, a->store);
+  cli::add_store_prompt_options(sub, a->store);
   sub->add_option("--seal", a->store.check.seal,
                   "compare the store directory or file with this seal (kvtool seal): a changed, removed or added file "
                   "fails; with --pubkey / --trusted-keys the seal must be signed by one of them");

@@ -5,12 +5,14 @@
 // reason code and the file it names; verify fails when any finding is not a warning.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvtool/cache_store.h"
 #include "kvtool/json.h"
 #include "kvtool/signing.h"
+#include "kvtool/store_prompt.h"
 
 namespace kvtool {
 
@@ -22,6 +24,20 @@ struct StoreCheckOptions {
   bool quiet = false;                      // no progress reports
   std::string seal;                        // verify only: compare with this seal ("" none)
   std::vector<PublicKeyRaw> trusted_keys;  // the seal must be signed by one of these (when any)
+  // verify only: the prompt whose blocks are found in the store and compared with what the GGUF
+  // model (`model`) computes for its tokens (formats/cache-stores.md, "A prompt's blocks").
+  std::vector<int32_t> prompt;
+  StorePromptOptions prompt_options;
+  std::optional<double> tolerance;  // of that comparison; default: default_model_tolerance
+};
+
+// The prompt's blocks against the model: the largest |store - model| / max|model| of a layer for
+// K and V, and the first (position, layer, head) beyond the tolerance (-1 when none).
+struct StoreContentReport {
+  StorePromptFound found;
+  double tolerance = 0, max_rel_err_k = 0, max_rel_err_v = 0;
+  int64_t tokens = 0, first_position = -1, first_layer = -1, first_head = -1;
+  json to_json() const;
 };
 
 // max|x| and non-finite values of one (layer, kv head) of the model, over the blocks read.
@@ -41,13 +57,18 @@ struct StoreReport {
   std::vector<std::pair<std::string, int64_t>> not_read;  // why values were not read, and how many blocks
   std::vector<HeadHealth> health;                         // per namespace, layer, head: those read
   std::vector<StoreFinding> findings;
-  int64_t sealed_files = 0;  // verify --seal: the files the seal names (this shard)
-  bool ok() const;           // no finding but warnings
+  int64_t sealed_files = 0;                   // verify --seal: the files the seal names (this shard)
+  std::optional<StoreContentReport> content;  // verify with a prompt
+  bool ok() const;                            // no finding but warnings
   json to_json() const;
 };
 
 StoreReport inspect_store(const std::string& root, const StoreCheckOptions& o);
 StoreReport verify_store(const std::string& root, const StoreCheckOptions& o);
+// The content check alone: finds the prompt's blocks and compares them with the GGUF model `gguf`
+// (a PAYLOAD_MISMATCH finding names the block holding the first differing position).
+StoreContentReport check_store_prompt(const std::string& root, const StoreCheckOptions& o, const std::string& gguf,
+                                      std::vector<StoreFinding>& findings);
 
 // ---- seals (formats/seal-v1.md) ----
 

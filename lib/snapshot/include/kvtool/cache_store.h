@@ -22,6 +22,7 @@ struct StoreModel {
   std::string path, name;  // name: general.name, or config.json's _name_or_path ("" when absent)
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
   std::string dtype;  // f16 | bf16 | f32 from config.json's torch_dtype; "" when the model does not say
+  bool gguf = false;  // a GGUF file (identity and RoPE known; the forward pass can run it)
 };
 StoreModel read_store_model(const std::string& path);
 
