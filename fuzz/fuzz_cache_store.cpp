@@ -92,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<kvtool::StoreFinding> findings;
     kvtool::check_store_config(s, &m, o.store, findings);
     check_maps(s, m, o.store);
-    (void)kvtool::verify_store(root, o).to_json().dump();
+    (void)kvtool::json_text(kvtool::verify_store(root, o).to_json());
   } catch (...) {
     kvtool::fuzz::on_exception(std::current_exception());
   }

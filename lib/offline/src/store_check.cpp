@@ -52,6 +52,9 @@ void read_values(const std::vector<uint8_t>& bytes, const BlockJob& j, int64_t m
                        ((b.heads - 1) % b.hr) * b.s_h + b.head_dim;
   KVT_CHECK(static_cast<uint64_t>(last * b.elem_bytes) <= bytes.size() - b.offset, INTERNAL,
             "the map of '" << j.file->entry.path << "' passes its end");
+  KVT_CHECK(b.first_layer + b.layers <= static_cast<int64_t>(r.grid.size()) / model_heads &&
+                b.first_head + b.heads <= model_heads,
+            INTERNAL, "the map of '" << j.file->entry.path << "' names a layer or head the model does not have");
   std::string first_bad;
   for (int64_t l = 0; l < b.layers; ++l)
     for (int64_t h = 0; h < b.heads; ++h) {

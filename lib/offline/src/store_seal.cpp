@@ -36,6 +36,16 @@ int64_t shard_of(const std::string& rel, int64_t count) {
   return static_cast<int64_t>(x % static_cast<uint64_t>(count));
 }
 
+// A seal is JSON: a file name that is not UTF-8 cannot be written in it (nlohmann refuses it).
+bool utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
 bool is_directory(const std::string& path) {
   struct stat st {};
   KVT_CHECK(stat(path.c_str(), &st) == 0, IO_ERROR, "'" << path << "' does not exist");
@@ -57,8 +67,12 @@ std::vector<Target> sealed_targets(const DirectoryTree& tree, const StoreOptions
   }
   std::vector<Target> out;
   for (const TreeEntry& e : tree.list(8, 50'000'000))
-    if (e.type == TreeEntry::Type::file && !temporaries.count(e.path) && shard_of(e.path, count) == index)
+    if (e.type == TreeEntry::Type::file && !temporaries.count(e.path) && shard_of(e.path, count) == index) {
+      KVT_CHECK(utf8(e.path), IO_ERROR,
+                "'" << e.path << "' in '" << tree.root() << "': a file name that is not UTF-8 cannot be sealed (a seal is "
+                    << "JSON); rename it or move it out of the store");
       out.push_back({e.path, e.size});
+    }
   return out;
 }
 
@@ -175,6 +189,7 @@ json make_seal(const std::string& path, const SealOptions& o) {
   KVT_CHECK(o.shard_count >= 1 && o.shard_index >= 0 && o.shard_index < o.shard_count, USAGE,
             "shard " << o.shard_index << "/" << o.shard_count << " is not 0 <= index < count");
   const bool dir = is_directory(path);
+  KVT_CHECK(utf8(leaf(path)), USAGE, "'" << path << "': a name that is not UTF-8 cannot be sealed (a seal is JSON)");
   std::string kind = "file";
   std::vector<Target> targets;
   if (dir) {

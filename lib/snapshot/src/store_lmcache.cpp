@@ -214,6 +214,8 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
   if (!b.elem_bytes) return why = "the key names no dtype (an LMCache key before dtypes)", std::nullopt;
   const int64_t hr = heads_per_rank(m, n->world_size, why);
   if (!hr) return std::nullopt;
+  if (f.rank >= n->world_size || f.layer >= m.layers)
+    return why = "its worker or layer is beyond the namespace's world size or the model's layers", std::nullopt;
   const int64_t d = m.head_dim, hidden = hr * d, chunk = o.block_tokens > 0 ? o.block_tokens : 256;
   const int64_t L = f.layer < 0 ? m.layers : 1;
   b.offset = f.header.empty() ? 0 : kHeaderBytes;

@@ -235,6 +235,9 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
   const int64_t tp = c["tp_size"].get<int64_t>(), bpf = c["blocks_per_file"].get<int64_t>();
   const int64_t bs = c["kv_cache_groups"][static_cast<size_t>(f.group)]["tokens_per_block"].get<int64_t>();
   const int64_t L = static_cast<int64_t>(layers.size()), d = m.head_dim;
+  if (L != m.layers)
+    return why = "the namespace names " + std::to_string(L) + " layers; the model has " + std::to_string(m.layers),
+           std::nullopt;
   const std::string canon = c.value("canonical_format", std::string());
   std::string lay = o.memory_format.empty() ? "nhd" : o.memory_format;
   if (!canon.empty()) lay = canon.size() > 3 && canon[0] == 'v' ? canon.substr(canon.find('-') + 1) : canon;
