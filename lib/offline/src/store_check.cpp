@@ -32,17 +32,6 @@ struct BlockResult {
   std::vector<StoreFinding> findings;
 };
 
-float value_at(const uint8_t* data, int64_t i, const std::string& dtype) {
-  if (dtype == "f32") {
-    float v;
-    std::memcpy(&v, data + i * 4, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, data + i * 2, 2);
-  return dtype == "bf16" ? bf16_to_f32(h) : f16_to_f32(h);
-}
-
 // Reads the block's values through its map into `r.grid` ([layers][heads] of the model).
 void read_values(const std::vector<uint8_t>& bytes, const BlockJob& j, int64_t model_heads, BlockResult& r) {
   const BlockMap& b = j.map;
@@ -56,6 +45,7 @@ void read_values(const std::vector<uint8_t>& bytes, const BlockJob& j, int64_t m
                 b.first_head + b.heads <= model_heads,
             INTERNAL, "the map of '" << j.file->entry.path << "' names a layer or head the model does not have");
   std::string first_bad;
+  std::vector<float> row(static_cast<size_t>(b.head_dim));
   for (int64_t l = 0; l < b.layers; ++l)
     for (int64_t h = 0; h < b.heads; ++h) {
       HeadHealth& g = r.grid[static_cast<size_t>((b.first_layer + l) * model_heads + b.first_head + h)];
@@ -63,15 +53,14 @@ void read_values(const std::vector<uint8_t>& bytes, const BlockJob& j, int64_t m
         for (int64_t t = 0; t < b.tokens; ++t) {
           const int64_t base = kv * b.s_kv + l * b.s_l + (t / b.tb) * b.s_tb + (t % b.tb) * b.s_t + (h / b.hr) * b.s_w +
                                (h % b.hr) * b.s_h;
-          for (int64_t i = 0; i < b.head_dim; ++i) {
-            const float x = value_at(data, base + i, b.dtype);
-            ++g.values;
-            if (!std::isfinite(x)) {
-              if (!g.nonfinite++ && first_bad.empty())
-                first_bad = std::string(kv ? "V" : "K") + " of layer " + std::to_string(b.first_layer + l) + ", head " +
-                            std::to_string(b.first_head + h) + ", token " + std::to_string(t);
-            } else {
+          decode_block_values(b, data, base, b.head_dim, row.data());
+          g.values += static_cast<uint64_t>(b.head_dim);
+          for (float x : row) {
+            if (std::isfinite(x)) {
               g.max_abs = std::max(g.max_abs, static_cast<double>(std::fabs(x)));
+            } else if (!g.nonfinite++ && first_bad.empty()) {
+              first_bad = std::string(kv ? "V" : "K") + " of layer " + std::to_string(b.first_layer + l) + ", head " +
+                          std::to_string(b.first_head + h) + ", token " + std::to_string(t);
             }
           }
         }

@@ -18,7 +18,8 @@ struct LayerDiff {
 };
 
 // `mine` is the model's [T][H*d] rows of one layer; `theirs` the store's [H][T][d].
-LayerDiff compare_layer(const float* mine, const std::vector<float>& theirs, int64_t T, int64_t H, int64_t d, double tol) {
+LayerDiff compare_layer(const float* mine, const std::vector<float>& theirs, int64_t T, int64_t H, int64_t d,
+                        double tol) {
   double mx = 0;
   for (int64_t i = 0; i < T * H * d; ++i) mx = std::max(mx, std::fabs(static_cast<double>(mine[i])));
   LayerDiff r;
@@ -38,8 +39,10 @@ LayerDiff compare_layer(const float* mine, const std::vector<float>& theirs, int
 
 json StoreContentReport::to_json() const {
   json j = found.to_json();
-  j["tokens"] = tokens, j["tolerance"] = tolerance, j["max_rel_err_k"] = max_rel_err_k, j["max_rel_err_v"] = max_rel_err_v;
-  if (first_position >= 0) j["first_difference"] = {{"position", first_position}, {"layer", first_layer}, {"head", first_head}};
+  j["tokens"] = tokens, j["tolerance"] = tolerance, j["max_rel_err_k"] = max_rel_err_k,
+  j["max_rel_err_v"] = max_rel_err_v;
+  if (first_position >= 0)
+    j["first_difference"] = {{"position", first_position}, {"layer", first_layer}, {"head", first_head}};
   return j;
 }
 
@@ -69,9 +72,10 @@ StoreContentReport check_store_prompt(const std::string& root, const StoreCheckO
   if (r.first_position >= 0) {
     const auto block = static_cast<size_t>(r.first_position / r.found.block_tokens);
     findings.push_back({Reason::PAYLOAD_MISMATCH, r.found.files[block].front(),
-                        "the block's K/V differ from what the model '" + gguf + "' computes for the prompt from position " +
-                            std::to_string(r.first_position) + ", layer " + std::to_string(r.first_layer) + ", kv head " +
-                            std::to_string(r.first_head) + " on (beyond " + std::to_string(r.tolerance) +
+                        "the block's K/V differ from what the model '" + gguf +
+                            "' computes for the prompt from position " + std::to_string(r.first_position) + ", layer " +
+                            std::to_string(r.first_layer) + ", kv head " + std::to_string(r.first_head) +
+                            " on (beyond " + std::to_string(r.tolerance) +
                             " of the layer's max|x|): another prompt's, layer's, head's, rank's or model's values",
                         false});
   }

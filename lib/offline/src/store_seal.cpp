@@ -69,7 +69,8 @@ std::vector<Target> sealed_targets(const DirectoryTree& tree, const StoreOptions
   for (const TreeEntry& e : tree.list(8, 50'000'000))
     if (e.type == TreeEntry::Type::file && !temporaries.count(e.path) && shard_of(e.path, count) == index) {
       KVT_CHECK(utf8(e.path), IO_ERROR,
-                "'" << e.path << "' in '" << tree.root() << "': a file name that is not UTF-8 cannot be sealed (a seal is "
+                "'" << e.path << "' in '" << tree.root()
+                    << "': a file name that is not UTF-8 cannot be sealed (a seal is "
                     << "JSON); rename it or move it out of the store");
       out.push_back({e.path, e.size});
     }

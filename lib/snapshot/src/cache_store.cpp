@@ -3,12 +3,14 @@
 #include "kvtool/cache_store.h"
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 #include <map>
 
 #include "impl/store_kinds.h"
 #include "kvtool/atomic_file.h"
 #include "kvtool/gguf.h"
+#include "kvtool/half.h"
 #include "kvtool/random_access_file.h"
 
 namespace kvtool {
@@ -207,6 +209,24 @@ StoreScan scan_cache_store(const DirectoryTree& tree, const StoreOptions& o) {
   kind->scan(tree, entries, o, s);
   stores::count_blocks(s);
   return s;
+}
+
+void decode_block_values(const BlockMap& b, const uint8_t* data, int64_t first, int64_t n, float* out) {
+  if (b.dtype == "f32") {
+    std::memcpy(out, data + first * 4, static_cast<size_t>(n) * 4);
+    return;
+  }
+  KVT_CHECK(b.dtype == "f16" || b.dtype == "bf16", INTERNAL, "a block of dtype '" << b.dtype << "' is not decoded");
+  uint16_t h[512];  // in pieces: no allocation per row
+  for (int64_t at = 0; at < n; at += 512) {
+    const size_t k = static_cast<size_t>(std::min<int64_t>(512, n - at));
+    std::memcpy(h, data + (first + at) * 2, k * 2);
+    if (b.dtype == "f16") {
+      f16_to_f32_array(h, out + at, k);
+    } else {
+      for (size_t i = 0; i < k; ++i) out[at + static_cast<int64_t>(i)] = bf16_to_f32(h[i]);
+    }
+  }
 }
 
 std::optional<BlockMap> block_map(const StoreScan& s, const StoreFile& f, const StoreModel& m, const StoreOptions& o,

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "impl/store_kinds.h"
 
@@ -119,17 +120,18 @@ bool probe(const DirectoryTree&, const std::vector<TreeEntry>& entries) {
 // Every chunk must be stored by every worker of its world size (and, layerwise, for every layer
 // some worker stored): a part alone is a block no one can load.
 void check_complete(StoreScan& s) {
-  std::map<std::string, std::set<int64_t>> workers;
-  std::map<std::string, std::string> first;
+  using Chunk = std::tuple<std::string, std::string, int64_t>;  // namespace, hash, layer
+  std::map<Chunk, std::set<int64_t>> workers;
+  std::map<Chunk, std::string> first;
   for (const StoreFile& f : s.files) {
     if (f.role != StoreFile::Role::block) continue;
-    const std::string id = f.ns + "#" + f.hash + "#" + std::to_string(f.layer);
+    const Chunk id{f.ns, f.hash, f.layer};
     workers[id].insert(f.rank);
     first.emplace(id, f.entry.path);
   }
   for (const auto& [id, have] : workers) {
-    const StoreNamespace* n = s.find(id.substr(0, id.find('#')));
-    if (static_cast<int64_t>(have.size()) >= n->world_size) continue;
+    const StoreNamespace* n = s.find(std::get<0>(id));
+    if (!n || static_cast<int64_t>(have.size()) >= n->world_size) continue;
     add_finding(s.findings, Reason::ORPHAN_BLOCK, first[id],
                 "this chunk is stored by " + std::to_string(have.size()) + " of its " + std::to_string(n->world_size) +
                     " workers; the others' parts are missing");

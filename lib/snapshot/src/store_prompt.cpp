@@ -38,7 +38,7 @@ class Pickle5 {
   void none() { frame_ += 'N', boundary(); }
   void tuple_of_ints(const int32_t* t, size_t n) {
     if (n == 0) return frame_ += ')', boundary();  // EMPTY_TUPLE, never memoized
-    if (n > 3) frame_ += '(';                        // MARK
+    if (n > 3) frame_ += '(';                      // MARK
     for (size_t i = 0; i < n; ++i) integer(t[i]);
     frame_ += n > 3 ? 't' : static_cast<char>(0x84 + n);  // TUPLE or TUPLE1..3
     memoize();
@@ -112,17 +112,6 @@ class StorePromptSnapshot final : public KvSnapshot {
   StoreModel model_;
 };
 
-float value(const uint8_t* p, int64_t i, const std::string& dtype) {
-  if (dtype == "f32") {
-    float x;
-    std::memcpy(&x, p + i * 4, 4);
-    return x;
-  }
-  uint16_t h;
-  std::memcpy(&h, p + i * 2, 2);
-  return dtype == "bf16" ? bf16_to_f32(h) : f16_to_f32(h);
-}
-
 void StorePromptSnapshot::read_kv(int64_t layer, std::vector<float>& k, std::vector<float>& v) {
   const int64_t H = info_.geo.kv_heads, T = info_.geo.tokens, d = info_.geo.head_dim;
   k.assign(static_cast<size_t>(H * T * d), 0.f);
@@ -140,11 +129,13 @@ void StorePromptSnapshot::read_kv(int64_t layer, std::vector<float>& k, std::vec
       const int64_t l = layer - b.first_layer;
       for (int64_t h = 0; h < b.heads; ++h)
         for (int64_t t = 0; t < b.tokens; ++t) {
-          const int64_t base = l * b.s_l + (t / b.tb) * b.s_tb + (t % b.tb) * b.s_t + (h / b.hr) * b.s_w + (h % b.hr) * b.s_h;
+          const int64_t base =
+              l * b.s_l + (t / b.tb) * b.s_tb + (t % b.tb) * b.s_t + (h / b.hr) * b.s_w + (h % b.hr) * b.s_h;
           const int64_t row = static_cast<int64_t>(i) * span_ + t;
           float* kd = k.data() + ((b.first_head + h) * T + row) * d;
           float* vd = v.data() + ((b.first_head + h) * T + row) * d;
-          for (int64_t x = 0; x < d; ++x) kd[x] = value(data, base + x, b.dtype), vd[x] = value(data, base + b.s_kv + x, b.dtype);
+          decode_block_values(b, data, base, d, kd);
+          decode_block_values(b, data, base + b.s_kv, d, vd);
         }
     }
 }
@@ -152,8 +143,9 @@ void StorePromptSnapshot::read_kv(int64_t layer, std::vector<float>& k, std::vec
 std::string hex(const Digest& d) { return to_hex(d); }
 
 // vLLM: per namespace, the leading blocks whose files exist; files of rank 0, group 0.
-std::vector<FoundBlock> find_vllm(const StoreScan& s, const std::set<std::string>& have, const std::vector<int32_t>& tok,
-                                  const StorePromptOptions& po, std::string& ns, int64_t& span, int64_t& wanted) {
+std::vector<FoundBlock> find_vllm(const StoreScan& s, const std::set<std::string>& have,
+                                  const std::vector<int32_t>& tok, const StorePromptOptions& po, std::string& ns,
+                                  int64_t& span, int64_t& wanted) {
   KVT_CHECK(po.hash_seed, USAGE,
             "vLLM names blocks by hashes chained from NONE_HASH, which is random unless the server ran with "
             "PYTHONHASHSEED: give it (hash_seed, --hash-seed)");
@@ -173,15 +165,16 @@ std::vector<FoundBlock> find_vllm(const StoreScan& s, const std::set<std::string
       if (!have.count(path)) break;
       got.push_back({{path}, {}});
     }
-    if (got.size() > best.size() || ns.empty()) best = got, ns = n.name, span = F, wanted = static_cast<int64_t>(tok.size()) / F;
+    if (got.size() > best.size() || ns.empty())
+      best = got, ns = n.name, span = F, wanted = static_cast<int64_t>(tok.size()) / F;
   }
   return best;
 }
 
 // SGLang: per family (model, tp size), the leading pages every rank stored.
-std::vector<FoundBlock> find_sglang(const StoreScan& s, const std::set<std::string>& have, const std::vector<int32_t>& tok,
-                                    const StoreOptions& so, const StorePromptOptions& po, std::string& ns, int64_t& span,
-                                    int64_t& wanted) {
+std::vector<FoundBlock> find_sglang(const StoreScan& s, const std::set<std::string>& have,
+                                    const std::vector<int32_t>& tok, const StoreOptions& so,
+                                    const StorePromptOptions& po, std::string& ns, int64_t& span, int64_t& wanted) {
   KVT_CHECK(so.block_tokens > 0, USAGE, "SGLang pages record no page size: give block_tokens (--block-tokens)");
   const std::vector<Digest> keys = sglang_page_keys(tok, so.block_tokens);
   std::map<std::string, std::vector<const StoreNamespace*>> families;  // by family, ranks in order
@@ -209,8 +202,11 @@ std::vector<FoundBlock> find_sglang(const StoreScan& s, const std::set<std::stri
 }  // namespace
 
 json StorePromptFound::to_json() const {
-  return {{"namespace", ns}, {"block_tokens", block_tokens}, {"blocks_wanted", blocks_wanted},
-          {"blocks_found", files.size()}, {"files", files}};
+  return {{"namespace", ns},
+          {"block_tokens", block_tokens},
+          {"blocks_wanted", blocks_wanted},
+          {"blocks_found", files.size()},
+          {"files", files}};
 }
 
 std::vector<Digest> vllm_block_hashes(const std::vector<int32_t>& tokens, int64_t block_tokens,
@@ -220,7 +216,8 @@ std::vector<Digest> vllm_block_hashes(const std::vector<int32_t>& tokens, int64_
   seed.str(hash_seed);
   Digest parent = sha256(seed.finish());
   std::vector<Digest> out;
-  for (size_t at = 0; at + static_cast<size_t>(block_tokens) <= tokens.size(); at += static_cast<size_t>(block_tokens)) {
+  for (size_t at = 0; at + static_cast<size_t>(block_tokens) <= tokens.size();
+       at += static_cast<size_t>(block_tokens)) {
     Pickle5 p;
     p.bytes(parent.data(), parent.size());
     p.tuple_of_ints(tokens.data() + at, static_cast<size_t>(block_tokens));
@@ -268,7 +265,7 @@ std::unique_ptr<KvSnapshot> open_store_prompt(const std::string& root, const Sto
   found.block_tokens = span, found.blocks_wanted = wanted;
   KVT_CHECK(!blocks.empty(), STORE_MISS,
             "the store holds none of the prompt's " << wanted << " blocks of " << span
-                                                     << " tokens (another prompt, model, hash seed or page size)");
+                                                    << " tokens (another prompt, model, hash seed or page size)");
   SnapshotInfo info;
   for (FoundBlock& b : blocks) {
     found.files.push_back(b.files);
@@ -278,7 +275,8 @@ std::unique_ptr<KvSnapshot> open_store_prompt(const std::string& root, const Sto
       KVT_CHECK(m && !m->dtype.empty(), USAGE, "the block '" << f << "' cannot be read: " << why);
       KVT_CHECK(have[f]->entry.size == m->bytes, BLOCK_SIZE_MISMATCH,
                 "'" << f << "' holds " << have[f]->entry.size << " bytes; its geometry gives " << m->bytes);
-      KVT_CHECK(m->tokens == span && m->layers == model.layers, USAGE, "the block '" << f << "' does not hold whole layers of " << span << " tokens");
+      KVT_CHECK(m->tokens == span && m->layers == model.layers, USAGE,
+                "the block '" << f << "' does not hold whole layers of " << span << " tokens");
       b.maps.push_back(*m);
       info.source_dtype = m->dtype;
     }

@@ -92,6 +92,10 @@ struct BlockMap {
   int64_t s_kv = 0, s_l = 0, s_t = 0, s_h = 0, tb = 1, s_tb = 0, hr = 1, s_w = 0;
 };
 
+// Elements [first, first + n) of a block's values (`data` = the file's bytes past b.offset) as
+// float32, for b.dtype f16, bf16 or f32 (a head's head_dim values are contiguous in every layout).
+void decode_block_values(const BlockMap& b, const uint8_t* data, int64_t first, int64_t n, float* out);
+
 // The map of `f` under `model`, or nullopt with `why` set when the store and options do not fix it
 // (no model, a pool or dtype kvtool does not decode). A geometry the namespace contradicts is a
 // finding (STORE_CONFIG_MISMATCH) added to `findings` once per namespace by check_store_config().
