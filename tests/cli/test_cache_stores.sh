@@ -174,6 +174,15 @@ expect_reason 1 BAD_SEAL "$KVTOOL" seal --merge part0.seal part1.seal -o m2.seal
 absent m2.seal
 expect_reason 1 BAD_SEAL "$KVTOOL" seal --merge part0.seal part0.seal part2.seal -o m2.seal
 expect_exit 0 "$KVTOOL" verify vllm --seal part1.seal
+# verify --shard: each shard of the whole seal alone; a flipped byte fails only its file's shard.
+for i in 0 1 2; do expect_exit 0 "$KVTOOL" verify vllm --seal vllm.seal --shard "$i/3"; done
+bad=0
+for i in 0 1 2; do
+  "$KVTOOL" verify vllm_flip --seal vllm.seal --shard "$i/3" >/dev/null 2>&1 || bad=$((bad + 1))
+done
+[ "$bad" = 1 ] || fail "a flipped byte failed $bad of 3 shards, expected exactly 1"
+expect_reason 1 BAD_SEAL "$KVTOOL" verify vllm --seal part1.seal --shard 0/3
+expect_reason 2 USAGE "$KVTOOL" verify vllm --shard 0/3
 printf '{"kvtool_seal": 1}' >bad.seal
 expect_reason 1 BAD_SEAL "$KVTOOL" verify vllm --seal bad.seal
 printf '[[[[' >bad.seal

@@ -87,9 +87,10 @@ bool is_store_path(const std::string& path) {
 void refuse_store_options(const StoreArgs& a, const std::string& path) {
   const StoreCheckOptions& c = a.check;
   KVT_CHECK(c.model.empty() && c.store.kind.empty() && !c.store.block_tokens && c.store.memory_format.empty() &&
-                c.store.dtype.empty() && c.store.model_name.empty() && !c.sample,
+                c.store.dtype.empty() && c.store.model_name.empty() && !c.sample && a.shard.empty(),
             USAGE,
-            "--model, --store-kind, --block-tokens, --store-layout, --store-dtype, --model-name and --sample apply to "
+            "--model, --store-kind, --block-tokens, --store-layout, --store-dtype, --model-name, --sample and --shard "
+            "apply to "
             "store directories, not to '"
                 << path << "'");
 }

@@ -232,7 +232,8 @@ StoreReport examine(const std::string& root, const StoreCheckOptions& o, bool ve
     r.content = check_store_prompt(root, o, o.model, r.findings);
   }
   if (verify && !o.seal.empty())
-    check_seal(root, read_seal(o.seal), o.trusted_keys, o.threads, o.quiet, r.findings, r.sealed_files);
+    check_seal(root, read_seal(o.seal), o.trusted_keys, o.threads, o.quiet, r.findings, r.sealed_files, o.shard_index,
+               o.shard_count);
   return r;
 }
 

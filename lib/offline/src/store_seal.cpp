@@ -144,16 +144,24 @@ std::string leaf(const std::string& path) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+// An integer member of a seal, or `fallback` when it is absent or not an integer.
+int64_t int_member(const json& j, const char* key, int64_t fallback) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return fallback;
+  return j[key].get<int64_t>();
+}
+
 // The seal's structure; BAD_SEAL naming what is wrong.
 void check_structure(const json& s) {
-  KVT_CHECK(s.is_object() && s.value("kvtool_seal", 0) == kSealVersion, BAD_SEAL,
+  KVT_CHECK(s.is_object() && int_member(s, "kvtool_seal", 0) == kSealVersion, BAD_SEAL,
             "not a kvtool seal of version " << kSealVersion << " (no \"kvtool_seal\": 1)");
-  KVT_CHECK(s.contains("kind") && s["kind"].is_string() && s.contains("name") && s["name"].is_string(), BAD_SEAL,
-            "the seal has no kind or name");
-  const json& sh = s.value("shard", json());
-  KVT_CHECK(sh.is_object() && sh.value("count", 0) >= 1 && sh.value("index", -1) >= 0 &&
-                sh.value("index", -1) < sh.value("count", 0),
-            BAD_SEAL, "the seal's shard is not {index, count} with 0 <= index < count");
+  static const std::set<std::string> kinds = {"vllm", "lmcache", "sglang", "directory", "file"};
+  KVT_CHECK(s.contains("kind") && s["kind"].is_string() && kinds.count(s["kind"].get<std::string>()) &&
+                s.contains("name") && s["name"].is_string(),
+            BAD_SEAL, "the seal has no kind (vllm, lmcache, sglang, directory or file) or no name");
+  const json sh = s.contains("shard") ? s["shard"] : json();
+  const int64_t count = int_member(sh, "count", 0), index = int_member(sh, "index", -1);
+  KVT_CHECK(count >= 1 && count <= (int64_t{1} << 32) && index >= 0 && index < count, BAD_SEAL,
+            "the seal's shard is not {index, count} with 0 <= index < count");
   KVT_CHECK(s.contains("files") && s["files"].is_array(), BAD_SEAL, "the seal has no files array");
   std::string prev;
   for (const json& f : s["files"]) {
@@ -175,8 +183,9 @@ void check_signature(const json& seal, const std::vector<PublicKeyRaw>& trusted)
   const json& sg = seal["signature"];
   const std::string msg = signing_message(seal);
   SignatureRaw sig{};
-  const std::string hex = sg.value("sig", "");
-  KVT_CHECK(hex.size() == 128, BAD_SEAL, "the seal's signature is not 64 bytes of hex");
+  const std::string hex = sg.contains("sig") && sg["sig"].is_string() ? sg["sig"].get<std::string>() : "";
+  KVT_CHECK(hex.size() == 128 && hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos, BAD_SEAL,
+            "the seal's signature is not 64 bytes of hex");
   for (size_t i = 0; i < sig.size(); ++i) sig[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   for (const PublicKeyRaw& k : trusted)
     if (verify_signature(k, msg, sig)) return;
@@ -217,6 +226,8 @@ json merge_seals(const std::vector<json>& shards, const std::string& sign_key) {
   KVT_CHECK(!shards.empty(), USAGE, "no seals to merge");
   for (const json& s : shards) check_structure(s);
   const int64_t count = shards[0]["shard"]["count"].get<int64_t>();
+  KVT_CHECK(count == static_cast<int64_t>(shards.size()), BAD_SEAL,
+            shards.size() << " seals given; their shards are " << count << ": every shard, once");
   std::vector<bool> seen(static_cast<size_t>(count), false);
   std::map<std::string, json> files;
   for (const json& s : shards) {
@@ -249,11 +260,24 @@ json read_seal(const std::string& path) {
 }
 
 void check_seal(const std::string& path, const json& seal, const std::vector<PublicKeyRaw>& trusted, int threads,
-                bool quiet, std::vector<StoreFinding>& findings, int64_t& sealed_files) {
+                bool quiet, std::vector<StoreFinding>& findings, int64_t& sealed_files, int64_t shard_index,
+                int64_t shard_count) {
   check_structure(seal);
   check_signature(seal, trusted);
   const bool dir = is_directory(path);
-  const int64_t index = seal["shard"]["index"].get<int64_t>(), count = seal["shard"]["count"].get<int64_t>();
+  int64_t index = seal["shard"]["index"].get<int64_t>(), count = seal["shard"]["count"].get<int64_t>();
+  if (shard_count > 0 && (shard_index != index || shard_count != count)) {
+    // A shard of a whole seal: the files of that shard are compared (a file's shard is its path's).
+    KVT_CHECK(count == 1, BAD_SEAL,
+              "the seal covers shard " << index << "/" << count << ", not " << shard_index << "/" << shard_count);
+    KVT_CHECK(shard_index >= 0 && shard_index < shard_count, USAGE, "shard " << shard_index << "/" << shard_count);
+    json part = seal;
+    part["files"] = json::array();
+    for (const json& f : seal["files"])
+      if (shard_of(f["path"].get<std::string>(), shard_count) == shard_index) part["files"].push_back(f);
+    part["shard"] = {{"index", shard_index}, {"count", shard_count}};
+    return check_seal(path, part, {}, threads, quiet, findings, sealed_files, -1, 0);
+  }
   KVT_CHECK(dir == (seal["kind"] != "file"), BAD_SEAL,
             "the seal is of " << (dir ? "a single file" : "a directory") << "; '" << path << "' is not");
   std::map<std::string, uint64_t> now;

@@ -226,7 +226,7 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
     if (c[k].get<int64_t>() != 1) return why = std::string(k) + " > 1 is not read", std::nullopt;
   if (c["kv_cache_groups"].size() != 1)
     return why = "a row of several kv_cache_groups (a hybrid model) is size-checked only", std::nullopt;
-  if (c.value("replicated_layout", false))
+  if (c.contains("replicated_layout") && c["replicated_layout"] != false)
     return why = "a replicated (MLA) layout holds latents, not K and V", std::nullopt;
   BlockMap b;
   b.elem_bytes = dtype_bytes(n->dtype, b.dtype);
@@ -238,7 +238,10 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
   if (L != m.layers)
     return why = "the namespace names " + std::to_string(L) + " layers; the model has " + std::to_string(m.layers),
            std::nullopt;
-  const std::string canon = c.value("canonical_format", std::string());
+  const std::string canon = c.contains("canonical_format") && c["canonical_format"].is_string()
+                                ? c["canonical_format"].get<std::string>()
+                                : "";
+  if (c.contains("canonical_format") && canon.empty()) return why = "canonical_format is not a string", std::nullopt;
   std::string lay = o.memory_format.empty() ? "nhd" : o.memory_format;
   if (!canon.empty()) lay = canon.size() > 3 && canon[0] == 'v' ? canon.substr(canon.find('-') + 1) : canon;
   if (lay != "nhd" && lay != "hnd" && lay != "split")

@@ -4,6 +4,7 @@
 #include "env.h"
 #include "kvtool/report.h"
 #include "snapshot_options.h"
+#include "parse.h"
 #include "store_options.h"
 #include "stdin_input.h"
 
@@ -31,6 +32,10 @@ int run_verify_store(VerifyArgs& a, const Flags& flags) {
   if (a.trust.any()) {
     KVT_CHECK(!o.seal.empty(), USAGE, "--pubkey / --trusted-keys check a store's seal: give --seal");
     o.trusted_keys = load_trust(a.trust).all.trusted;
+  }
+  if (!a.store.shard.empty()) {
+    KVT_CHECK(!o.seal.empty(), USAGE, "--shard picks the files a seal is compared with: give --seal");
+    cli::parse_shard(a.store.shard, o.shard_index, o.shard_count, a.store.shard_count);
   }
   const StoreReport r = verify_store(a.path, o);
   emit(flags, r.to_json(), [&] { cli::print_store_report(r, true); });
@@ -113,6 +118,10 @@ cli::Command register_verify(CLI::App& app, Flags& flags) {
   sub->add_option("--seal", a->store.check.seal,
                   "compare the store directory or file with this seal (kvtool seal): a changed, removed or added file "
                   "fails; with --pubkey / --trusted-keys the seal must be signed by one of them");
+  sub->add_option("--shard", a->store.shard,
+                  "with --seal: compare shard I of N of the files only (I/N, or auto in a Slurm array or Kubernetes "
+                  "indexed Job)");
+  sub->add_option("--shard-count", a->store.shard_count, "shards of a Kubernetes indexed Job (with --shard auto)");
   sub->add_flag("--json", flags.json, "machine-readable output");
   return {sub, [a, &flags] { return run_verify(*a, flags); }};
 }

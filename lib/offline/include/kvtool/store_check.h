@@ -18,12 +18,13 @@ namespace kvtool {
 
 struct StoreCheckOptions {
   StoreOptions store;
-  std::string model;                       // GGUF or Hugging Face config.json ("": no geometry checks, no values)
-  int64_t sample = 0;                      // block files whose values are read, spread evenly (0: all of them)
-  int threads = 1;                         // value reads and digests
-  bool quiet = false;                      // no progress reports
-  std::string seal;                        // verify only: compare with this seal ("" none)
-  std::vector<PublicKeyRaw> trusted_keys;  // the seal must be signed by one of these (when any)
+  std::string model;                          // GGUF or Hugging Face config.json ("": no geometry checks, no values)
+  int64_t sample = 0;                         // block files whose values are read, spread evenly (0: all of them)
+  int threads = 1;                            // value reads and digests
+  bool quiet = false;                         // no progress reports
+  std::string seal;                           // verify only: compare with this seal ("" none)
+  std::vector<PublicKeyRaw> trusted_keys;     // the seal must be signed by one of these (when any)
+  int64_t shard_index = -1, shard_count = 0;  // verify --seal: compare this shard of the files only
   // verify only: the prompt whose blocks are found in the store and compared with what the GGUF
   // model (`model`) computes for its tokens (formats/cache-stores.md, "A prompt's blocks").
   std::vector<int32_t> prompt;
@@ -88,9 +89,12 @@ json merge_seals(const std::vector<json>& shards, const std::string& sign_key);
 // Reads a seal file (BAD_SEAL when malformed; IO_ERROR when unreadable).
 json read_seal(const std::string& path);
 // Compares `path` with the seal: changed, missing and extra files become SEAL_MISMATCH findings.
-// The seal's signature is checked against `trusted` when any are given (BAD_SEAL otherwise).
+// The seal's signature is checked against `trusted` when any are given (BAD_SEAL otherwise). With
+// shard_count > 0, only shard `shard_index` of the files is compared (the seal's own shard, or any
+// shard of a whole seal: a large store checked by an array of jobs).
 void check_seal(const std::string& path, const json& seal, const std::vector<PublicKeyRaw>& trusted, int threads,
-                bool quiet, std::vector<StoreFinding>& findings, int64_t& sealed_files);
+                bool quiet, std::vector<StoreFinding>& findings, int64_t& sealed_files, int64_t shard_index = -1,
+                int64_t shard_count = 0);
 
 // CRC-32C (Castagnoli, reflected 0x82F63B78) of `n` bytes continuing `crc` (0 to start).
 uint32_t crc32c(uint32_t crc, const void* data, size_t n);
