@@ -183,6 +183,28 @@ done
 [ "$bad" = 1 ] || fail "a flipped byte failed $bad of 3 shards, expected exactly 1"
 expect_reason 1 BAD_SEAL "$KVTOOL" verify vllm --seal part1.seal --shard 0/3
 expect_reason 2 USAGE "$KVTOOL" verify vllm --shard 0/3
+# --resume: an interrupted seal (a journal with half its lines and a torn one) resumes to the same
+# seal; a digest the journal recorded at a file's present size and mtime is reused, not recomputed.
+expect_exit 0 "$KVTOOL" seal vllm -o again.seal
+absent again.seal.partial
+cmp -s again.seal vllm.seal || fail "two seals of one store differ"
+"$KVTOOL" seal vllm -o r.seal -q && mv r.seal r.keep
+$PY - vllm <<'PY' || fail "writing a journal"
+import json, os, sys
+seal = json.load(open("r.keep"))
+lines = []
+for f in seal["files"][:2]:
+    st = os.stat(os.path.join(sys.argv[1], f["path"]))
+    lines.append(json.dumps({"path": f["path"], "size": f["size"], "mtime_ns": st.st_mtime_ns, "sha256": f["sha256"]}))
+lines[1] = lines[1].replace(json.loads(lines[1])["sha256"], "0" * 64)  # a recorded digest is trusted as recorded
+open("r.seal.partial", "w").write("\n".join(lines) + '\n{"path": "torn')
+PY
+expect_exit 0 "$KVTOOL" seal vllm -o r.seal --resume
+absent r.seal.partial
+$PY -c "import json; a, b = json.load(open('r.seal')), json.load(open('r.keep')); d = [x['path'] for x, y in zip(a['files'], b['files']) if x != y]; assert len(d) == 1 and a['files'][1]['sha256'] == '0' * 64, d" ||
+  fail "--resume did not reuse the journal's digests"
+expect_exit 1 "$KVTOOL" verify vllm --seal r.seal
+contains "$WORK/out" SEAL_MISMATCH
 printf '{"kvtool_seal": 1}' >bad.seal
 expect_reason 1 BAD_SEAL "$KVTOOL" verify vllm --seal bad.seal
 printf '[[[[' >bad.seal

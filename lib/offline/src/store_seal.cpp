@@ -1,14 +1,21 @@
 // Seals (formats/seal-v1.md): the SHA-256 of every file of a store directory (or of one file),
 // hashed on several threads, optionally for one shard of the files and signed; merged from shards;
 // compared with the files now.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <mutex>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "kvtool/atomic_file.h"
 #include "kvtool/canonical.h"
 #include "kvtool/progress.h"
 #include "kvtool/sha256.h"
@@ -23,9 +30,54 @@ constexpr size_t kSealMaxBytes = 4ull << 30;
 constexpr const char* kSealSigningPrefix = "kvtool-seal-v1\n";
 
 struct Target {
-  std::string path;  // relative to the tree ("" for a single file: the file itself)
+  std::string path;  // relative to the tree (for a single file: its name)
   uint64_t size = 0;
+  int64_t mtime_ns = 0;
 };
+
+// The journal of a seal in progress (SealOptions::journal): one JSON line per file hashed, so that
+// a seal interrupted over a large store resumes where it stopped. Lines are appended under a lock
+// and flushed one by one; a torn last line is ignored on reading.
+class Journal {
+ public:
+  Journal(const std::string& path, bool keep) : path_(path) {
+    if (path.empty()) return;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (keep ? 0 : O_TRUNC), 0600);
+    KVT_CHECK(fd_ >= 0, IO_ERROR, "cannot open the seal journal '" << path << "': " << std::strerror(errno));
+  }
+  ~Journal() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void add(const Target& t, const std::string& sha) {
+    if (fd_ < 0) return;
+    const std::string line =
+        json{{"path", t.path}, {"size", t.size}, {"mtime_ns", t.mtime_ns}, {"sha256", sha}}.dump() + "\n";
+    std::lock_guard<std::mutex> lock(mu_);
+    write_all(fd_, line.data(), line.size(), "the seal journal '" + path_ + "'");
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::mutex mu_;
+};
+
+// The digests a journal recorded, by path, with the size and mtime they were taken at.
+std::map<std::string, std::pair<Target, std::string>> read_journal(const std::string& path) {
+  std::map<std::string, std::pair<Target, std::string>> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    try {
+      const json j = json::parse(line);
+      Target t{j.at("path").get<std::string>(), j.at("size").get<uint64_t>(), j.at("mtime_ns").get<int64_t>()};
+      Digest d;
+      if (from_hex(j.at("sha256").get<std::string>(), d)) out[t.path] = {t, j["sha256"].get<std::string>()};
+    } catch (const std::exception&) {
+      // a torn or foreign line: that file is hashed again
+    }
+  }
+  return out;
+}
 
 // Which shard a file belongs to: the first 8 bytes of SHA-256 of its path, modulo the count, so a
 // file keeps its shard when others come or go.
@@ -72,7 +124,7 @@ std::vector<Target> sealed_targets(const DirectoryTree& tree, const StoreOptions
                 "'" << e.path << "' in '" << tree.root()
                     << "': a file name that is not UTF-8 cannot be sealed (a seal is "
                     << "JSON); rename it or move it out of the store");
-      out.push_back({e.path, e.size});
+      out.push_back({e.path, e.size, e.mtime_ns});
     }
   return out;
 }
@@ -90,7 +142,7 @@ std::string digest_of(const RandomAccessFile& f, std::vector<uint8_t>& buf) {
 // SHA-256 of each target on `threads` threads (results in target order); a file that cannot be
 // read gets "" and its error in `errors`.
 std::vector<std::string> digests(const std::string& root, bool dir, const std::vector<Target>& t, int threads,
-                                 bool quiet, std::vector<StoreFinding>& errors) {
+                                 bool quiet, std::vector<StoreFinding>& errors, Journal* journal = nullptr) {
   std::unique_ptr<DirectoryTree> tree = dir ? std::make_unique<DirectoryTree>(root) : nullptr;
   std::vector<std::string> out(t.size());
   std::vector<std::optional<StoreFinding>> err(t.size());
@@ -106,6 +158,7 @@ std::vector<std::string> digests(const std::string& root, bool dir, const std::v
         } else {
           out[i] = digest_of(RandomAccessFile(root), buf);
         }
+        if (journal) journal->add(t[i], out[i]);
       } catch (const Error& e) {
         err[i] = StoreFinding{e.reason(), t[i].path, e.what(), false};
       }
@@ -206,11 +259,29 @@ json make_seal(const std::string& path, const SealOptions& o) {
     targets = sealed_targets(DirectoryTree(path), o.store, kind, o.shard_index, o.shard_count);
   } else {
     KVT_CHECK(o.shard_count == 1, USAGE, "a single file is sealed whole: shards apply to directories");
-    targets.push_back({leaf(path), RandomAccessFile(path).size()});
+    targets.push_back({leaf(path), RandomAccessFile(path).size(), 0});
+  }
+  // Resume: a file the journal hashed at the same size and modification time keeps its digest.
+  const auto done = o.resume && !o.journal.empty() ? read_journal(o.journal)
+                                                   : std::map<std::string, std::pair<Target, std::string>>{};
+  Journal journal(o.journal, o.resume);
+  std::vector<Target> todo;
+  std::vector<std::string> d(targets.size());
+  std::vector<size_t> where;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    auto it = done.find(targets[i].path);
+    if (it != done.end() && it->second.first.size == targets[i].size &&
+        it->second.first.mtime_ns == targets[i].mtime_ns) {
+      d[i] = it->second.second;
+      journal.add(targets[i], d[i]);
+    } else {
+      todo.push_back(targets[i]), where.push_back(i);
+    }
   }
   std::vector<StoreFinding> errors;
-  const std::vector<std::string> d = digests(path, dir, targets, o.threads, o.quiet, errors);
+  const std::vector<std::string> fresh = digests(path, dir, todo, o.threads, o.quiet, errors, &journal);
   if (!errors.empty()) throw Error(errors.front().reason, errors.front().message);
+  for (size_t k = 0; k < todo.size(); ++k) d[where[k]] = fresh[k];
   json seal = {{"kvtool_seal", kSealVersion},
                {"kind", kind},
                {"name", leaf(path)},

@@ -3,6 +3,7 @@
 // The SHA-256 of every file of a cache store (or of one file), so that `kvtool verify PATH --seal`
 // finds the bit rot no stack detects (formats/seal-v1.md).
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -19,7 +20,7 @@ struct SealArgs {
   std::string path, out, sign_key, shard, kind;
   std::vector<std::string> merge;
   int64_t shard_count = 0;
-  bool force = false;
+  bool force = false, resume = false;
 };
 
 void write_seal(const json& seal, const std::string& out, bool force) {
@@ -43,10 +44,16 @@ int run_seal(const SealArgs& a, const Flags& flags) {
     o.threads = cli::default_threads();
     o.quiet = flags.quiet || flags.json;
     o.sign_key = a.sign_key;
+    o.journal = a.out + ".partial", o.resume = a.resume;
+    if (!a.force) {  // refused before hours of hashing, not after
+      struct stat st {};
+      KVT_CHECK(::stat(a.out.c_str(), &st) != 0, OUTPUT_EXISTS, "'" << a.out << "' exists; --force overwrites it");
+    }
     if (!a.shard.empty()) cli::parse_shard(a.shard, o.shard_index, o.shard_count, a.shard_count);
     seal = make_seal(a.path, o);
   }
   write_seal(seal, a.out, a.force);
+  if (a.merge.empty()) ::unlink((a.out + ".partial").c_str());
   const json summary = {
       {"schema_version", kJsonSchemaVersion}, {"seal", a.out},          {"kind", seal["kind"]},
       {"files", seal["files"].size()},        {"shard", seal["shard"]}, {"signed", seal.contains("signature")}};
@@ -74,6 +81,9 @@ cli::Command register_seal(CLI::App& app, Flags& flags) {
   sub->add_option("--store-kind", a->kind,
                   "vllm | lmcache | sglang: whose temporaries are left out (default: recognised)")
       ->check(CLI::IsMember(store_kinds()));
+  sub->add_flag("--resume", a->resume,
+                "continue a seal that was interrupted: files OUT.partial recorded at their present size and "
+                "modification time are not hashed again (OUT.partial is written while sealing, removed at the end)");
   sub->add_option("--merge", a->merge, "merge these shard seals (every shard of one tree, once) into one");
   sub->add_flag("--json", flags.json, "machine-readable output");
   sub->add_flag("-q,--quiet", flags.quiet, "no progress and no summary");

@@ -79,6 +79,12 @@ struct SealOptions {
   bool quiet = false;
   int64_t shard_index = 0, shard_count = 1;  // seal the files of this shard only
   std::string sign_key;                      // Ed25519 private key (PEM) to sign the seal with ("" unsigned)
+  // A file of one JSON line per file hashed ("" none), so that an interrupted seal can resume:
+  // with `resume`, files the journal recorded at their present size and modification time are not
+  // hashed again (a journal is trusted as the seal it becomes). The caller removes it once the seal
+  // is written.
+  std::string journal;
+  bool resume = false;
 };
 
 // The seal of a store directory or of one file, as JSON (the tool writes it atomically).
