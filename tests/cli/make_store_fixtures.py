@@ -10,6 +10,7 @@ Run in an empty folder with Debian's /usr/bin/python3 (numpy). Writes:
   lmcache_fs/                    FS-connector chunks <key>.data with the 28-byte header
   sglang/                        HiCache pages <hash>_<model>_0_1.bin (layer_first, 4 tokens a page)
   sglang_tp2/                    the same pages split over 2 tensor-parallel ranks
+  lmcache_old/, lmcache_layer/   LMCache keys with the engine format (bf16), and layerwise chunks
   truth.npz                      K and V [L, H, T, d] of the 37-token prompt every store holds a prefix of
 With --from-dump DUMP MODEL SEED: vllm_p/ and sglang_p/, a real prompt's K/V under the block names
 vLLM and SGLang compute for its tokens (from_dump below), and prompt_tokens.json.
@@ -106,6 +107,22 @@ def lmcache_stores():
         write("lmcache_fs/%s.data" % key.replace("/", "-SEP-"), head + kv.tobytes())
 
 
+def lmcache_variants():
+    """Older and layerwise keys: lmcache_old/ the keys of LMCache before the engine format was dropped
+    (fmt@model@world_size@worker_id@hash@dtype, utils.py after PR 1859); lmcache_layer/ layerwise FS
+    chunks (LayerCacheEngineKey: ...@dtype@layer) in KV_T2D [T, 2, hidden] with their header (fmt 2)."""
+    for i, w, kv in lmcache_chunks(T, 16, 1):
+        key = "vllm@%s@1@%d@%x@bfloat16" % (MODEL, w, 0xabc + i)
+        bf = (kv.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)  # bf16: the f32 bits truncated
+        write("lmcache_old/%s.pt" % key.replace("/", "-"), bf.tobytes())
+        for l in range(L):
+            t2d = kv[:, l].transpose(1, 0, 2, 3).reshape(kv.shape[2], 2, H * D)  # [T, 2, hidden]
+            lkey = "%s@1@%d@%x@half@%d" % (MODEL, w, 0xdef + i, l)
+            # shape [T, 2, hidden, 0]: kvtool reads a layerwise header's length, format and dtype only
+            head = struct.pack("iiiiiii", t2d.nbytes, 2, 2, t2d.shape[0], 2, H * D, 0)
+            write("lmcache_layer/%s.data" % lkey.replace("/", "-SEP-"), head + t2d.tobytes())
+
+
 def sglang_pages(root, ranks, page=4):
     """hicache_storage.py HiCacheFile: <hash>_<model '/'->'-'>_<tp_rank>_<tp_size>.bin; each page
     MHATokenToKVPoolHost.get_data_page(flat=True) in layer_first: [2, L, P, H, d]."""
@@ -193,4 +210,5 @@ if __name__ == "__main__":
     lmcache_stores()
     sglang_pages("sglang", 1)
     sglang_pages("sglang_tp2", 2)
+    lmcache_variants()
     np.savez("truth.npz", k=K.astype(np.float32), v=V.astype(np.float32))

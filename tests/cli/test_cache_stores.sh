@@ -50,6 +50,23 @@ for (l, hd), m in seen.items():
 assert len(seen) == k.shape[0] * k.shape[1], sorted(seen)
 PY
 done
+# Older LMCache keys (engine format first) and layerwise chunks: recognised, every block read.
+for case in lmcache_old:3 lmcache_layer:6; do
+  store=${case%%:*}
+  expect_exit 0 "$KVTOOL" verify "$store" "${M[@]}" --block-tokens 16 --json
+  [ "$(json_get "$WORK/out" '["counts"]["blocks_read"]')" = "${case#*:}" ] || fail "$store: not every chunk was read"
+done
+[ "$(json_get "$WORK/out" '["health"][0]["max_abs"]')" != 0 ] || fail "lmcache_layer: no values"
+$PY - "$WORK/out" <<'PY' || fail "lmcache_layer's values are not the true K/V"
+import json, sys
+import numpy as np
+r = json.load(open(sys.argv[1])); t = np.load("truth.npz")
+for h in r["health"]:
+    want = max(np.abs(t["k"][h["layer"], h["head"]]).max(), np.abs(t["v"][h["layer"], h["head"]]).max())
+    assert abs(h["max_abs"] - want) < 1e-6, (h, want)
+PY
+expect_exit 0 "$KVTOOL" inspect lmcache_old --json
+[ "$(json_get "$WORK/out" '["namespaces"][0]["config"]["format"]')" = vllm ] || fail "the engine format of old keys"
 # vLLM's test vector (tests/v1/kv_offload/test_file_mapper.py): the folder name is the digest.
 expect_exit 0 "$KVTOOL" inspect vllm_vector --json
 [ "$(json_get "$WORK/out" '["findings"]')" = "[]" ] || fail "the test-vector namespace's digest is not vLLM's"
