@@ -28,8 +28,12 @@ void print_health(const LlamaStateInspection& s) {
 }
 
 void print_state(const LlamaStateInspection& s) {
-  std::cout << "llama.cpp " << (s.magic == "ggsq" ? "sequence state" : "session") << " file (" << s.magic << " v"
-            << s.version << "): " << s.path << "\n";
+  if (s.magic == "blob")
+    std::cout << "llama.cpp sequence blob (llama_state_seq_get_data, taken from sequence " << s.blob_seq_id
+              << "; no tokens, no version): " << s.path << "\n";
+  else
+    std::cout << "llama.cpp " << (s.magic == "ggsq" ? "sequence state" : "session") << " file (" << s.magic << " v"
+              << s.version << "): " << s.path << "\n";
   if (!s.arch.empty()) std::cout << "  architecture       " << s.arch << "\n";
   std::cout << "  bytes              " << s.file_bytes << "\n";
   std::cout << "  tokens             " << s.n_tokens << "\n";

@@ -38,8 +38,8 @@ size_t read_up_to(int fd, char* buf, size_t n) {
 
 // Whether the first bytes are a kvi artifact's, an HDF5 file's or a llama.cpp state file's magic.
 bool known_magic(const char* b, size_t n) {
-  return (n >= 4 &&
-          (std::memcmp(b, "KVI1", 4) == 0 || std::memcmp(b, "qsgg", 4) == 0 || std::memcmp(b, "nsgg", 4) == 0)) ||
+  return (n >= 4 && (std::memcmp(b, "KVI1", 4) == 0 || std::memcmp(b, "qsgg", 4) == 0 ||
+                     std::memcmp(b, "nsgg", 4) == 0 || std::memcmp(b, "\xd8\x3c\x14\xaf", 4) == 0)) ||
          (n >= 8 && std::memcmp(b, "\x89HDF\r\n\x1a\n", 8) == 0);
 }
 

@@ -39,8 +39,9 @@ struct StateStream {
 };
 
 struct StateFile {
-  std::string magic, arch;
-  uint32_t version = 0;
+  std::string magic, arch;  // magic: "ggsq", "ggsn" or "blob" (llama_state_seq_get_data's)
+  uint32_t version = 0;     // 0 for a blob, which has none
+  int32_t blob_seq = -1;    // a blob: the sequence it was taken from
   std::vector<int32_t> tokens;
   std::vector<StateStream> streams;
   std::vector<StateCell> cells;  // every cell of every stream, in file order
@@ -60,6 +61,8 @@ class StateReader {
                  std::vector<float>& out);
 
  private:
+  void check_version(bool seq);
+  void parse_memory(const GgufModel* model);
   void parse_stream(uint32_t s, const GgufModel* model);
   void check_one_stream_per_sequence() const;
   void parse_tensor(StateTensor& t, uint32_t cells, bool v, bool v_trans, int64_t layer, const GgufModel* model);

@@ -134,6 +134,7 @@ void add_health(LlamaHeadHealth& h, const float* x, int64_t rows, int64_t width,
 void fill_structure(LlamaStateInspection& s, const StateFile& f, const std::optional<Chosen>& c) {
   s.magic = f.magic;
   s.version = f.version;
+  s.blob_seq_id = f.blob_seq;
   s.arch = f.arch;
   s.file_bytes = static_cast<int64_t>(f.file_bytes);
   s.n_tokens = static_cast<int64_t>(f.tokens.size());
@@ -202,7 +203,7 @@ bool looks_like_llama_state(const std::string& path) {
   const bool ok = std::fread(b, 1, 4, fp) == 4;
   std::fclose(fp);
   const uint32_t m = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
-  return ok && (m == 0x67677371u || m == 0x6767736eu);
+  return ok && (m == 0x67677371u || m == 0x6767736eu || m == 0xaf143cd8u);
 }
 
 LlamaStateInspection inspect_llama_state(const std::string& path, const GgufModel* model, const LlamaStateOptions& o) {
@@ -245,6 +246,7 @@ json LlamaStateInspection::to_json() const {
          {"layers", layers_j},
          {"health", health_j},
          {"model", model.empty() ? json(nullptr) : json(model)}};
+  if (magic == "blob") j["blob_seq_id"] = blob_seq_id;
   if (!arch.empty()) j["arch"] = arch;
   j["seq_id"] = seq_id ? json(*seq_id) : json(nullptr);
   return j;

@@ -15,6 +15,9 @@ namespace {
 
 constexpr uint32_t kMagicSeq = 0x67677371u;      // "ggsq"
 constexpr uint32_t kMagicSession = 0x6767736eu;  // "ggsn"
+// llama_state_seq_get_data's in-memory blob (llama_context::state_seq_get_data, io_magic): the
+// magic, the sequence id it was taken from, then the memory's state; no version, no tokens.
+constexpr uint32_t kMagicBlob = 0xaf143cd8u;
 constexpr uint32_t kMaxStreams = 1 << 16;
 // LLAMA_MAX_SEQ (src/llama-cparams.h): llama_kv_cache::state_read_meta refuses a seq_id outside
 // [0, n_seq_max) and n_seq_max is at most this, so no file llama.cpp can read holds another.
@@ -76,14 +79,20 @@ StateReader::StateReader(const std::string& path, const GgufModel* model) : r_(p
   f_.file_bytes = static_cast<int64_t>(r_.size());
   KVT_CHECK(r_.size() >= 12, TRUNCATED, r_.what() << " is " << r_.size() << " bytes, too short for a state file");
   const uint32_t magic = r_.u32("the magic");
-  KVT_CHECK(magic == kMagicSeq || magic == kMagicSession, BAD_STATE_FILE,
-            r_.what() << " is not a llama.cpp state file (magic neither ggsq nor ggsn)");
+  KVT_CHECK(magic == kMagicSeq || magic == kMagicSession || magic == kMagicBlob, BAD_STATE_FILE,
+            r_.what() << " is not a llama.cpp state file (magic neither ggsq, ggsn nor a sequence blob's)");
+  if (magic == kMagicBlob) {
+    f_.magic = "blob";
+    f_.blob_seq = r_.i32("the blob's sequence id");
+    KVT_CHECK(
+        f_.blob_seq >= 0 && f_.blob_seq < kMaxSeq, BAD_STATE_FILE,
+        r_.what() << ": a sequence blob taken from sequence " << f_.blob_seq << ", outside [0, " << kMaxSeq << ")");
+    parse_memory(model);
+    return;
+  }
   f_.magic = magic == kMagicSeq ? "ggsq" : "ggsn";
   f_.version = r_.u32("the version");
-  const uint32_t want = magic == kMagicSeq ? 3 : 10;
-  KVT_CHECK(f_.version == want, UNSUPPORTED_VERSION,
-            r_.what() << " is " << f_.magic << " version " << f_.version << "; kvtool reads " << f_.magic << " version "
-                      << want << " (formats/llama-state.md)");
+  check_version(magic == kMagicSeq);
   const uint32_t n_token = r_.u32("the token count");
   KVT_CHECK(n_token <= r_.remaining() / 4, TRUNCATED, r_.what() << " claims " << n_token << " tokens beyond its end");
   f_.tokens.resize(n_token);
@@ -98,6 +107,26 @@ StateReader::StateReader(const std::string& path, const GgufModel* model) : r_(p
     KVT_CHECK(!model || model->arch == f_.arch, SHAPE_MISMATCH,
               r_.what() << " was written by a '" << excerpt(f_.arch) << "' model; the GGUF is '" << model->arch << "'");
   }
+  parse_memory(model);
+}
+
+// Sequence files v3 and v2 have the same layout for every architecture kvtool reads (llama.cpp
+// raised both numbers with the session's for one new architecture's memory, formats/llama-state.md);
+// session v9 files were written in two layouts (with and without the output buffers) under one
+// number, so they are refused.
+void StateReader::check_version(bool seq) {
+  const bool known = seq ? f_.version == 3 || f_.version == 2 : f_.version == 10;
+  KVT_CHECK(known, UNSUPPORTED_VERSION,
+            r_.what() << " is " << f_.magic << " version " << f_.version << "; kvtool reads "
+                      << (seq ? "ggsq versions 3 and 2" : "ggsn version 10")
+                      << (!seq && f_.version == 9 ? " (version 9 files exist in two layouts, with and without the "
+                                                    "output buffers, and nothing in the file says which)"
+                                                  : "")
+                      << " (formats/llama-state.md)");
+}
+
+// The memory's state: llama_kv_cache::state_write (streams of cells, then K and V per layer).
+void StateReader::parse_memory(const GgufModel* model) {
   const uint32_t n_stream = r_.u32("the stream count");
   KVT_CHECK(n_stream >= 1 && n_stream <= kMaxStreams && n_stream <= r_.remaining() / 4, BAD_STATE_FILE,
             r_.what() << " claims " << n_stream << " streams");

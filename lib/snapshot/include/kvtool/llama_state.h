@@ -44,8 +44,9 @@ struct LlamaHeadHealth {
 };
 
 struct LlamaStateInspection {
-  std::string path, magic, arch;  // magic: "ggsq" or "ggsn"; arch: ggsn only
-  uint32_t version = 0;
+  std::string path, magic, arch;  // magic: "ggsq", "ggsn" or "blob" (llama_state_seq_get_data); arch: ggsn only
+  uint32_t version = 0;           // 0 for a blob
+  int32_t blob_seq_id = -1;       // a blob: the sequence it was taken from
   int64_t file_bytes = 0, n_tokens = 0, streams = 0, cells = 0;
   std::vector<int32_t> seq_ids;                // every sequence id present
   std::optional<int32_t> seq_id;               // the sequence read (when one could be chosen)
