@@ -2,6 +2,7 @@
 // its tree, checks its namespaces against the model and maps its block files. Internal to
 // lib/snapshot.
 #pragma once
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ bool all_digits(const std::string& s);
 // The directory part and the last component of a relative path.
 std::string parent_of(const std::string& rel);
 std::string leaf_of(const std::string& rel);
+// The product of the factors, or 0 when it leaves int64 (factors are non-negative): a size no
+// store can have, which a map reports rather than computes wrong.
+int64_t product(std::initializer_list<int64_t> factors);
 // Heads per rank: the model's kv heads divided by `ranks`, or 0 with a finding when it does not divide.
 int64_t heads_per_rank(const StoreModel& m, int64_t ranks, std::string& why);
 

@@ -11,6 +11,7 @@
 #include "kvtool/atomic_file.h"
 #include "kvtool/gguf.h"
 #include "kvtool/half.h"
+#include "kvtool/identity.h"
 #include "kvtool/random_access_file.h"
 
 namespace kvtool {
@@ -94,6 +95,13 @@ std::string leaf_of(const std::string& rel) {
   return slash == std::string::npos ? rel : rel.substr(slash + 1);
 }
 
+int64_t product(std::initializer_list<int64_t> factors) {
+  int64_t p = 1;
+  for (int64_t f : factors)
+    if (f < 0 || __builtin_mul_overflow(p, f, &p)) return 0;
+  return p;
+}
+
 int64_t heads_per_rank(const StoreModel& m, int64_t ranks, std::string& why) {
   if (ranks > 0 && m.kv_heads % ranks == 0) return m.kv_heads / ranks;
   why = "the model's " + std::to_string(m.kv_heads) + " kv heads do not split over " + std::to_string(ranks) + " ranks";
@@ -118,10 +126,11 @@ const StoreKind& kind_named(const std::string& name) {
   KVT_THROW(USAGE, "store kind '" << excerpt(name) << "': expected vllm, lmcache or sglang");
 }
 
-int64_t positive(const json& j, const char* key, const std::string& what) {
-  KVT_CHECK(
-      j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0 && j[key].get<int64_t>() <= (1 << 20),
-      UNSUPPORTED_MODEL, what << " has no positive integer '" << key << "'");
+// A positive integer member of at most `cap` (the dump's limits: kMaxDumpLayers, kMaxDumpHeads,
+// kMaxDumpHeadDim; hidden_size up to their product).
+int64_t positive(const json& j, const char* key, const std::string& what, int64_t cap = kMaxDumpHeads) {
+  KVT_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0 && j[key].get<int64_t>() <= cap,
+            UNSUPPORTED_MODEL, what << " has no integer '" << key << "' in [1, " << cap << "]");
   return j[key].get<int64_t>();
 }
 
@@ -142,12 +151,14 @@ StoreModel read_hf_config(const std::string& path) {
   const int64_t heads = positive(j, "num_attention_heads", what);
   m.kv_heads = j.contains("num_key_value_heads") ? positive(j, "num_key_value_heads", what) : heads;
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
-    m.head_dim = positive(j, "head_dim", what);
+    m.head_dim = positive(j, "head_dim", what, kMaxDumpHeadDim);
   } else {
-    const int64_t hidden = positive(j, "hidden_size", what);
+    const int64_t hidden = positive(j, "hidden_size", what, kMaxDumpHeads * kMaxDumpHeadDim);
     KVT_CHECK(hidden % heads == 0, UNSUPPORTED_MODEL,
               what << ": hidden_size " << hidden << " is not a multiple of " << heads << " heads");
     m.head_dim = hidden / heads;
+    KVT_CHECK(m.head_dim <= kMaxDumpHeadDim, UNSUPPORTED_MODEL,
+              what << ": head_dim " << m.head_dim << " is beyond " << kMaxDumpHeadDim);
   }
   for (const char* key : {"torch_dtype", "dtype"}) {
     std::string as;

@@ -44,8 +44,8 @@ void refuse_unsupported_caches(const GgufFile& m, const std::string& a, const st
   // llama.cpp's M-RoPE architectures (rope type MROPE / IMROPE in llama_model_rope_type) and those
   // using rope sections: each cell carries 12 more bytes (its 2-D position and token), and K is
   // rotated by several position streams.
-  static const std::set<std::string> mrope = {"qwen2vl", "qwen3vl", "qwen3vlmoe", "qwen35",  "qwen35moe",
-                                              "qwen4exp", "qwen3tts", "paddleocr", "hunyuan-vl"};
+  static const std::set<std::string> mrope = {"qwen2vl",  "qwen3vl",  "qwen3vlmoe", "qwen35",    "qwen35moe",
+                                              "qwen4exp", "qwen3tts", "paddleocr",  "hunyuan-vl"};
   KVT_CHECK(!mrope.count(a) && !m.has(a + ".rope.dimension_sections"), UNSUPPORTED_CACHE,
             what << " uses M-RoPE (" << a << "): its cells carry 2-D positions kvtool does not import");
 }

@@ -221,7 +221,9 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
   const int64_t d = m.head_dim, hidden = hr * d, chunk = o.block_tokens > 0 ? o.block_tokens : 256;
   const int64_t L = f.layer < 0 ? m.layers : 1;
   b.offset = f.header.empty() ? 0 : kHeaderBytes;
-  const int64_t unit = 2 * L * hidden * b.elem_bytes;
+  const int64_t unit = product({2, L, hidden, b.elem_bytes});
+  if (!unit || !product({unit, chunk}))
+    return why = "the chunk size x the model's geometry is beyond any cache", std::nullopt;
   const int64_t T =
       std::clamp<int64_t>(static_cast<int64_t>((f.entry.size - b.offset) / static_cast<uint64_t>(unit)), 1, chunk);
   b.bytes = b.offset + static_cast<uint64_t>(T * unit);

@@ -155,7 +155,9 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
   if (!b.dtype.empty()) b.dtype = as;
   const int64_t hr = heads_per_rank(m, n->world_size, why);
   if (!hr) return std::nullopt;
-  const int64_t P = o.block_tokens, L = m.layers, d = m.head_dim, unit = 2 * L * P * hr * d;
+  const int64_t P = o.block_tokens, L = m.layers, d = m.head_dim, unit = product({2, L, P, hr, d});
+  if (!unit || !product({unit, 4}))
+    return why = "the page size x the model's geometry is beyond any cache", std::nullopt;
   if (!b.elem_bytes) {  // SGLang records no dtype: the page's size tells 1, 2 or 4 bytes
     const uint64_t es = f.entry.size / static_cast<uint64_t>(unit);
     b.elem_bytes = es == 4 || es == 2 || es == 1 ? static_cast<int64_t>(es) : 2;

@@ -248,14 +248,16 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
     return why = "page layout '" + lay + "' is not read", std::nullopt;
   const int64_t hr = canon.empty() ? heads_per_rank(m, tp, why) : m.kv_heads;
   if (!hr) return std::nullopt;
-  const int64_t page = bs * hr * 2 * d;  // elements of one layer's page of one worker
+  const int64_t page = product({bs, hr, 2, d});  // elements of one layer's page of one worker
+  const int64_t raw = product({L, bpf, bs, m.kv_heads, 2, d, b.elem_bytes});
+  if (!page || !raw || raw > (int64_t{1} << 62))
+    return why = "tokens_per_block x blocks_per_file x the model's geometry is beyond any cache", std::nullopt;
   b.layers = L, b.heads = m.kv_heads, b.head_dim = d, b.tokens = bpf * bs;
   b.tb = bs, b.s_tb = page, b.s_l = bpf * page, b.hr = hr, b.s_w = L * bpf * page;
   if (lay == "nhd") b.s_kv = d, b.s_h = 2 * d, b.s_t = hr * 2 * d;
   if (lay == "hnd") b.s_kv = d, b.s_h = bs * 2 * d, b.s_t = 2 * d;
   if (lay == "split") b.s_kv = bs * hr * d, b.s_t = hr * d, b.s_h = d;
-  const uint64_t raw = static_cast<uint64_t>(L * bpf * bs * m.kv_heads * 2 * d * b.elem_bytes);
-  b.bytes = (raw + kRowAlign - 1) / kRowAlign * kRowAlign;
+  b.bytes = (static_cast<uint64_t>(raw) + kRowAlign - 1) / kRowAlign * kRowAlign;
   return b;
 }
 
