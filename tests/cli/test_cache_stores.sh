@@ -230,5 +230,39 @@ expect_reason 1 BAD_SEAL "$KVTOOL" verify "$f" --seal vllm.seal
 expect_reason 3 OUTPUT_EXISTS "$KVTOOL" seal vllm -o vllm.seal
 expect_reason 3 IO_ERROR "$KVTOOL" seal missing-dir -o x.seal
 absent x.seal
+# Regressions of an adversarial review: each once hung, read without bound, passed or crashed.
+mkfifo fifo.seal.partial
+expect_reason 3 IO_ERROR timeout 20 "$KVTOOL" seal vllm -o fifo.seal
+ln -s /dev/zero zero.seal.partial
+expect_reason 3 IO_ERROR timeout 20 "$KVTOOL" seal vllm -o zero.seal --resume
+mkfifo fifo.json
+expect_reason 1 BAD_SEAL timeout 20 "$KVTOOL" verify vllm --seal fifo.json
+cp "$f" one3.pt && "$KVTOOL" seal one3.pt -o one3.keep -q
+printf '{"path": "one3.pt", "size": %s, "mtime_ns": 0, "sha256": "%s"}\n' "$(stat -c %s one3.pt)" "$(printf 'e%.0s' $(seq 64))" >one3.seal.partial
+expect_exit 0 "$KVTOOL" seal one3.pt -o one3.seal --resume
+cmp -s one3.seal one3.keep || fail "--resume took a journal digest of another modification time for a single file"
+mkdir plain && echo a >plain/a.txt && mkdir plain/sub && echo b >plain/sub/b.txt
+expect_exit 0 "$KVTOOL" seal plain -o plain.seal
+expect_exit 0 "$KVTOOL" verify plain --seal plain.seal
+echo c >>plain/sub/b.txt
+expect_exit 1 "$KVTOOL" verify plain --seal plain.seal
+contains "$WORK/out" SEAL_MISMATCH
+$PY -c "
+import json
+a = json.load(open('part0.seal')); b = json.load(open('part1.seal'))
+f = dict(a['files'][0]); f['sha256'] = '0' * 64
+b['files'] = sorted(b['files'] + [f], key=lambda x: x['path']); b['shard']['index'] = 1
+json.dump(b, open('conflict.seal', 'w'))
+c = json.load(open('vllm.seal')); c['files'][0]['path'] = '../' + c['files'][0]['path']; json.dump(c, open('dotdot.seal', 'w'))"
+expect_reason 1 BAD_SEAL "$KVTOOL" seal --merge part0.seal conflict.seal part2.seal -o m3.seal
+expect_reason 1 BAD_SEAL "$KVTOOL" verify vllm --seal dotdot.seal
+expect_reason 2 USAGE "$KVTOOL" seal vllm -o vllm/inside.seal
+absent vllm/inside.seal
+plant lmcache_layer l_l9 'import glob, os; f = sorted(glob.glob("*@1.data"))[0]; os.rename(f, f[:-7] + "@9.data")'
+caught l_l9 STORE_CONFIG_MISMATCH @9.data "${M[@]}"
+plant vllm v_null "$VCFG"'; open(c, "w").write("null")'
+caught v_null STORE_CONFIG_MISMATCH config.json
+plant vllm v_crc3 "$VBLK"'; import os; os.setxattr(b[0], "user.vllm.kv_crc32c", b"abc")'
+caught v_crc3 CHECKSUM_MISMATCH .bin
 no_temps .
 finish

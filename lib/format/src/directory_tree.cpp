@@ -147,9 +147,10 @@ int DirectoryTree::open_file(const std::string& rel) const {
   std::string leaf;
   Fd dir(open_parent(rel, leaf));
   const int fd = openat(dir.fd, leaf.c_str(), kFileFlags);
+  const int err = errno;
   KVT_CHECK(fd >= 0, IO_ERROR,
-            "cannot open '" << root_ << "/" << rel << "': " << std::strerror(errno)
-                            << " (links inside a store are never followed)");
+            "cannot open '" << root_ << "/" << rel << "': " << std::strerror(err)
+                            << (err == ELOOP ? " (a link: links inside a store are never followed)" : ""));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -158,6 +159,17 @@ int DirectoryTree::open_file(const std::string& rel) const {
   // O_NONBLOCK only kept a FIFO from blocking the open; regular files read the same either way.
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
+}
+
+bool DirectoryTree::exists(const std::string& rel) const {
+  try {
+    std::string leaf;
+    Fd dir(open_parent(rel, leaf));
+    struct stat st {};
+    return fstatat(dir.fd, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  } catch (const Error&) {
+    return false;  // a folder on the way is gone (or is no longer a folder)
+  }
 }
 
 std::string DirectoryTree::read_small(const std::string& rel, size_t cap) const {

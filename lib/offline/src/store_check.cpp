@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <cmath>
 #include <map>
@@ -76,8 +77,15 @@ void check_crcs(const DirectoryTree& tree, const StoreScan& s, std::vector<Store
     if (f.role != StoreFile::Role::block) continue;
     try {
       TreeFile file(tree, f.entry.path);
-      uint8_t x[4];
-      if (fgetxattr(file.fd(), "user.vllm.kv_crc32c", x, sizeof x) != 4) continue;
+      uint8_t x[64];
+      const ssize_t n = fgetxattr(file.fd(), "user.vllm.kv_crc32c", x, sizeof x);
+      if (n < 0 && (errno == ENODATA || errno == ENOTSUP)) continue;  // no attribute: vLLM's checksums are opt-in
+      if (n != 4) {
+        out.push_back(
+            {Reason::CHECKSUM_MISMATCH, f.entry.path,
+             "its user.vllm.kv_crc32c attribute is not 4 bytes (vLLM writes the CRC32C as 4 big-endian bytes)", false});
+        continue;
+      }
       const uint32_t want = (uint32_t{x[0]} << 24) | (uint32_t{x[1]} << 16) | (uint32_t{x[2]} << 8) | x[3];
       uint32_t got = 0;
       std::vector<uint8_t> buf(1 << 20);
@@ -92,7 +100,8 @@ void check_crcs(const DirectoryTree& tree, const StoreScan& s, std::vector<Store
              "its bytes have CRC32C " + std::to_string(got) + "; its user.vllm.kv_crc32c says " + std::to_string(want),
              false});
     } catch (const Error& e) {
-      out.push_back({e.reason(), f.entry.path, e.what(), false});
+      if (tree.exists(f.entry.path)) out.push_back({e.reason(), f.entry.path, e.what(), false});
+      // else removed since the listing (a live store evicts blocks): not a finding
     }
   }
 }
@@ -107,7 +116,8 @@ void read_block(const DirectoryTree& tree, const BlockJob& j, int64_t model_head
     f.file().pread_exact(0, bytes.size(), bytes.data());
     read_values(bytes, j, model_heads, r);
   } catch (const Error& e) {
-    r.findings.push_back({e.reason(), j.file->entry.path, e.what(), false});
+    if (tree.exists(j.file->entry.path)) r.findings.push_back({e.reason(), j.file->entry.path, e.what(), false});
+    // else removed since the listing (a live store evicts blocks): not a finding
   }
 }
 
@@ -207,9 +217,29 @@ void hard_links(const StoreScan& s, StoreReport& r) {
                             "the file has " + std::to_string(f.entry.links) + " names (hard links)", false});
 }
 
+// A folder that is no store, checked against a seal of kind "directory": the seal only.
+StoreReport seal_only(const std::string& root, const StoreCheckOptions& o) {
+  StoreReport r;
+  r.root = root, r.kind = "directory";
+  const json seal = read_seal(o.seal);
+  KVT_CHECK(seal["kind"] == "directory", STORE_UNRECOGNIZED,
+            "'" << root << "' is no cache store kvtool recognises, and the seal is of a "
+                << seal["kind"].get<std::string>() << " store");
+  check_seal(root, seal, o.trusted_keys, o.threads, o.quiet, r.findings, r.sealed_files, o.shard_index, o.shard_count);
+  return r;
+}
+
 StoreReport examine(const std::string& root, const StoreCheckOptions& o, bool verify) {
   const DirectoryTree tree(root);
-  const StoreScan s = scan_cache_store(tree, o.store);
+  std::optional<StoreScan> scanned;
+  try {
+    scanned = scan_cache_store(tree, o.store);
+  } catch (const Error& e) {
+    if (e.reason() != Reason::STORE_UNRECOGNIZED || !verify || o.seal.empty() || !o.model.empty() || !o.prompt.empty())
+      throw;
+    return seal_only(root, o);
+  }
+  const StoreScan& s = *scanned;
   StoreReport r;
   r.root = root, r.kind = s.kind, r.namespaces = s.namespaces, r.findings = s.findings;
   count_roles(s, r);

@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <map>
 #include <set>
@@ -26,7 +26,7 @@ namespace kvtool {
 namespace {
 
 constexpr int kSealVersion = 1;
-constexpr size_t kSealMaxBytes = 4ull << 30;
+constexpr size_t kSealMaxBytes = 1ull << 30;  // a seal's JSON takes about 7x its size in memory
 constexpr const char* kSealSigningPrefix = "kvtool-seal-v1\n";
 
 struct Target {
@@ -40,10 +40,17 @@ struct Target {
 // and flushed one by one; a torn last line is ignored on reading.
 class Journal {
  public:
+  // Never through a link, never blocking on a FIFO planted under the name, a regular file only.
   Journal(const std::string& path, bool keep) : path_(path) {
     if (path.empty()) return;
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (keep ? 0 : O_TRUNC), 0600);
+    fd_ = ::open(path.c_str(),
+                 O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (keep ? 0 : O_TRUNC), 0600);
     KVT_CHECK(fd_ >= 0, IO_ERROR, "cannot open the seal journal '" << path << "': " << std::strerror(errno));
+    struct stat st {};
+    if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_), fd_ = -1;
+      KVT_THROW(IO_ERROR, "the seal journal '" << path << "' is not a regular file");
+    }
   }
   ~Journal() {
     if (fd_ >= 0) ::close(fd_);
@@ -63,9 +70,32 @@ class Journal {
 };
 
 // The digests a journal recorded, by path, with the size and mtime they were taken at.
+// The bytes of a regular file of at most kSealMaxBytes, opened without following a link or blocking
+// on a FIFO; `missing_ok`: "" when it does not exist. Else `reason` naming `what`.
+std::string read_regular(const std::string& path, const std::string& what, Reason reason, bool missing_ok) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && missing_ok) return "";
+  KVT_CHECK(fd >= 0, IO_ERROR, "cannot open " << what << ": " << std::strerror(errno));
+  const RandomAccessFile f = RandomAccessFile::borrow(fd, what);
+  struct stat st {};
+  const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  std::string text;
+  if (regular && f.size() <= kSealMaxBytes) {
+    text.resize(static_cast<size_t>(f.size()));
+    f.pread_exact(0, text.size(), text.data());
+  }
+  ::close(fd);
+  KVT_CHECK(regular, reason, what << " is not a regular file");
+  KVT_CHECK(f.size() <= kSealMaxBytes, reason,
+            what << " is over 1 GiB (seal a store that large in shards: formats/seal-v1.md)");
+  return text;
+}
+
+// A journal's entries by path; a torn or foreign line is skipped (that file is hashed again).
 std::map<std::string, std::pair<Target, std::string>> read_journal(const std::string& path) {
   std::map<std::string, std::pair<Target, std::string>> out;
-  std::ifstream in(path);
+  const std::string text = read_regular(path, "the seal journal '" + path + "'", Reason::IO_ERROR, true);
+  std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     try {
       const json j = json::parse(line);
@@ -98,10 +128,20 @@ bool utf8(const std::string& s) {
   }
 }
 
+// A directory (true) or a regular file (false); anything else — a FIFO would block a read — is refused.
 bool is_directory(const std::string& path) {
   struct stat st {};
   KVT_CHECK(stat(path.c_str(), &st) == 0, IO_ERROR, "'" << path << "' does not exist");
+  KVT_CHECK(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode), IO_ERROR,
+            "'" << path << "' is neither a directory nor a regular file");
   return S_ISDIR(st.st_mode);
+}
+
+// The modification time of a single sealed file (a journal entry is reused only at the same one).
+int64_t mtime_ns(const std::string& path) {
+  struct stat st {};
+  KVT_CHECK(stat(path.c_str(), &st) == 0, IO_ERROR, "cannot stat '" << path << "'");
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
 // The files a seal covers: every regular file of the tree but a store's temporaries.
@@ -160,7 +200,10 @@ std::vector<std::string> digests(const std::string& root, bool dir, const std::v
         }
         if (journal) journal->add(t[i], out[i]);
       } catch (const Error& e) {
-        err[i] = StoreFinding{e.reason(), t[i].path, e.what(), false};
+        // A file removed since the listing is reported as removed, not as an I/O error.
+        err[i] = dir && !tree->exists(t[i].path)
+                     ? StoreFinding{Reason::SEAL_MISMATCH, t[i].path, "removed while it was read", false}
+                     : StoreFinding{e.reason(), t[i].path, e.what(), false};
       }
       progress.advance();
     }
@@ -203,6 +246,19 @@ int64_t int_member(const json& j, const char* key, int64_t fallback) {
   return j[key].get<int64_t>();
 }
 
+// A '/'-separated relative path: no empty, "." or ".." component, no leading '/'.
+bool relative_path(const std::string& p) {
+  if (p.empty() || p.size() > 4096) return false;
+  size_t start = 0;
+  for (size_t i = 0; i <= p.size(); ++i)
+    if (i == p.size() || p[i] == '/') {
+      const std::string c = p.substr(start, i - start);
+      if (c.empty() || c == "." || c == "..") return false;
+      start = i + 1;
+    }
+  return true;
+}
+
 // The seal's structure; BAD_SEAL naming what is wrong.
 void check_structure(const json& s) {
   KVT_CHECK(s.is_object() && int_member(s, "kvtool_seal", 0) == kSealVersion, BAD_SEAL,
@@ -221,10 +277,13 @@ void check_structure(const json& s) {
     KVT_CHECK(f.is_object() && f.contains("path") && f["path"].is_string() && f.contains("size") &&
                   f["size"].is_number_unsigned() && f.contains("sha256") && f["sha256"].is_string(),
               BAD_SEAL, "a seal entry lacks path, size or sha256");
-    Digest d;
-    KVT_CHECK(from_hex(f["sha256"].get<std::string>(), d), BAD_SEAL, "a seal entry's sha256 is not 64 hex digits");
+    const std::string sha = f["sha256"].get<std::string>();
+    KVT_CHECK(sha.size() == 64 && sha.find_first_not_of("0123456789abcdef") == std::string::npos, BAD_SEAL,
+              "a seal entry's sha256 is not 64 lowercase hex digits");
     const std::string p = f["path"].get<std::string>();
+    KVT_CHECK(relative_path(p), BAD_SEAL, "the seal names '" << p << "', which is not a path inside the sealed folder");
     KVT_CHECK(p > prev || prev.empty(), BAD_SEAL, "the seal's files are not sorted by path or name one twice");
+    KVT_CHECK(shard_of(p, count) == index, BAD_SEAL, "the seal names '" << p << "', which belongs to another shard");
     prev = p;
   }
 }
@@ -259,7 +318,7 @@ json make_seal(const std::string& path, const SealOptions& o) {
     targets = sealed_targets(DirectoryTree(path), o.store, kind, o.shard_index, o.shard_count);
   } else {
     KVT_CHECK(o.shard_count == 1, USAGE, "a single file is sealed whole: shards apply to directories");
-    targets.push_back({leaf(path), RandomAccessFile(path).size(), 0});
+    targets.push_back({leaf(path), RandomAccessFile(path).size(), mtime_ns(path)});
   }
   // Resume: a file the journal hashed at the same size and modification time keeps its digest.
   const auto done = o.resume && !o.journal.empty() ? read_journal(o.journal)
@@ -280,7 +339,8 @@ json make_seal(const std::string& path, const SealOptions& o) {
   }
   std::vector<StoreFinding> errors;
   const std::vector<std::string> fresh = digests(path, dir, todo, o.threads, o.quiet, errors, &journal);
-  if (!errors.empty()) throw Error(errors.front().reason, errors.front().message);
+  for (const StoreFinding& e : errors)  // a file removed while sealing is not part of the store
+    if (e.reason != Reason::SEAL_MISMATCH) throw Error(e.reason, e.message);
   for (size_t k = 0; k < todo.size(); ++k) d[where[k]] = fresh[k];
   json seal = {{"kvtool_seal", kSealVersion},
                {"kind", kind},
@@ -288,7 +348,8 @@ json make_seal(const std::string& path, const SealOptions& o) {
                {"shard", {{"index", o.shard_index}, {"count", o.shard_count}}},
                {"files", json::array()}};
   for (size_t i = 0; i < targets.size(); ++i)
-    seal["files"].push_back({{"path", targets[i].path}, {"size", targets[i].size}, {"sha256", d[i]}});
+    if (!d[i].empty())
+      seal["files"].push_back({{"path", targets[i].path}, {"size", targets[i].size}, {"sha256", d[i]}});
   sign(seal, o.sign_key);
   return seal;
 }
@@ -307,7 +368,9 @@ json merge_seals(const std::vector<json>& shards, const std::string& sign_key) {
     const auto i = static_cast<size_t>(s["shard"]["index"].get<int64_t>());
     KVT_CHECK(!seen[i], BAD_SEAL, "shard " << i << " is given twice");
     seen[i] = true;
-    for (const json& f : s["files"]) files[f["path"].get<std::string>()] = f;
+    for (const json& f : s["files"])
+      KVT_CHECK(files.emplace(f["path"].get<std::string>(), f).second, BAD_SEAL,
+                "two shard seals name '" << f["path"].get<std::string>() << "'");
   }
   for (size_t i = 0; i < seen.size(); ++i) KVT_CHECK(seen[i], BAD_SEAL, "shard " << i << "/" << count << " is missing");
   json seal = {{"kvtool_seal", kSealVersion},
@@ -321,10 +384,7 @@ json merge_seals(const std::vector<json>& shards, const std::string& sign_key) {
 }
 
 json read_seal(const std::string& path) {
-  const RandomAccessFile f(path);
-  KVT_CHECK(f.size() <= kSealMaxBytes, BAD_SEAL, "the seal '" << path << "' is over 4 GiB");
-  std::string text(static_cast<size_t>(f.size()), '\0');
-  f.pread_exact(0, text.size(), text.data());
+  const std::string text = read_regular(path, "the seal '" + path + "'", Reason::BAD_SEAL, false);
   json s = parse_untrusted_json(text, "the seal '" + path + "'", Reason::BAD_SEAL, kJsonMaxDepth, kSealMaxBytes);
   check_structure(s);
   return s;

@@ -185,6 +185,9 @@ void check(const StoreScan& s, const StoreModel* m, const StoreOptions& o, std::
                       o.dtype);
   }
   for (const StoreFile& f : s.files) {
+    if (m && f.role == StoreFile::Role::block && f.layer >= m->layers)
+      add_finding(out, Reason::STORE_CONFIG_MISMATCH, f.entry.path,
+                  "layer " + std::to_string(f.layer) + " of a model with " + std::to_string(m->layers) + " layers");
     if (f.role != StoreFile::Role::block || f.header.empty()) continue;
     const StoreNamespace* n = s.find(f.ns);
     std::string as;
@@ -198,6 +201,9 @@ void check(const StoreScan& s, const StoreModel* m, const StoreOptions& o, std::
                   "the header's shape [2, " + std::to_string(f.header[4]) + ", " + std::to_string(f.header[5]) + ", " +
                       std::to_string(f.header[6]) + "] is not [2, layers " + std::to_string(m->layers) + ", tokens, " +
                       std::to_string(m->kv_heads * m->head_dim / std::max<int64_t>(n->world_size, 1)) + " per worker]");
+    if (f.layer < 0 && f.header[1] == 1 && f.header[3] != 2)
+      add_finding(out, Reason::STORE_CONFIG_MISMATCH, f.entry.path,
+                  "the header's shape starts with " + std::to_string(f.header[3]) + ", not 2 (K and V)");
     if (f.layer < 0 && f.header[1] != 1)
       add_finding(
           out, Reason::STORE_CONFIG_MISMATCH, f.entry.path,
@@ -214,6 +220,7 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
     return why = "header and key disagree on the dtype", std::nullopt;
   if (!b.elem_bytes && !f.header.empty()) b.elem_bytes = dtype_bytes(header_dtype(f.header[2]), b.dtype);
   if (!b.elem_bytes) return why = "the key names no dtype (an LMCache key before dtypes)", std::nullopt;
+  if (b.dtype.empty()) why = "dtype '" + n->dtype + "' is size-checked only (fp8 codes need scales no store records)";
   const int64_t hr = heads_per_rank(m, n->world_size, why);
   if (!hr) return std::nullopt;
   if (f.rank >= n->world_size || f.layer >= m.layers)

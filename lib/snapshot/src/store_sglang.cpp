@@ -12,7 +12,7 @@ namespace {
 
 struct Name {
   std::string hash, pool = "kv", suffix, model;
-  int64_t tp_rank = 0, tp_size = 1;
+  int64_t tp_rank = 0, tp_size = 1, pp_size = 1, pp_rank = 0;
 };
 
 // Strips a trailing "_<a>_<b>" (digits) from `s`.
@@ -50,6 +50,8 @@ bool parse_suffix(const std::string& suffix, const std::string& model_name, Name
   if (rest.size() < 1 || rest[0] != '_') return false;
   n.model = rest.substr(1);
   if (!pairs.empty()) n.tp_rank = pairs[0].first, n.tp_size = pairs[0].second;
+  if (pairs.size() > 1) n.pp_size = pairs[1].first, n.pp_rank = pairs[1].second;
+  if (n.pp_size < 1 || n.pp_rank >= n.pp_size) return false;
   return n.tp_size > 0 && n.tp_rank < n.tp_size;
 }
 
@@ -114,7 +116,10 @@ void scan(const DirectoryTree&, const std::vector<TreeEntry>& entries, const Sto
         ns.config = {{"model", n.model},
                      {"tp_size", n.tp_size},
                      {"tp_rank", n.tp_rank},
-                     {"family", n.model + "|" + std::to_string(n.tp_size)}};
+                     {"pp_size", n.pp_size},
+                     {"pp_rank", n.pp_rank},
+                     {"family", n.model + "|" + std::to_string(n.tp_size) + "|" + std::to_string(n.pp_size) + "|" +
+                                    std::to_string(n.pp_rank)}};
         s.namespaces.push_back(ns);
       }
       s.files.push_back(f);
@@ -146,8 +151,10 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
                             std::string& why) {
   const StoreNamespace* n = s.find(f.ns);
   if (f.pool != "kv") return why = "pool '" + f.pool + "' does not hold per-head K and V", std::nullopt;
+  if (n->config.value("pp_size", 1) != 1)
+    return why = "a pipeline-parallel rank's pages hold a share of the layers: not mapped", std::nullopt;
   if (o.block_tokens <= 0)
-    return why = "SGLang pages record no page size: give block_tokens (--page-size)", std::nullopt;
+    return why = "SGLang pages record no page size: give block_tokens (--block-tokens)", std::nullopt;
   BlockMap b;
   b.dtype = !o.dtype.empty() ? o.dtype : m.dtype;
   std::string as;

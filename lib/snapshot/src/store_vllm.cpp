@@ -13,7 +13,8 @@ namespace kvtool::stores {
 namespace {
 
 constexpr size_t kConfigCap = 1u << 20;
-constexpr uint64_t kRowAlign = 4096;  // BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE
+constexpr uint64_t kRowAlign = 4096;             // BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE
+constexpr int64_t kMaxField = int64_t{1} << 20;  // no count in a real config.json is larger
 
 // The folder name vLLM gives a config: the model with '/' -> '_', '_', and the first 12 hex digits
 // of SHA-256 over json.dumps(fields, sort_keys=True, separators=(",", ":")) (ASCII-escaped).
@@ -34,7 +35,8 @@ std::string config_problem(const json& c) {
   if (!c.contains("model_name") || !c["model_name"].is_string()) return "it has no string 'model_name'";
   if (!c.contains("dtype") || !c["dtype"].is_string()) return "it has no string 'dtype'";
   for (const char* k : {"tokens_per_hash", "blocks_per_file", "tp_size", "pp_size", "pcp_size", "dcp_size"})
-    if (!int_field(c, k)) return std::string("it has no positive integer '") + k + "'";
+    if (!int_field(c, k) || c[k].get<int64_t>() > kMaxField)
+      return std::string("'") + k + "' is not an integer in [1, 2^20]";
   if (!c.contains("kv_cache_groups") || !c["kv_cache_groups"].is_array()) return "it has no array 'kv_cache_groups'";
   for (const json& g : c["kv_cache_groups"]) {
     if (!g.is_object() || !int_field(g, "tokens_per_block") || !g.contains("layer_names") ||
@@ -60,13 +62,15 @@ void read_namespace(const DirectoryTree& tree, const std::string& dir, StoreScan
   StoreNamespace n;
   n.name = dir;
   const std::string path = dir + "/config.json";
+  bool parsed = true;
   try {
     n.config = parse_json(tree.read_small(path, kConfigCap), Reason::STORE_CONFIG_MISMATCH, "'" + path + "'");
   } catch (const Error& e) {
+    parsed = false;
     add_finding(s.findings, Reason::STORE_CONFIG_MISMATCH, path, e.what());
     n.config = json();
   }
-  const std::string problem = n.config.is_null() ? "" : config_problem(n.config);
+  const std::string problem = parsed ? config_problem(n.config) : "";
   if (!problem.empty()) {
     add_finding(s.findings, Reason::STORE_CONFIG_MISMATCH, path, "config.json is not vLLM's: " + problem);
     n.config = json();
@@ -230,6 +234,8 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
     return why = "a replicated (MLA) layout holds latents, not K and V", std::nullopt;
   BlockMap b;
   b.elem_bytes = dtype_bytes(n->dtype, b.dtype);
+  if (b.elem_bytes && b.dtype.empty())
+    why = "dtype '" + n->dtype + "' is size-checked only (fp8 codes need scales no store records)";
   if (!b.elem_bytes) return why = "dtype '" + n->dtype + "' is not one kvtool knows", std::nullopt;
   const std::vector<std::string> layers = row_layers(c);
   const int64_t tp = c["tp_size"].get<int64_t>(), bpf = c["blocks_per_file"].get<int64_t>();

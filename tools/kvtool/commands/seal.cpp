@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include "commands.h"
 #include "env.h"
 #include "kvtool/atomic_file.h"
@@ -30,6 +33,17 @@ void write_seal(const json& seal, const std::string& out, bool force) {
   o.commit();
 }
 
+// A seal written inside the folder it seals would be a file of that folder, "added" at the next
+// verify: refused.
+void refuse_seal_inside(const std::string& store, const std::string& out) {
+  char* s = ::realpath(store.c_str(), nullptr);
+  const std::string parent = out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/') + 1);
+  char* o = ::realpath(parent.c_str(), nullptr);
+  const bool inside = s && o && (std::string(o) == s || std::string(o).rfind(std::string(s) + "/", 0) == 0);
+  std::free(s), std::free(o);
+  KVT_CHECK(!inside, USAGE, "'" << out << "' is inside '" << store << "': write the seal outside the folder it seals");
+}
+
 int run_seal(const SealArgs& a, const Flags& flags) {
   json seal;
   if (!a.merge.empty()) {
@@ -39,6 +53,7 @@ int run_seal(const SealArgs& a, const Flags& flags) {
     seal = merge_seals(shards, a.sign_key);
   } else {
     KVT_CHECK(!a.path.empty(), USAGE, "give the store directory or file to seal (or --merge SEAL...)");
+    refuse_seal_inside(a.path, a.out);
     SealOptions o;
     o.store.kind = a.kind;
     o.threads = cli::default_threads();

@@ -47,6 +47,10 @@ class DirectoryTree {
   // link or not a regular file.
   int open_file(const std::string& rel) const;
 
+  // Whether an entry is at `rel` now (of any type, never following a link): a file that cannot be
+  // opened is told apart from one removed since the listing (a live store's eviction).
+  bool exists(const std::string& rel) const;
+
   // Up to `cap` bytes of the small regular file at `rel` (IO_ERROR past `cap`).
   std::string read_small(const std::string& rel, size_t cap) const;
 
