@@ -51,12 +51,10 @@ void check_maps(const kvtool::StoreScan& s, const kvtool::StoreModel& m, const k
     std::string why;
     const auto b = kvtool::block_map(s, f, m, o, why);
     if (!b || b->dtype.empty() || f.entry.size != b->bytes) continue;
-    const int64_t last = b->s_kv + (b->layers - 1) * b->s_l + ((b->tokens - 1) / b->tb) * b->s_tb +
-                         ((b->tokens - 1) % b->tb) * b->s_t + ((b->heads - 1) / b->hr) * b->s_w +
-                         ((b->heads - 1) % b->hr) * b->s_h + b->head_dim;
     if (b->first_layer + b->layers > m.layers || b->first_head + b->heads > m.kv_heads)
       fail("a block map names a layer or head the model does not have");
-    if (static_cast<uint64_t>(last * b->elem_bytes) > b->bytes - b->offset) fail("a block map passes its file's end");
+    if (static_cast<uint64_t>(b->span() * b->elem_bytes) > b->bytes - b->offset)
+      fail("a block map passes its file's end");
   }
 }
 

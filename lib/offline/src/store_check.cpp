@@ -37,10 +37,7 @@ struct BlockResult {
 void read_values(const std::vector<uint8_t>& bytes, const BlockJob& j, int64_t model_heads, BlockResult& r) {
   const BlockMap& b = j.map;
   const uint8_t* data = bytes.data() + b.offset;
-  const int64_t last = b.s_kv + (b.layers - 1) * b.s_l + ((b.tokens - 1) / b.tb) * b.s_tb +
-                       ((b.tokens - 1) % b.tb) * b.s_t + ((b.heads - 1) / b.hr) * b.s_w +
-                       ((b.heads - 1) % b.hr) * b.s_h + b.head_dim;
-  KVT_CHECK(static_cast<uint64_t>(last * b.elem_bytes) <= bytes.size() - b.offset, INTERNAL,
+  KVT_CHECK(static_cast<uint64_t>(b.span() * b.elem_bytes) <= bytes.size() - b.offset, INTERNAL,
             "the map of '" << j.file->entry.path << "' passes its end");
   KVT_CHECK(b.first_layer + b.layers <= static_cast<int64_t>(r.grid.size()) / model_heads &&
                 b.first_head + b.heads <= model_heads,
@@ -52,8 +49,7 @@ void read_values(const std::vector<uint8_t>& bytes, const BlockJob& j, int64_t m
       HeadHealth& g = r.grid[static_cast<size_t>((b.first_layer + l) * model_heads + b.first_head + h)];
       for (int64_t kv = 0; kv < 2; ++kv)
         for (int64_t t = 0; t < b.tokens; ++t) {
-          const int64_t base = kv * b.s_kv + l * b.s_l + (t / b.tb) * b.s_tb + (t % b.tb) * b.s_t + (h / b.hr) * b.s_w +
-                               (h % b.hr) * b.s_h;
+          const int64_t base = b.element(kv, l, t, h);
           decode_block_values(b, data, base, b.head_dim, row.data());
           g.values += static_cast<uint64_t>(b.head_dim);
           for (float x : row) {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <set>
 
 #include "kvtool/gguf.h"
 #include "kvtool/half.h"
@@ -129,8 +128,7 @@ void StorePromptSnapshot::read_kv(int64_t layer, std::vector<float>& k, std::vec
       const int64_t l = layer - b.first_layer;
       for (int64_t h = 0; h < b.heads; ++h)
         for (int64_t t = 0; t < b.tokens; ++t) {
-          const int64_t base =
-              l * b.s_l + (t / b.tb) * b.s_tb + (t % b.tb) * b.s_t + (h / b.hr) * b.s_w + (h % b.hr) * b.s_h;
+          const int64_t base = b.element(0, l, t, h);
           const int64_t row = static_cast<int64_t>(i) * span_ + t;
           float* kd = k.data() + ((b.first_head + h) * T + row) * d;
           float* vd = v.data() + ((b.first_head + h) * T + row) * d;
@@ -142,10 +140,12 @@ void StorePromptSnapshot::read_kv(int64_t layer, std::vector<float>& k, std::vec
 
 std::string hex(const Digest& d) { return to_hex(d); }
 
+// The store's block files by path.
+using Blocks = std::map<std::string, const StoreFile*>;
+
 // vLLM: per namespace, the leading blocks whose files exist; files of rank 0, group 0.
-std::vector<FoundBlock> find_vllm(const StoreScan& s, const std::set<std::string>& have,
-                                  const std::vector<int32_t>& tok, const StorePromptOptions& po, std::string& ns,
-                                  int64_t& span, int64_t& wanted) {
+std::vector<FoundBlock> find_vllm(const StoreScan& s, const Blocks& have, const std::vector<int32_t>& tok,
+                                  const StorePromptOptions& po, std::string& ns, int64_t& span, int64_t& wanted) {
   KVT_CHECK(po.hash_seed, USAGE,
             "vLLM names blocks by hashes chained from NONE_HASH, which is random unless the server ran with "
             "PYTHONHASHSEED: give it (hash_seed, --hash-seed)");
@@ -172,9 +172,9 @@ std::vector<FoundBlock> find_vllm(const StoreScan& s, const std::set<std::string
 }
 
 // SGLang: per family (model, tp size), the leading pages every rank stored.
-std::vector<FoundBlock> find_sglang(const StoreScan& s, const std::set<std::string>& have,
-                                    const std::vector<int32_t>& tok, const StoreOptions& so,
-                                    const StorePromptOptions& po, std::string& ns, int64_t& span, int64_t& wanted) {
+std::vector<FoundBlock> find_sglang(const StoreScan& s, const Blocks& have, const std::vector<int32_t>& tok,
+                                    const StoreOptions& so, const StorePromptOptions& po, std::string& ns,
+                                    int64_t& span, int64_t& wanted) {
   KVT_CHECK(so.block_tokens > 0, USAGE, "SGLang pages record no page size: give block_tokens (--block-tokens)");
   const std::vector<Digest> keys = sglang_page_keys(tok, so.block_tokens);
   std::map<std::string, std::vector<const StoreNamespace*>> families;  // by family, ranks in order
@@ -254,14 +254,12 @@ std::unique_ptr<KvSnapshot> open_store_prompt(const std::string& root, const Sto
   KVT_CHECK(s.kind != "lmcache", USAGE,
             "LMCache names chunks by Python's hash() of the tokens, which kvtool cannot recompute: give the chunk "
             "files in token order to `kvtool import --format lmcache-raw` (formats/lmcache.md)");
-  std::map<std::string, const StoreFile*> have;
+  Blocks have;
   for (const StoreFile& f : s.files)
     if (f.role == StoreFile::Role::block) have[f.entry.path] = &f;
-  std::set<std::string> names;
-  for (const auto& [p, f] : have) names.insert(p);
   int64_t span = 0, wanted = 0;
-  std::vector<FoundBlock> blocks = s.kind == "vllm" ? find_vllm(s, names, tokens, po, found.ns, span, wanted)
-                                                    : find_sglang(s, names, tokens, so, po, found.ns, span, wanted);
+  std::vector<FoundBlock> blocks = s.kind == "vllm" ? find_vllm(s, have, tokens, po, found.ns, span, wanted)
+                                                    : find_sglang(s, have, tokens, so, po, found.ns, span, wanted);
   found.block_tokens = span, found.blocks_wanted = wanted;
   KVT_CHECK(!blocks.empty(), STORE_MISS,
             "the store holds none of the prompt's " << wanted << " blocks of " << span
