@@ -11,6 +11,14 @@ llama.cpp accepts, as llama2c_to_gguf.py's synth_tokenizer):
            RoPE scaling as rope_freqs.weight (convert_hf_to_gguf.py's factors), separate output
   qwen2    qwen2, Qwen2.5's attention: GQA 7:1 (14/2 heads, head_dim 64), Q/K/V biases, NEOX RoPE,
            theta 1000000, dim 896, hidden 1024, tied output
+The cache variants of formats/llama-state.md (for llama.cpp to write their states,
+tests/llamacpp/test_state_variants.sh; kvtool's forward refuses them), dim 256, 4 heads, 2 KV
+heads, head_dim 64, hidden 256, tied output:
+  gemma2   sliding window of 16 on layers il % 2 == 0 (gemma2's default pattern 2): llama.cpp keeps
+           them in a second (iSWA) cache
+  lfm2     attention + short-convolution recurrent layers: head_count_kv per layer, 0 on the odd
+           (recurrent) layers; a hybrid memory
+  qwen2vl  M-RoPE (rope.dimension_sections 16/8/8/0): 12 more bytes per cell
 
 Weight types: f32, f16, bf16, q8_0 and q4_0 (quantized by llama.cpp's gguf-py, quants.py), q4_k
 and q6_k (random blocks: every block is a valid one); a matrix whose rows do not divide into the
@@ -41,6 +49,10 @@ SHAPES = {
     "smollm2": dict(arch="llama", dim=576, heads=9, kv=3, hidden=1536, theta=100000.0, tied=True),
     "llama3": dict(arch="llama", dim=512, heads=8, kv=2, hidden=1024, theta=500000.0, tied=False, llama3=True),
     "qwen2": dict(arch="qwen2", dim=896, heads=14, kv=2, hidden=1024, theta=1000000.0, tied=True, bias=True),
+    "gemma2": dict(arch="gemma2", dim=256, heads=4, kv=2, hidden=256, theta=10000.0, tied=True, variant=True),
+    "lfm2": dict(arch="lfm2", dim=256, heads=4, kv=2, hidden=256, theta=1000000.0, tied=True, variant=True),
+    "qwen2vl": dict(arch="qwen2vl", dim=256, heads=4, kv=2, hidden=256, theta=1000000.0, tied=True, bias=True,
+                    variant=True),
 }
 TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q4_k": 12, "q6_k": 14, "bf16": 30}
 BLOCK = {0: 1, 1: 1, 30: 1, 2: 32, 8: 32, 12: 256, 14: 256}
@@ -109,14 +121,24 @@ def model_tensors(shape, layers, rng):
     t = [("token_embd.weight", w(VOCAB, D, std=0.05))]  # as output.weight: tied models get spread logits
     for i in range(layers):
         b = f"blk.{i}."
+        if s["arch"] == "lfm2" and i % 2:  # a short-convolution layer (llama_model_lfm2::load_arch_tensors)
+            t += [(b + "attn_norm.weight", norm(D)), (b + "shortconv.conv.weight", w(D, 3)),
+                  (b + "shortconv.in_proj.weight", w(3 * D, D)), (b + "shortconv.out_proj.weight", w(D, D)),
+                  (b + "ffn_norm.weight", norm(D)), (b + "ffn_gate.weight", w(F, D)), (b + "ffn_up.weight", w(F, D)),
+                  (b + "ffn_down.weight", w(D, F))]
+            continue
         t += [(b + "attn_norm.weight", norm(D)), (b + "attn_q.weight", w(H * hd, D)), (b + "attn_k.weight", w(KV * hd, D)),
               (b + "attn_v.weight", w(KV * hd, D)), (b + "attn_output.weight", w(D, H * hd))]
+        if s["arch"] == "lfm2":
+            t += [(b + "attn_q_norm.weight", norm(hd)), (b + "attn_k_norm.weight", norm(hd))]
+        if s["arch"] == "gemma2":
+            t += [(b + "post_attention_norm.weight", norm(D)), (b + "post_ffw_norm.weight", norm(D))]
         if s.get("bias"):
             t += [(b + "attn_q.bias", w(H * hd, std=0.5)), (b + "attn_k.bias", w(KV * hd, std=0.5)),
                   (b + "attn_v.bias", w(KV * hd, std=0.5))]
         t += [(b + "ffn_norm.weight", norm(D)), (b + "ffn_gate.weight", w(F, D)), (b + "ffn_up.weight", w(F, D)),
               (b + "ffn_down.weight", w(D, F))]
-    t.append(("output_norm.weight", norm(D)))
+    t.append(("token_embd_norm.weight" if s["arch"] == "lfm2" else "output_norm.weight", norm(D)))
     if not s["tied"]:
         t.append(("output.weight", w(VOCAB, D)))
     if s.get("llama3"):
@@ -148,11 +170,19 @@ def metadata(shape, layers, wtype, vocab_kvs=None):
         kv_u32(f"{a}.block_count", layers),
         kv_u32(f"{a}.feed_forward_length", s["hidden"]),
         kv_u32(f"{a}.attention.head_count", s["heads"]),
-        kv_u32(f"{a}.attention.head_count_kv", s["kv"]),
         kv_f32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5 if a == "llama" else 1e-6),
         kv_f32(f"{a}.rope.freq_base", s["theta"]),
         kv_u32(f"{a}.rope.dimension_count", 64),
     ]
+    if a == "lfm2":  # per layer: 0 KV heads on a recurrent layer
+        head += [kv_arr(f"{a}.attention.head_count_kv", T_INT32, [0 if i % 2 else s["kv"] for i in range(layers)]),
+                 kv_u32(f"{a}.shortconv.l_cache", 3)]
+    else:
+        head.append(kv_u32(f"{a}.attention.head_count_kv", s["kv"]))
+    if a == "gemma2":
+        head.append(kv_u32(f"{a}.attention.sliding_window", 16))
+    if a == "qwen2vl":
+        head.append(kv_arr(f"{a}.rope.dimension_sections", T_INT32, [16, 8, 8, 0]))
     if vocab_kvs:
         return head + vocab_kvs
     tokens, scores, types = synth_tokenizer(VOCAB)

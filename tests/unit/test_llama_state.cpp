@@ -166,6 +166,24 @@ TEST_CASE("llama state: GGUF metadata gives the geometry, RoPE and refusals", "[
   for (auto& [k, v] : other.nums) k.replace(0, 5, "newarch");
   write_bytes(p, other.bytes());
   CHECK(read_gguf_model(p).rope_config().empty());  // an import then needs rope_config in --meta
+  // Sliding-window layers of an architecture whose rule kvtool knows (gemma2: il % 2 < 1 slides,
+  // a scalar sliding_window_pattern overrides the period): two caches, full-attention first.
+  auto as_arch = [](Gguf g, const std::string& arch) {
+    g.strs[0].second = arch;
+    for (auto& [k, v] : g.nums) k.replace(0, 5, arch);
+    return g;
+  };
+  Gguf gemma = as_arch(swa, "gemma2");
+  write_bytes(p, gemma.bytes());
+  CHECK(read_gguf_model(p).memory == "iswa");
+  CHECK(read_gguf_model(p).kv_sections == std::vector<std::vector<int64_t>>{{1}, {0, 2}});
+  gemma.nums.push_back({"gemma2.attention.sliding_window_pattern", 3});
+  write_bytes(p, gemma.bytes());
+  CHECK(read_gguf_model(p).kv_sections == std::vector<std::vector<int64_t>>{{2}, {0, 1}});
+  write_bytes(p, as_arch(llama_gguf(3, 8, 2, 16), "qwen2vl").bytes());
+  CHECK(read_gguf_model(p).cell_ext);
+  CHECK(read_gguf_model(p).memory == "kv");
+  CHECK_THROWS(require_plain_cache(read_gguf_model(p), "a test"));
   const auto good = llama_gguf(3, 8, 2, 16).bytes();
   for (size_t n = 0; n < good.size(); ++n) {
     write_bytes(p, std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(n)));

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
 
 namespace kvtool::cli {
@@ -27,6 +28,20 @@ void print_health(const LlamaStateInspection& s) {
   }
 }
 
+// The caches of an iSWA or hybrid memory (formats/llama-state.md, "Variants").
+void print_sections(const LlamaStateInspection& s) {
+  if (s.memory == "kv" && !s.cell_ext) return;
+  std::cout << "  memory             " << s.memory << (s.cell_ext ? ", M-RoPE cells" : "") << "\n";
+  for (const auto& x : s.sections)
+    std::cout << "    " << std::left << std::setw(17) << (x.name + " cache") << "layers " << json(x.layers).dump()
+              << ": " << x.rows << " rows, positions " << x.pos_min << ".." << x.pos_max << "\n";
+  if (s.memory == "hybrid")
+    std::cout << "    recurrent state  " << s.recurrent_cells << " cells, " << s.recurrent_entries << " entries, "
+              << s.recurrent_bytes << " bytes (not K/V: skipped)\n";
+  if (s.cell_ext)
+    std::cout << "    image cells      " << s.image_cells << " (x or y is not the position; import refuses them)\n";
+}
+
 void print_state(const LlamaStateInspection& s) {
   if (s.magic == "blob")
     std::cout << "llama.cpp sequence blob (llama_state_seq_get_data, taken from sequence " << s.blob_seq_id
@@ -44,9 +59,11 @@ void print_state(const LlamaStateInspection& s) {
                                     : "  (several sequences: choose one with --seq-id for rows and health)\n");
     return;
   }
+  print_sections(s);
   std::cout << "  sequence read      " << *s.seq_id << ": " << s.rows << " rows, positions " << s.pos_min << ".."
             << s.pos_max << ", " << s.gaps << " gaps, cells " << (s.cells_in_order ? "in" : "out of")
-            << " position order\n";
+            << " position order"
+            << (s.sections.size() > 1 ? " (the positions every cache holds: what import reads)" : "") << "\n";
   if (!s.layers.empty())
     std::cout << "  cache              K " << s.layers.front().k_type << ", V " << s.layers.front().v_type << " ("
               << s.layers.size() << " layers, " << s.layers.front().k_width << " values per row), V "

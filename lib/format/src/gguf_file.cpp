@@ -316,6 +316,11 @@ const std::vector<std::string>& GgufFile::strings(const std::string& key) const 
   return *a;
 }
 
+bool GgufFile::is_numbers(const std::string& key) const {
+  auto it = kv_.find(key);
+  return it != kv_.end() && std::holds_alternative<std::vector<double>>(it->second);
+}
+
 std::vector<double> GgufFile::numbers(const std::string& key) const {
   auto it = kv_.find(key);
   if (it == kv_.end()) return {};

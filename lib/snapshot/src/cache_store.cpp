@@ -179,6 +179,7 @@ bool starts_with_gguf_magic(const std::string& path) {
 StoreModel read_store_model(const std::string& path) {
   if (starts_with_gguf_magic(path)) {
     const GgufModel g = read_gguf_model(path);
+    require_plain_cache(g, "a store's check");
     StoreModel m;
     m.path = path, m.name = g.name, m.layers = g.layers, m.kv_heads = g.kv_heads, m.head_dim = g.head_dim;
     m.gguf = true;

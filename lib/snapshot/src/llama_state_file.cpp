@@ -125,40 +125,109 @@ void StateReader::check_version(bool seq) {
                       << " (formats/llama-state.md)");
 }
 
-// The memory's state: llama_kv_cache::state_write (streams of cells, then K and V per layer).
+// The memory's state: its K/V caches (llama_kv_cache::state_write each: streams of cells, then K
+// and V per layer), then a hybrid model's recurrent state. A blob that holds only the last of
+// several sections is refused by name: llama_state_seq_get_data with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+// leaves out an iSWA model's full-attention cache and a hybrid model's attention cache
+// (llama_kv_cache_iswa::state_write, llama_memory_hybrid::state_write).
 void StateReader::parse_memory(const GgufModel* model) {
+  const uint64_t start = r_.offset();
+  try {
+    parse_sections(model);
+  } catch (const Error&) {
+    if (model && (model->kv_sections.size() > 1 || model->memory == "hybrid")) refuse_partial(start, *model);
+    throw;
+  }
+}
+
+void StateReader::parse_sections(const GgufModel* model) {
+  if (!model) {
+    parse_kv_section("kv", nullptr, nullptr);
+  } else {
+    static const std::vector<std::string> iswa = {"base", "swa"};
+    for (size_t i = 0; i < model->kv_sections.size(); ++i)
+      parse_kv_section(model->memory == "iswa"     ? iswa.at(i)
+                       : model->memory == "hybrid" ? "attention"
+                                                   : "kv",
+                       &model->kv_sections[i], model);
+    if (model->memory == "hybrid") parse_recurrent(*model);
+  }
+  check_one_stream_per_sequence();
+  KVT_CHECK(r_.remaining() == 0, BAD_STATE_FILE,
+            r_.what() << " has " << r_.remaining() << " bytes after its last "
+                      << (f_.recurrent.present ? "state" : "stream")
+                      << (model ? " (a damaged file, or one of another model)"
+                                : " (a second cache, as sliding-window or hybrid models write: give the model's "
+                                  "GGUF; or a damaged file)"));
+}
+
+// Called when the memory did not parse as the model's sections: if its bytes are exactly the last
+// section alone, the file is a partial blob and is refused by name; otherwise the caller rethrows.
+void StateReader::refuse_partial(uint64_t start, const GgufModel& model) {
+  const StateFile whole = f_;
+  f_.sections.clear(), f_.streams.clear(), f_.cells.clear(), f_.recurrent = {};
+  r_.seek(start);
+  bool partial = false;
+  try {
+    if (model.memory == "hybrid")
+      parse_recurrent(model);
+    else
+      parse_kv_section("swa", &model.kv_sections.back(), &model);
+    partial = r_.remaining() == 0;
+  } catch (const Error&) {}
+  KVT_CHECK(!partial, UNSUPPORTED_CACHE,
+            r_.what() << " holds only "
+                      << (model.memory == "hybrid" ? "the recurrent state" : "the sliding-window cache") << " of '"
+                      << model.arch << "': a blob written with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY, without "
+                      << (model.memory == "hybrid" ? "the attention layers' K/V" : "the full-attention layers' K/V")
+                      << "; kvtool imports whole caches (formats/llama-state.md, \"Variants\")");
+  f_ = whole;
+}
+
+void StateReader::parse_kv_section(const std::string& name, const std::vector<int64_t>* layers,
+                                   const GgufModel* model) {
   const uint32_t n_stream = r_.u32("the stream count");
   KVT_CHECK(n_stream >= 1 && n_stream <= kMaxStreams && n_stream <= r_.remaining() / 4, BAD_STATE_FILE,
             r_.what() << " claims " << n_stream << " streams");
-  f_.streams.resize(n_stream);
-  for (uint32_t s = 0; s < n_stream; ++s) parse_stream(s, model);
-  check_one_stream_per_sequence();
-  KVT_CHECK(r_.remaining() == 0, BAD_STATE_FILE,
-            r_.what() << " has " << r_.remaining() << " bytes after its last stream (a second cache, as sliding-window "
-                      << "or hybrid models write, or a damaged file)");
+  StateSection sec;
+  sec.name = name;
+  sec.first_stream = static_cast<uint32_t>(f_.streams.size());
+  sec.streams = n_stream;
+  if (layers) sec.layers = *layers;
+  f_.sections.push_back(sec);
+  f_.streams.resize(f_.streams.size() + n_stream);
+  for (uint32_t s = sec.first_stream; s < sec.first_stream + n_stream; ++s) parse_stream(s, layers, model);
+  StateSection& added = f_.sections.back();
+  if (!layers)  // no model: the section's layers are the file's
+    for (const StateStream& st : f_.streams)
+      if (added.layers.size() < st.k.size()) added.layers.resize(st.k.size());
+  for (size_t i = 0; !layers && i < added.layers.size(); ++i) added.layers[i] = static_cast<int64_t>(i);
 }
 
-// A sequence lives in one stream (llama.cpp maps seq_id to a stream): a file whose sequence has
-// cells in two is damaged, whichever sequence is read.
+// A sequence lives in one stream of each section (llama.cpp maps seq_id to a stream): a file whose
+// sequence has cells in two streams of one section is damaged, whichever sequence is read.
 void StateReader::check_one_stream_per_sequence() const {
-  int64_t stream_of[kMaxSeq];
-  std::fill(std::begin(stream_of), std::end(stream_of), -1);
-  for (const StateCell& c : f_.cells)
-    for (int32_t id : c.seqs) {
-      int64_t& at = stream_of[id];
-      KVT_CHECK(at < 0 || at == c.stream, BAD_STATE_FILE,
-                r_.what() << ": sequence " << id << " has cells in two streams (" << at << " and " << c.stream << ")");
-      at = c.stream;
+  for (size_t sec = 0; sec < f_.sections.size(); ++sec) {
+    int64_t stream_of[kMaxSeq];
+    std::fill(std::begin(stream_of), std::end(stream_of), -1);
+    for (const StateCell& c : f_.cells) {
+      if (f_.streams[c.stream].section != sec) continue;
+      for (int32_t id : c.seqs) {
+        int64_t& at = stream_of[id];
+        KVT_CHECK(
+            at < 0 || at == c.stream, BAD_STATE_FILE,
+            r_.what() << ": sequence " << id << " has cells in two streams (" << at << " and " << c.stream << ")");
+        at = c.stream;
+      }
     }
+  }
 }
 
-void StateReader::parse_stream(uint32_t s, const GgufModel* model) {
-  StateStream& st = f_.streams[s];
-  st.cells = r_.u32("a stream's cell count");
-  if (st.cells == 0) return;
-  KVT_CHECK(st.cells <= r_.remaining() / 8, TRUNCATED,
-            r_.what() << ": stream " << s << " claims " << st.cells << " cells");
-  for (uint32_t i = 0; i < st.cells; ++i) {
+// Cells: i32 position, u32 sequence count, the M-RoPE extension (i32 x, y, token) when the model
+// has one, the sequence ids (llama_kv_cache::state_write_meta).
+void StateReader::parse_cells(uint32_t s, uint32_t count, bool ext) {
+  KVT_CHECK(count <= r_.remaining() / 8, TRUNCATED, r_.what() << ": stream " << s << " claims " << count << " cells");
+  for (uint32_t i = 0; i < count; ++i) {
     StateCell c;
     c.stream = s;
     c.index = i;
@@ -167,6 +236,12 @@ void StateReader::parse_stream(uint32_t s, const GgufModel* model) {
     KVT_CHECK(
         n_seq <= static_cast<uint32_t>(kMaxSeq) && n_seq <= r_.remaining() / 4, BAD_STATE_FILE,
         r_.what() << ": cell " << i << " claims " << n_seq << " sequences (llama.cpp holds at most " << kMaxSeq << ")");
+    if (ext) {
+      c.ext = true;
+      c.x = r_.i32("a cell's x");
+      c.y = r_.i32("a cell's y");
+      c.token = r_.i32("a cell's token");
+    }
     c.seqs.resize(n_seq);
     r_.read(c.seqs.data(), uint64_t(n_seq) * 4, "a cell's sequence ids");
     for (int32_t id : c.seqs)
@@ -175,17 +250,66 @@ void StateReader::parse_stream(uint32_t s, const GgufModel* model) {
                           << kMaxSeq << ") (llama.cpp's LLAMA_MAX_SEQ)");
     f_.cells.push_back(std::move(c));
   }
+}
+
+void StateReader::parse_stream(uint32_t s, const std::vector<int64_t>* layers, const GgufModel* model) {
+  StateStream& st = f_.streams[s];
+  st.section = static_cast<uint32_t>(f_.sections.size() - 1);
+  st.cells = r_.u32("a stream's cell count");
+  if (st.cells == 0) return;
+  parse_cells(s, st.cells, model && model->cell_ext);
   const uint32_t v_trans = r_.u32("v_trans");
   KVT_CHECK(v_trans <= 1, BAD_STATE_FILE, r_.what() << ": v_trans is " << v_trans << " (0 or 1)");
   st.v_trans = v_trans == 1;
   const uint32_t n_layer = r_.u32("the layer count");
   KVT_CHECK(n_layer >= 1 && n_layer <= kMaxDumpLayers, BAD_STATE_FILE, r_.what() << ": " << n_layer << " layers");
-  KVT_CHECK(!model || n_layer == model->layers, SHAPE_MISMATCH,
-            r_.what() << " has " << n_layer << " layers; the model '" << model->path << "' has " << model->layers);
+  const std::string& sec = f_.sections.back().name;
+  KVT_CHECK(!layers || n_layer == layers->size(), SHAPE_MISMATCH,
+            r_.what() << (sec == "kv" ? "" : "'s " + sec + " cache") << " has " << n_layer << " layers; the model '"
+                      << model->path << "' has " << layers->size()
+                      << (sec == "kv" ? "" : " in that cache (" + std::to_string(model->layers) + " in all)"));
   st.k.resize(n_layer);
   st.v.resize(n_layer);
-  for (uint32_t l = 0; l < n_layer; ++l) parse_tensor(st.k[l], st.cells, false, false, l, model);
-  for (uint32_t l = 0; l < n_layer; ++l) parse_tensor(st.v[l], st.cells, true, st.v_trans, l, model);
+  for (uint32_t l = 0; l < n_layer; ++l)
+    parse_tensor(st.k[l], st.cells, false, false, layers ? (*layers)[l] : l, model);
+  for (uint32_t l = 0; l < n_layer; ++l)
+    parse_tensor(st.v[l], st.cells, true, st.v_trans, layers ? (*layers)[l] : l, model);
+}
+
+// llama_memory_recurrent::state_write: u32 cell count, cells (i32 position, u32 sequence count and
+// ids: none in a sequence save), u32 s_trans (llama.cpp writes 0), u32 the model's layer count,
+// then per recurrent layer an R entry and an S entry (i32 type, u64 row size, the cells' rows).
+// kvtool walks the entries to the end of the file and reads none of them.
+void StateReader::parse_recurrent(const GgufModel& model) {
+  RecurrentState& rs = f_.recurrent;
+  rs.present = true;
+  rs.offset = r_.offset();
+  rs.cells = r_.u32("the recurrent state's cell count");
+  KVT_CHECK(rs.cells <= r_.remaining() / 8 && rs.cells <= static_cast<uint32_t>(kMaxSeq), BAD_STATE_FILE,
+            r_.what() << ": the recurrent state claims " << rs.cells << " cells");
+  for (uint32_t i = 0; i < rs.cells; ++i) {
+    rs.positions.push_back(r_.i32("a recurrent cell's position"));
+    const uint32_t n_seq = r_.u32("a recurrent cell's sequence count");
+    KVT_CHECK(n_seq <= static_cast<uint32_t>(kMaxSeq), BAD_STATE_FILE,
+              r_.what() << ": a recurrent cell claims " << n_seq << " sequences");
+    r_.skip(uint64_t(n_seq) * 4, "a recurrent cell's sequence ids");
+  }
+  const uint32_t s_trans = r_.u32("the recurrent state's s_trans");
+  KVT_CHECK(s_trans == 0, BAD_STATE_FILE,
+            r_.what() << ": the recurrent state's s_trans is " << s_trans << " (llama.cpp writes 0)");
+  const uint32_t n_layer = r_.u32("the recurrent state's layer count");
+  KVT_CHECK(n_layer == model.layers, SHAPE_MISMATCH,
+            r_.what() << "'s recurrent state has " << n_layer << " layers; the model has " << model.layers);
+  while (r_.remaining() > 0 && rs.entries < 4 * n_layer) {
+    const int32_t type = r_.i32("a recurrent entry's type");
+    const uint64_t row = r_.u64("a recurrent entry's row size");
+    KVT_CHECK(type >= 0 && type < 64 && row <= (rs.cells ? r_.remaining() / rs.cells : r_.remaining()), BAD_STATE_FILE,
+              r_.what() << ": recurrent entry " << rs.entries << " (type " << type << ", rows of " << row
+                        << " bytes) does not fit the file");
+    r_.skip(row * rs.cells, "a recurrent entry");
+    ++rs.entries;
+  }
+  rs.bytes = r_.offset() - rs.offset;
 }
 
 void StateReader::parse_tensor(StateTensor& t, uint32_t cells, bool v, bool v_trans, int64_t layer,

@@ -72,6 +72,7 @@ class GgufFile {
   int64_t string_count(const std::string& key) const;                     // length of an array of strings; 0 absent
   const std::vector<std::string>& strings(const std::string& key) const;  // a kept array; empty when absent
   std::vector<double> numbers(const std::string& key) const;              // a kept array; empty when absent
+  bool is_numbers(const std::string& key) const;                          // a kept array of numbers
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find(const std::string& name) const;  // nullptr when absent

@@ -31,6 +31,7 @@ bool looks_like_llama_state(const std::string& path);
 
 // One layer's cache as the file describes it.
 struct LlamaLayerInfo {
+  int64_t layer = 0;           // the model's layer (a hybrid model's K/V layers are some of them)
   std::string k_type, v_type;  // ggml type names: f32, f16, bf16, q8_0
   int64_t k_row_bytes = 0, v_row_bytes = 0;
   int64_t k_width = 0, v_width = 0;  // elements per cell (kv_heads x head_dim)
@@ -48,10 +49,25 @@ struct LlamaStateInspection {
   uint32_t version = 0;           // 0 for a blob
   int32_t blob_seq_id = -1;       // a blob: the sequence it was taken from
   int64_t file_bytes = 0, n_tokens = 0, streams = 0, cells = 0;
-  std::vector<int32_t> seq_ids;                // every sequence id present
-  std::optional<int32_t> seq_id;               // the sequence read (when one could be chosen)
-  int64_t rows = 0;                            // cells of that sequence
+  std::vector<int32_t> seq_ids;   // every sequence id present
+  std::optional<int32_t> seq_id;  // the sequence read (when one could be chosen)
+  // The rows import reads: the sequence's positions that every K/V cache holds (in an iSWA cache the
+  // sliding window's; all of them otherwise).
+  int64_t rows = 0;
   int64_t pos_min = 0, pos_max = 0, gaps = 0;  // gaps: missing positions inside [pos_min, pos_max]
+  // The memory (formats/llama-state.md, "Variants"): "kv", "iswa" or "hybrid" (from the model's
+  // GGUF; "kv" without one), the sequence's rows in each K/V cache, a hybrid's recurrent state
+  // (skipped: cells, entries, bytes) and M-RoPE cells (image cells: x or y differs from the position).
+  std::string memory = "kv";
+  struct Section {
+    std::string name;
+    std::vector<int64_t> layers;
+    int64_t streams = 0, rows = 0, pos_min = 0, pos_max = 0;
+  };
+  std::vector<Section> sections;
+  int64_t recurrent_cells = 0, recurrent_entries = 0, recurrent_bytes = 0;
+  bool cell_ext = false;
+  int64_t image_cells = 0;
   bool cells_in_order = true, v_trans = false, rotated = false;
   std::vector<LlamaLayerInfo> layers;
   std::vector<LlamaHeadHealth> health;  // per (layer, head) with a model; per layer (head 0) without
