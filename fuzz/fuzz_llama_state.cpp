@@ -27,8 +27,12 @@ struct TempPath {
 };
 
 // The models of the seeds (fuzz/corpus/llama_state, written by llama.cpp): stories260K (5 layers,
-// 8 query and 4 kv heads, head_dim 8) and cheaders (4 layers, 4 query heads, 1 kv head, head_dim 64).
-kvtool::GgufModel seed_model(int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim) {
+// 8 query and 4 kv heads, head_dim 8), cheaders (4 layers, 4 query heads, 1 kv head, head_dim 64),
+// and make_gguf_models.py's 2-layer variants (4 query heads, 2 kv heads, head_dim 64): gemma2 (layer
+// 1 full attention, layer 0 sliding), lfm2 (layer 0 attention, layer 1 recurrent), qwen2vl (M-RoPE).
+kvtool::GgufModel seed_model(int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                             const std::string& memory = "kv", std::vector<std::vector<int64_t>> sections = {},
+                             bool cell_ext = false) {
   kvtool::GgufModel m;
   m.path = "seed.gguf";
   m.arch = "llama";
@@ -37,6 +41,9 @@ kvtool::GgufModel seed_model(int64_t layers, int64_t heads, int64_t kv_heads, in
   m.kv_heads = kv_heads;
   m.head_dim = head_dim;
   m.rope_pairing = "interleaved";
+  m.memory = memory;
+  m.kv_sections = std::move(sections);
+  m.cell_ext = cell_ext;
   return m;
 }
 
@@ -71,8 +78,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  static const kvtool::GgufModel stories = seed_model(5, 8, 4, 8), cheaders = seed_model(4, 4, 1, 64);
-  for (const kvtool::GgufModel* m : {static_cast<const kvtool::GgufModel*>(nullptr), &stories, &cheaders}) {
+  static const kvtool::GgufModel stories = seed_model(5, 8, 4, 8), cheaders = seed_model(4, 4, 1, 64),
+                                 gemma2 = seed_model(2, 4, 2, 64, "iswa", {{1}, {0}}),
+                                 lfm2 = seed_model(2, 4, 2, 64, "hybrid", {{0}}),
+                                 qwen2vl = seed_model(2, 4, 2, 64, "kv", {{0, 1}}, true);
+  for (const kvtool::GgufModel* m :
+       {static_cast<const kvtool::GgufModel*>(nullptr), &stories, &cheaders, &gemma2, &lfm2, &qwen2vl}) {
     try {
       kvtool::LlamaStateOptions o;
       kvtool::inspect_llama_state(tmp.path, m, o);

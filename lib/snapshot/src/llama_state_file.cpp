@@ -145,11 +145,16 @@ void StateReader::parse_sections(const GgufModel* model) {
     parse_kv_section("kv", nullptr, nullptr);
   } else {
     static const std::vector<std::string> iswa = {"base", "swa"};
-    for (size_t i = 0; i < model->kv_sections.size(); ++i)
-      parse_kv_section(model->memory == "iswa"     ? iswa.at(i)
-                       : model->memory == "hybrid" ? "attention"
-                                                   : "kv",
-                       &model->kv_sections[i], model);
+    std::vector<std::vector<int64_t>> sections = model->kv_sections;
+    if (sections.empty()) {  // a model not from read_gguf_model: one cache of every layer
+      sections.emplace_back();
+      for (int64_t l = 0; l < model->layers; ++l) sections.back().push_back(l);
+    }
+    for (size_t i = 0; i < sections.size(); ++i)
+      parse_kv_section(model->memory == "iswa" && i < 2 ? iswa[i]
+                       : model->memory == "hybrid"      ? "attention"
+                                                        : "kv",
+                       &sections[i], model);
     if (model->memory == "hybrid") parse_recurrent(*model);
   }
   check_one_stream_per_sequence();
