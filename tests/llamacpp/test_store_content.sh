@@ -116,4 +116,22 @@ PY
 done
 expect_reason 2 USAGE "$KVTOOL" import vllm_p --model s.gguf -o x.h5
 absent x.h5
+# import compares the blocks with the GGUF model first: exchanged blocks are refused, nothing written.
+expect_reason 1 PAYLOAD_MISMATCH "$KVTOOL" import v_swap "${V[@]}" -o x.h5
+absent x.h5
+expect_reason 1 PAYLOAD_MISMATCH "$KVTOOL" import s_rank "${S[@]}" -o x.h5
+absent x.h5
+# With a config.json no forward pass runs: the page layout must be recorded (vLLM's
+# canonical_format) or given; SGLang records none.
+echo '{"num_hidden_layers": 5, "num_attention_heads": 8, "num_key_value_heads": 4, "hidden_size": 64}' >config.json
+CS=(--model config.json --token-ids prompt_tokens.json --block-tokens 8 --store-dtype f16)
+expect_reason 2 USAGE "$KVTOOL" import sglang_p "${CS[@]}" -o x.h5
+absent x.h5
+$PY -c "
+import h5py, json
+a = h5py.File('imp_s.h5').attrs
+json.dump({k: (a[k].decode() if isinstance(a[k], bytes) else str(a[k])) for k in ('model_artifact_sha256', 'rope_config')}, open('meta.json', 'w'))"
+expect_exit 0 "$KVTOOL" import sglang_p "${CS[@]}" --store-layout layer_first -o imp_cs.h5 --meta meta.json
+$PY -c "import h5py, numpy as np; a, b = h5py.File('imp_cs.h5'), h5py.File('imp_s.h5'); assert np.array_equal(a['kv/k'][:], b['kv/k'][:])" ||
+  fail "the SGLang import with a config.json and --store-layout differs"
 finish

@@ -206,7 +206,8 @@ json StorePromptFound::to_json() const {
           {"block_tokens", block_tokens},
           {"blocks_wanted", blocks_wanted},
           {"blocks_found", files.size()},
-          {"files", files}};
+          {"files", files},
+          {"layout_assumed", layout_assumed}};
 }
 
 std::vector<Digest> vllm_block_hashes(const std::vector<int32_t>& tokens, int64_t block_tokens,
@@ -276,6 +277,7 @@ std::unique_ptr<KvSnapshot> open_store_prompt(const std::string& root, const Sto
       KVT_CHECK(m->tokens == span && m->layers == model.layers, USAGE,
                 "the block '" << f << "' does not hold whole layers of " << span << " tokens");
       b.maps.push_back(*m);
+      found.layout_assumed = found.layout_assumed || m->layout_assumed;
       info.source_dtype = m->dtype;
     }
   }

@@ -174,6 +174,7 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
   b.bytes = static_cast<uint64_t>(unit * b.elem_bytes);
   b.layers = L, b.heads = hr, b.first_head = f.rank * hr, b.head_dim = d, b.tokens = P, b.tb = P, b.hr = hr;
   const std::string lay = o.memory_format.empty() ? "layer_first" : o.memory_format;
+  b.layout_assumed = o.memory_format.empty();
   if (lay == "layer_first" || lay == "page_first_direct")
     b.s_kv = L * P * hr * d, b.s_l = P * hr * d, b.s_t = hr * d, b.s_h = d;
   else if (lay == "page_first")

@@ -249,6 +249,7 @@ std::optional<BlockMap> map(const StoreScan& s, const StoreFile& f, const StoreM
                                 : "";
   if (c.contains("canonical_format") && canon.empty()) return why = "canonical_format is not a string", std::nullopt;
   std::string lay = o.memory_format.empty() ? "nhd" : o.memory_format;
+  b.layout_assumed = canon.empty() && o.memory_format.empty();
   if (!canon.empty()) lay = canon.size() > 3 && canon[0] == 'v' ? canon.substr(canon.find('-') + 1) : canon;
   if (lay != "nhd" && lay != "hnd" && lay != "split")
     return why = "page layout '" + lay + "' is not read", std::nullopt;

@@ -10,6 +10,7 @@
 #include "kvtool/model_check.h"
 #include "kvtool/import.h"
 #include "kvtool/snapshot.h"
+#include "kvtool/store_check.h"
 #include "snapshot_options.h"
 #include "store_options.h"
 
@@ -93,6 +94,27 @@ void refuse_tensor_options(const CLI::App* sub, const std::string& format) {
   }
 }
 
+// A store's raw blocks are imported only when kvtool can tell they hold what they claim
+// (formats/cache-stores.md, "A prompt's blocks"): with a GGUF model they are first compared with the
+// model's forward pass (a PAYLOAD_MISMATCH refuses the import); with a config.json the page layout
+// must be recorded by the store or given, since equal-sized layouts cannot be told apart.
+void require_checked_blocks(const std::string& root, const StoreCheckOptions& c, const StoreModel& model,
+                            const StorePromptFound& found) {
+  if (!model.gguf) {
+    KVT_CHECK(!found.layout_assumed, USAGE,
+              "the store does not record its page layout and no forward pass can check it ("
+                  << c.model << " is a config.json): give --store-layout, or a GGUF --model to compare the blocks "
+                  << "with the model first");
+    return;
+  }
+  std::vector<StoreFinding> findings;
+  check_store_prompt(root, c, c.model, findings);
+  for (const StoreFinding& f : findings)
+    KVT_CHECK(f.warning, f.reason,
+              "'" << f.path << "': " << f.message << "; nothing imported (`kvtool verify` with the same options "
+                  << "reports the comparison)");
+}
+
 // A cache store directory: the prompt's blocks, found by the stack's hashes, in position order
 // (formats/cache-stores.md, "A prompt's blocks").
 template <typename Args>
@@ -104,9 +126,11 @@ int import_store(Args& a, const Flags& flags) {
   a.opt.meta = read_meta(a.meta);
   a.opt.overwrite = a.force;
   const StoreCheckOptions& c = a.store.check;
+  const StoreModel model = read_store_model(c.model);
   StorePromptFound found;
   std::unique_ptr<KvSnapshot> snap =
-      open_store_prompt(a.request.inputs[0], c.store, read_store_model(c.model), c.prompt, c.prompt_options, found);
+      open_store_prompt(a.request.inputs[0], c.store, model, c.prompt, c.prompt_options, found);
+  require_checked_blocks(a.request.inputs[0], c, model, found);
   const ImportSummary s = import_snapshot(*snap, a.opt, a.out);
   json j = s.to_json();
   j["schema_version"] = kJsonSchemaVersion, j["ok"] = true, j["output"] = a.out, j["store"] = found.to_json();

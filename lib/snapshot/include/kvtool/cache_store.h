@@ -90,6 +90,9 @@ struct BlockMap {
   int64_t elem_bytes = 0;
   int64_t layers = 0, first_layer = 0, heads = 0, first_head = 0, head_dim = 0, tokens = 0;
   int64_t s_kv = 0, s_l = 0, s_t = 0, s_h = 0, tb = 1, s_tb = 0, hr = 1, s_w = 0;
+  // The page layout is kvtool's default, neither recorded by the store (vLLM's canonical_format)
+  // nor given (StoreOptions::memory_format): equal-sized layouts cannot be told apart by size.
+  bool layout_assumed = false;
   // The element of value (kv, layer, token, head, 0): the one place the stride rule is written.
   int64_t element(int64_t kv, int64_t layer, int64_t token, int64_t head) const {
     return kv * s_kv + layer * s_l + (token / tb) * s_tb + (token % tb) * s_t + (head / hr) * s_w + (head % hr) * s_h;

@@ -27,6 +27,7 @@ struct StorePromptFound {
   std::string ns;
   int64_t block_tokens = 0, blocks_wanted = 0;  // blocks the prompt's whole blocks make
   std::vector<std::vector<std::string>> files;  // per block found: its files (SGLang: one per rank)
+  bool layout_assumed = false;                  // some block's page layout is kvtool's default (BlockMap)
   json to_json() const;
 };
 
