@@ -204,6 +204,12 @@ TEST_CASE("scoring: top_k on large inputs equals the full sort whatever its samp
           INFO("n " << n << " shape " << shape << " k " << k << " level " << level);
           REQUIRE(got.size() == static_cast<size_t>(k));
           REQUIRE(std::equal(got.begin(), got.end(), want.begin()));
+          // Row order: the same indices, increasing.
+          std::vector<int64_t> rows(static_cast<size_t>(k) + 1, -7), sorted = got;
+          std::sort(sorted.begin(), sorted.end());
+          REQUIRE(sc::top_k_rows_into(s.data(), n, k, rows.data()) == k);
+          REQUIRE(std::equal(sorted.begin(), sorted.end(), rows.begin()));
+          REQUIRE(rows[static_cast<size_t>(k)] == -7);
         }
       }
     }
@@ -301,6 +307,19 @@ TEST_CASE("scoring: top_k_groups_into equals top_k_into over the rows' scores, t
               REQUIRE(got_s[r] == row_score[want[r]]);
             }
             REQUIRE(got[b] == -7);  // nothing past the answer
+            // Row order: the same rows and scores, by increasing row.
+            std::vector<std::pair<int64_t, float>> by_row;
+            for (int64_t r = 0; r < b; ++r) by_row.emplace_back(got[r], got_s[r]);
+            std::sort(by_row.begin(), by_row.end());
+            std::vector<int64_t> rows(static_cast<size_t>(b) + 1, -7);
+            std::vector<float> rows_s(static_cast<size_t>(b) + 1, -7.f);
+            REQUIRE(kvtool::scoring::top_k_groups_rows_into(gscore.data(), g, k, 1000, rows.data(), rows_s.data()) ==
+                    b);
+            for (int64_t r = 0; r < b; ++r) {
+              REQUIRE(rows[r] == by_row[r].first);
+              REQUIRE(rows_s[r] == by_row[r].second);
+            }
+            REQUIRE(rows[b] == -7);
           }
           kvtool::scoring::set_simd_level(was);
         }

@@ -1,6 +1,8 @@
 #include "pq/pq_row_groups.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -86,6 +88,66 @@ int64_t emit_tied(const float* score, const RowGroups& g, const uint64_t* keys, 
   return take;
 }
 
+// The score key T of the row ranked b-th (1-based) among the kept groups' rows, and `below`, the
+// rows of groups whose key is below T: a histogram of the kept groups' score keys, each counted
+// with its group's rows, narrowed into the bucket that holds rank b; its buckets number about the
+// keys' count (at most 2^11), so that clearing and walking them costs less than the keys. A few
+// keys left are sorted.
+uint32_t weighted_cut(const uint64_t* kept, int64_t w, const RowGroups& g, int64_t b, int64_t& below,
+                      SelectionScratch& sc) {
+  const uint64_t* keys = kept;
+  below = 0;
+  uint32_t* count = sc.hist.data();
+  for (int depth = 0;; ++depth) {
+    if (w <= 48) {  // by score key (the group in the low half breaks no tie that matters here)
+      uint64_t few[48];
+      std::copy(keys, keys + w, few);
+      std::sort(few, few + w);
+      for (int64_t i = 0;; ++i) {
+        const auto p = static_cast<uint32_t>(few[i]);
+        const int64_t rows = g.start[p + 1] - g.start[p];
+        const auto key = static_cast<uint32_t>(few[i] >> 32);
+        int64_t run = rows;  // every group at this key
+        for (int64_t j = i + 1; j < w && static_cast<uint32_t>(few[j] >> 32) == key; ++j)
+          run += g.start[static_cast<uint32_t>(few[j]) + 1] - g.start[static_cast<uint32_t>(few[j])];
+        if (below + run >= b) return key;
+        below += run;
+        while (i + 1 < w && static_cast<uint32_t>(few[i + 1] >> 32) == key) ++i;
+      }
+    }
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (int64_t i = 0; i < w; ++i) {
+      lo = std::min(lo, static_cast<uint32_t>(keys[i] >> 32));
+      hi = std::max(hi, static_cast<uint32_t>(keys[i] >> 32));
+    }
+    if (lo == hi) return lo;
+    const uint32_t buckets = std::min<uint32_t>(2048, std::bit_ceil(static_cast<uint32_t>(w)));
+    int shift = 0;
+    while (((hi - lo) >> shift) >= buckets) ++shift;
+    std::fill(count, count + buckets, 0u);
+    for (int64_t i = 0; i < w; ++i) {
+      const auto p = static_cast<uint32_t>(keys[i]);
+      count[(static_cast<uint32_t>(keys[i] >> 32) - lo) >> shift] += g.start[p + 1] - g.start[p];
+    }
+    uint32_t t = 0;
+    while (below + count[t] < b) below += count[t++];
+    if (shift == 0) return lo + t;
+    uint64_t* tied = room(sc.tied[depth + 2], static_cast<size_t>(w));
+    int64_t e = 0;
+    for (int64_t i = 0; i < w; ++i) {
+      tied[e] = keys[i];
+      e += ((static_cast<uint32_t>(keys[i] >> 32) - lo) >> shift) == t;
+    }
+    keys = tied, w = e;
+  }
+}
+
+// The bitmap of top_k_groups_rows_into, one bit a row, and each marked row's score; per thread.
+struct RowMarks {
+  std::vector<uint64_t> bits;
+  std::vector<float> score;
+};
+
 }  // namespace
 
 void RowGroups::prefetch() const {
@@ -161,6 +223,54 @@ int64_t top_k_groups_into(const float* score, const RowGroups& g, int64_t k, int
       out += emit_tied(score, g, run, j - i, b - out, base, ids + out, at, sc);
     }
     i = j;
+  }
+  return out;
+}
+
+int64_t top_k_groups_rows_into(const float* score, const RowGroups& g, int64_t k, int64_t base, int64_t* ids,
+                               float* scores) {
+  const int64_t b = std::max<int64_t>(0, std::min(k, g.n));
+  if (b == 0) return 0;
+  SelectionScratch& sc = selection_scratch();
+  thread_local RowMarks marks;
+  const auto words = static_cast<size_t>((g.n + 63) / 64);
+  if (marks.bits.size() < words) marks.bits.resize(words, 0);  // zero between calls: cleared as read
+  if (marks.score.size() < static_cast<size_t>(g.n)) marks.score.resize(static_cast<size_t>(g.n));
+  const auto groups = static_cast<size_t>(g.groups());
+  uint64_t* kept = room(sc.keys, groups + 16);
+  const int64_t w = collect_groups(score, g, b, kept, sc);
+  int64_t below = 0;
+  const uint32_t cut = weighted_cut(kept, w, g, b, below, sc);
+  uint64_t* bits = marks.bits.data();
+  float* row_score = marks.score.data();
+  auto mark = [&](uint32_t row, float s) {
+    bits[row >> 6] |= uint64_t{1} << (row & 63);
+    row_score[row] = s;
+  };
+  uint64_t* tied = room(sc.tied[0], static_cast<size_t>(g.n));  // rows of the groups at the cut
+  int64_t at_cut = 0;
+  for (int64_t i = 0; i < w; ++i) {  // the groups below the cut: their rows' range, empty for the others
+    const uint32_t key = static_cast<uint32_t>(kept[i] >> 32), p = static_cast<uint32_t>(kept[i]);
+    const uint32_t first = g.start[p], end = key < cut ? g.start[p + 1] : first;
+    for (uint32_t r = first; r < end; ++r) mark(g.row(r), score[p]);
+  }
+  for (int64_t i = 0; i < w; ++i) {  // the groups at the cut
+    const uint32_t p = static_cast<uint32_t>(kept[i]);
+    if (static_cast<uint32_t>(kept[i] >> 32) == cut)
+      for (uint32_t r = g.start[p]; r < g.start[p + 1]; ++r) tied[at_cut++] = (uint64_t{g.row(r)} << 32) | p;
+  }
+  const int64_t need = b - below;  // the lowest rows of the groups at the cut (ties by lower row)
+  if (need < at_cut) radix_sort(tied, at_cut, room(sc.low[0], static_cast<size_t>(g.n)), 32);
+  for (int64_t r = 0; r < need; ++r) mark(static_cast<uint32_t>(tied[r] >> 32), score[static_cast<uint32_t>(tied[r])]);
+  int64_t out = 0;
+  for (size_t wd = 0; wd < words; ++wd) {
+    for (uint64_t m = bits[wd]; m; m &= m - 1) {
+      const auto row = static_cast<int64_t>(wd * 64 + static_cast<size_t>(std::countr_zero(m)));
+      ids[out] = base + row;
+      if (scores) scores[out] = row_score[row];
+      ++out;
+    }
+    bits[wd] = 0;
   }
   return out;
 }

@@ -37,5 +37,11 @@ void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& ou
 // Returns the count, min(k, n). Only the groups within a sampled bound are sorted, and their rows
 // listed. Allocation-free once the calling thread has selected from n rows before.
 int64_t top_k_groups_into(const float* score, const RowGroups& g, int64_t k, int64_t base, int64_t* ids, float* scores);
+// The same rows and scores in increasing row order (the order an engine gathers rows in): the
+// groups' score that the k-th best row has is found by a selection weighted by the groups' sizes,
+// the rows of the better groups (and the lowest rows of the groups tied at it) are marked in a
+// bitmap of the n rows, and the bitmap is read in order. No sort of the kept groups.
+int64_t top_k_groups_rows_into(const float* score, const RowGroups& g, int64_t k, int64_t base, int64_t* ids,
+                               float* scores);
 
 }  // namespace kvtool::scoring

@@ -99,7 +99,8 @@ class PqSelector : public PartSelector {
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
     const float* q = req.q;
-    const int64_t budget = out.budget_rows = params_of<BudgetParams>(req).budget.rows(n_);
+    const BudgetParams& params = params_of<BudgetParams>(req);
+    const int64_t budget = out.budget_rows = params.budget.rows(n_);
     std::vector<int64_t>& ids = out.ids;
     std::vector<float>& scores = out.scores;
     const int64_t base = rows_.begin();
@@ -115,6 +116,7 @@ class PqSelector : public PartSelector {
     // lookup table [m, 2^b] of q_sub · centroid (inner product, as the reference scores), the
     // n scores and the selection, each written before it is read.
     thread_local Scratch sc;
+    sc.rows = params.row_order && params.top_p <= 0;  // top_p cuts a best-first list (SelectorSet::query)
     if (fast_.n > 0) return fast_best(q, budget, sc, out);
     score_group(&q, 1, sc);
     sc.best(budget, 0, out);
@@ -123,8 +125,10 @@ class PqSelector : public PartSelector {
   // few scored in one pass over the codes; the same answers as select() one by one.
   void select_batch(const DeviceQueries& qs, GroupAnswers& answers) const override {
     if (dense_) return;  // select() lists every row
-    const int64_t budget = params_of<BudgetParams>(qs.request(0)).budget.rows(n_);
+    const BudgetParams& params = params_of<BudgetParams>(qs.request(0));
+    const int64_t budget = params.budget.rows(n_);
     thread_local Scratch sc;
+    sc.rows = params.row_order;  // batches take no top_p
     thread_local Selection sel;  // cleared, never shrunk
     sel.ids.reserve(static_cast<size_t>(n_));
     sel.scores.reserve(static_cast<size_t>(n_));
@@ -176,12 +180,17 @@ class PqSelector : public PartSelector {
     // row, or one a code pair when `pairs` is set; rows are absolute from `base`.
     int64_t scored = 0, base = 0;
     const scoring::RowGroups* pairs = nullptr;
-    // Query j's best `budget` rows (absolute ids, best first; ties by lower id) into caller buffers
+    bool rows = false;  // list the selection in increasing row order (QueryParams::row_order)
+    // Query j's best `budget` rows (absolute ids, best first, ties by lower id; or in increasing
+    // row order with `rows`) into caller buffers
     // of min(budget, n) entries (scores: nullptr for none); returns the count written.
     int64_t best_into(int64_t budget, int64_t j, int64_t* ids, float* scores) {
       const float* s = score.data() + j * scored;
-      if (pairs) return scoring::top_k_groups_into(s, *pairs, budget, base, ids, scores);
-      const int64_t kept = scoring::top_k_into(s, scored, budget, ids);  // row indices, then made absolute
+      if (pairs)
+        return rows ? scoring::top_k_groups_rows_into(s, *pairs, budget, base, ids, scores)
+                    : scoring::top_k_groups_into(s, *pairs, budget, base, ids, scores);
+      const int64_t kept = rows ? scoring::top_k_rows_into(s, scored, budget, ids)
+                                : scoring::top_k_into(s, scored, budget, ids);  // row indices, then made absolute
       if (scores)
         for (int64_t r = 0; r < kept; ++r) scores[r] = s[ids[r]];
       for (int64_t r = 0; r < kept; ++r) ids[r] += base;

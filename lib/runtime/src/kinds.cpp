@@ -38,14 +38,38 @@ KindSpec container_test_kind() {
   return k;
 }
 
+// The option every kind with queries takes (QueryParams::row_order), parsed here so that no kind
+// sees it: the kind's parser gets the other settings.
+void add_order_option(KindSpec& k) {
+  if (!k.parse_query) return;
+  k.query_options.push_back({"order",
+                             "best: candidates best first (receipts, reports); rows: the same candidates and scores "
+                             "in increasing row order, the order an engine gathers rows in (faster for pq)",
+                             "best"});
+  k.parse_query = [inner = k.parse_query](const ArtifactReader& r, const QuerySettings& s) {
+    QuerySettings rest = s;
+    std::string order = "best";
+    if (auto it = rest.find("order"); it != rest.end()) order = it->second, rest.erase(it);
+    KVT_CHECK(order == "best" || order == "rows", USAGE,
+              "query option order='" << excerpt(order, 32) << "' must be best or rows");
+    std::unique_ptr<QueryParams> p = inner(r, rest);
+    p->row_order = order == "rows";
+    return p;
+  };
+}
+
 // The kinds: container-test, then kvtool/kinds.def's in its order (docs/adding-a-kind.md).
 const std::vector<KindSpec>& registry() {
-  static const std::vector<KindSpec> kinds = {
-      container_test_kind(),
+  static const std::vector<KindSpec> kinds = [] {
+    std::vector<KindSpec> all = {
+        container_test_kind(),
 #define KVTOOL_KIND(name, about) kinds::name##_kind(),
 #include "kvtool/kinds.def"
 #undef KVTOOL_KIND
-  };
+    };
+    for (KindSpec& k : all) add_order_option(k);
+    return all;
+  }();
   return kinds;
 }
 

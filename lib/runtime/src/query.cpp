@@ -5,6 +5,7 @@
 #include <cmath>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -91,6 +92,29 @@ std::unique_ptr<QueryParams> SelectorSet::params(const QuerySettings& settings) 
 }
 
 namespace {
+
+// A selection's n candidates into increasing row order (QueryParams::row_order) where its kind
+// listed them best first, their scores and inclusion probabilities (nullptr: none) with them; a
+// kind that listed them in row order already is left as it is. Per-thread buffers.
+void to_row_order(int64_t* ids, float* scores, double* inclusion, int64_t n) {
+  if (std::is_sorted(ids, ids + n)) return;
+  thread_local std::vector<int64_t> perm, id;
+  thread_local std::vector<float> score;
+  thread_local std::vector<double> incl;
+  perm.resize(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+  id.assign(ids, ids + n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = id[static_cast<size_t>(perm[static_cast<size_t>(i)])];
+  if (scores) {
+    score.assign(scores, scores + n);
+    for (int64_t i = 0; i < n; ++i) scores[i] = score[static_cast<size_t>(perm[static_cast<size_t>(i)])];
+  }
+  if (inclusion) {
+    incl.assign(inclusion, inclusion + n);
+    for (int64_t i = 0; i < n; ++i) inclusion[i] = incl[static_cast<size_t>(perm[static_cast<size_t>(i)])];
+  }
+}
 
 // A receipt lists the uncovered rows between the coverage end and the query's position as always
 // included: at most this many (8 MiB of row ids), so a position far past every row that exists
@@ -203,6 +227,9 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   }
   if (const BudgetParams* p = top_p_of(params); p && !out.dense)
     keep_top_p(out, p->top_p, 1.0 / std::sqrt(static_cast<double>(src.geo.head_dim)));
+  if (params.row_order)
+    to_row_order(out.ids.data(), out.scores.empty() ? nullptr : out.scores.data(),
+                 out.inclusion.empty() ? nullptr : out.inclusion.data(), static_cast<int64_t>(out.ids.size()));
   rc.budget_rows = out.budget_rows;
   rc.candidates = std::move(out.ids);
   rc.scores = std::move(out.scores);
@@ -210,6 +237,7 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
   rc.centroids_scored = out.centroids_scored;
   rc.part = sel.describe();
   rc.selector = params.receipt(rc.indexed_rows);
+  if (params.row_order) rc.selector["order"] = "rows";
   for (int64_t i = 0; i < rows_.begin(); ++i) rc.always_included.push_back(i);
   KVT_CHECK(position - rows_.end() < kMaxUncoveredRows, USAGE,
             "position " << position << " is " << position - rows_.end() + 1 << " rows past the index's end "
@@ -221,14 +249,17 @@ CandidateReceipt SelectorSet::query(int64_t layer, int64_t q_head, const float* 
 
 namespace {
 
-// Query i's answer into the caller's buffers (at most `capacity` of its rows; its full count).
-void write_answer(const BatchAnswers& out, int64_t i, const Selection& sel) {
+// Query i's answer into the caller's buffers (at most `capacity` of its rows; its full count),
+// in increasing row order when the query asked for it (QueryParams::row_order).
+void write_answer(const BatchAnswers& out, int64_t i, const Selection& sel, bool row_order) {
   const int64_t n = static_cast<int64_t>(sel.ids.size()), w = std::min(n, out.capacity), at = i * out.capacity;
   out.counts[i] = n;
   std::copy(sel.ids.begin(), sel.ids.begin() + w, out.ids + at);
   if (out.scores) std::copy(sel.scores.begin(), sel.scores.begin() + w, out.scores + at);
-  if (out.inclusion && !sel.inclusion.empty())
-    std::copy(sel.inclusion.begin(), sel.inclusion.begin() + w, out.inclusion + at);
+  const bool inclusion = out.inclusion && !sel.inclusion.empty();
+  if (inclusion) std::copy(sel.inclusion.begin(), sel.inclusion.begin() + w, out.inclusion + at);
+  if (row_order)
+    to_row_order(out.ids + at, out.scores ? out.scores + at : nullptr, inclusion ? out.inclusion + at : nullptr, w);
 }
 
 // The first error of a batch's worker calls, kept for the caller (workers must not throw).
@@ -280,17 +311,17 @@ struct BatchRun {
     req.params = &params;
     req.keys = batch.keys ? &batch.keys[kv_of[static_cast<size_t>(i)]] : nullptr;
     if (!hook || !hook(batch.layer, kv_of[static_cast<size_t>(i)], part, req, sel)) part.select(req, sel);
-    write_answer(out, i, sel);
+    write_answer(out, i, sel, params.row_order);
   }
 };
 
 // A group's answers into the batch's: query j of the group is the batch's members[j].
 class GroupWriter final : public GroupAnswers {
  public:
-  GroupWriter(const BatchAnswers& out, const int64_t* members, std::vector<char>& answered)
-      : out_(out), members_(members), answered_(answered) {}
+  GroupWriter(const BatchAnswers& out, const int64_t* members, std::vector<char>& answered, bool row_order)
+      : out_(out), members_(members), answered_(answered), row_order_(row_order) {}
   void put(int64_t j, const Selection& sel) override {
-    write_answer(out_, members_[j], sel);
+    write_answer(out_, members_[j], sel, row_order_);
     answered_[static_cast<size_t>(members_[j])] = 1;
   }
   // In place when the caller's buffers hold every candidate: what write_answer would copy of a
@@ -303,6 +334,10 @@ class GroupWriter final : public GroupAnswers {
   }
   void finish(int64_t j, int64_t count) override {
     out_.counts[members_[j]] = count;
+    if (row_order_)
+      to_row_order(out_.ids + members_[j] * out_.capacity,
+                   out_.scores ? out_.scores + members_[j] * out_.capacity : nullptr, nullptr,
+                   std::min(count, out_.capacity));
     answered_[static_cast<size_t>(members_[j])] = 1;
   }
 
@@ -310,6 +345,7 @@ class GroupWriter final : public GroupAnswers {
   const BatchAnswers& out_;
   const int64_t* members_;
   std::vector<char>& answered_;
+  bool row_order_;
 };
 
 // Offers each part's queries of the batch to `group` together, the parts spread over the threads;
@@ -348,7 +384,7 @@ const std::vector<char>& answer_groups(const QueryBatch& batch, const QueryParam
       dq.params = &params;
       dq.keys = batch.keys ? &batch.keys[h] : nullptr;
       dq.stream = batch.stream;
-      GroupWriter w(out, dq.members, answered);
+      GroupWriter w(out, dq.members, answered, params.row_order);
       group(batch.layer, h, *parts[static_cast<size_t>(dq.members[0])], dq, w);
     });
   };

@@ -163,6 +163,32 @@ int64_t sample_rank(int64_t b, int64_t n) {
   return rank >= kSelectionSample - 1 ? -1 : rank;
 }
 
+uint64_t kth_smallest(const uint64_t* keys, int64_t n, int64_t b, SelectionScratch& sc) {
+  constexpr uint64_t kBuckets = 2048;
+  uint64_t lo = 0, hi = 0;
+  extremes(keys, n, lo, hi);
+  for (int depth = 0;; ++depth) {
+    if (lo == hi) return lo;  // distinct keys: one left
+    int shift = 0;
+    while (((hi - lo) >> shift) >= kBuckets) ++shift;
+    std::array<int64_t, kBuckets> count{};
+    for (int64_t i = 0; i < n; ++i) ++count[(keys[i] - lo) >> shift];
+    int64_t below = 0;
+    uint64_t t = 0;
+    while (below + count[t] < b) below += count[t++];
+    b -= below;
+    if (shift == 0) return lo + t;
+    uint64_t* tied = room(sc.tied[depth], static_cast<size_t>(n));
+    int64_t e = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      tied[e] = keys[i];
+      e += ((keys[i] - lo) >> shift) == t;
+    }
+    keys = tied, n = e;
+    extremes(keys, n, lo, hi);
+  }
+}
+
 int64_t collect(const float* score, int64_t n, uint32_t t, uint64_t* out) {
 #if KVTOOL_X86_TARGETS
   if (simd_level() == Simd::avx512) return collect_at_most_avx512(score, n, t, out);
@@ -245,6 +271,37 @@ int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* order)
   for (int64_t i = 0; i < n; ++i) keys[i] = selection_key(score[i], i);
   sort_kept(keys, n, b, room(sc.sorted, static_cast<size_t>(n)), sc.hist.data(), order);
   return b;
+}
+
+int64_t top_k_rows_into(const float* score, int64_t n, int64_t k, int64_t* out) {
+  const int64_t b = std::max<int64_t>(0, std::min(k, n));
+  if (b == 0) return 0;
+  if (n > int64_t{UINT32_MAX}) {  // ids do not fit the key's low half
+    top_k_into(score, n, k, out);
+    std::sort(out, out + b);
+    return b;
+  }
+  SelectionScratch& sc = selection_scratch();
+  uint64_t* kept = room(sc.keys, static_cast<size_t>(n) + 16);
+  int64_t w = -1;  // kept keys, in increasing index order
+  if (n >= 8192 && b <= n / 4) {
+    const int64_t rank = sample_rank(b, n);
+    if (rank >= 0) {
+      uint32_t sample[kSelectionSample];
+      for (int64_t j = 0; j < kSelectionSample; ++j) sample[j] = score_key(score[j * n / kSelectionSample]);
+      w = collect(score, n, sample_bound(sample, kSelectionSample, rank, sc.hist.data()), kept);
+      if (w < b) w = -1;  // the sample missed: every row
+    }
+  }
+  if (w < 0) {
+    for (int64_t i = 0; i < n; ++i) kept[i] = selection_key(score[i], i);
+    w = n;
+  }
+  const uint64_t last = b < w ? kth_smallest(kept, w, b, sc) : UINT64_MAX;
+  int64_t c = 0;
+  for (int64_t i = 0; i < w; ++i)
+    if (kept[i] <= last) out[c++] = static_cast<int64_t>(kept[i] & 0xffffffffu);
+  return c;
 }
 
 std::vector<int64_t> rank_all(const float* score, int64_t n) { return top_k(score, n, n); }

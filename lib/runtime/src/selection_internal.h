@@ -82,4 +82,9 @@ uint64_t* sort_by_score_key(uint64_t* keys, int64_t w, uint64_t* tmp, uint32_t* 
 // below the sample's last, so the sample cannot bound it.
 int64_t sample_rank(int64_t b, int64_t n);
 
+// The b-th smallest (1 <= b <= n) of the distinct keys[0, n), which stay as they are: a histogram
+// of the keys' range finds the bucket holding it and the search narrows into that bucket's keys
+// (gathered into sc.tied), 2^11-fold a level, so 64-bit keys take at most 6 levels.
+uint64_t kth_smallest(const uint64_t* keys, int64_t n, int64_t b, SelectionScratch& sc);
+
 }  // namespace kvtool::scoring::detail

@@ -1,5 +1,5 @@
 // kvtool query ART --source DUMP --layer l --q-head h (--position t | --vector FILE) [--budget B]
-// [--rerank F] [--min-collisions c] [--quantile q] [--flat] [--json]
+// [--rerank F] [--min-collisions c] [--quantile q] [--order best|rows] [--flat] [--json]
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -19,6 +19,7 @@ struct QueryArgs {
   std::string art, source, vector, budget = "0.1";
   int64_t layer = 0, q_head = 0, position = -1, min_collisions = 2;
   std::string quantile, rerank, top_p;  // as given: the kind parses them (USAGE naming the option)
+  std::string order = "best";
   bool flat = false;
   std::vector<std::string> options;  // --option NAME=VALUE, passed to the kind as given
   CLI::Option *position_opt = nullptr, *budget_opt = nullptr, *min_collisions_opt = nullptr, *quantile_opt = nullptr,
@@ -57,6 +58,7 @@ QuerySettings query_settings(const QueryArgs& a, const KindSpec& kind) {
   s = settings_for(kind, s);
   if (a.rerank_opt->count() > 0) s["rerank"] = a.rerank;  // a kind without it: USAGE
   if (a.top_p_opt->count() > 0) s["top_p"] = a.top_p;
+  s["order"] = a.order;            // every kind takes it (QueryParams::row_order)
   for (const auto& o : a.options)  // named explicitly: a name the kind does not take is USAGE
     for (const auto& [name, value] : parse_query_settings(o)) s[name] = value;
   return s;
@@ -146,6 +148,11 @@ cli::Command register_query(CLI::App& app, Flags& flags) {
   sub->add_option(
       "-o,--option", a->options,
       "a query option of the artifact's kind as NAME=VALUE (any kind's own option; see its man page); may be repeated");
+  sub->add_option("--order", a->order,
+                  "best: candidates best first; rows: the same candidates and scores in increasing row order (the "
+                  "order an engine gathers rows in; pq lists them without sorting)")
+      ->check(CLI::IsMember({"best", "rows"}))
+      ->capture_default_str();
   sub->add_flag("--flat", a->flat,
                 "squeeze: score every fine centroid (the reference's lookup) instead of the two-level pass");
   sub->add_flag("--json", flags.json, "machine-readable receipt");

@@ -68,6 +68,11 @@ using QuerySettings = std::map<std::string, std::string>;
 // SearchParameters pattern: each kind derives its own; selectors take only their own type).
 struct QueryParams {
   virtual ~QueryParams() = default;
+  // The common option "order" (every kind; kinds.cpp registers it): "best" (the default) lists a
+  // query's candidates best first, as receipts and reports show them; "rows" lists the same
+  // candidates with the same scores in increasing row order, the order an engine gathers rows in,
+  // which spares the kinds that can the best-first sort (formats/kinds-v1.md).
+  bool row_order = false;
   // The receipt's "selector" object for a part with `indexed` rows.
   virtual json receipt(int64_t indexed) const = 0;
   // Eval: this setting's short label ("0.1", "c=2", "q=0.8/hier") and its keys in the summary.

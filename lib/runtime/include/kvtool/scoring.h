@@ -64,6 +64,10 @@ int64_t top_k_into(const float* score, int64_t n, int64_t k, int64_t* out);
 // a stable radix sort of its bits alone (no selection pass, no sort by index), which is faster
 // there; the same answer. Allocation-free like top_k_into.
 int64_t top_k_few_into(const float* score, int64_t n, int64_t k, int64_t* out);
+// The same indices as top_k_into, in increasing order (the order an engine gathers rows in): the
+// b-th best is found by a selection and the kept indices are listed in one pass, with no sort of
+// the b best. Allocation-free like top_k_into.
+int64_t top_k_rows_into(const float* score, int64_t n, int64_t k, int64_t* out);
 // Every index, best first; equal scores by lower index (a full ranking).
 std::vector<int64_t> rank_all(const float* score, int64_t n);
 
