@@ -114,6 +114,13 @@ def test_same_answers(pool, q, keys):
                       f"{kind}: select row {h}")
                 if k is not None:
                     check(incl[h, :n].tolist() == s["inclusion_probabilities"], f"{kind}: select inclusion row {h}")
+            # order="rows": the same candidates and scores by increasing row (every kind).
+            ids_r, scores_r, counts_r, incl_r = lease.select(1, heads, q[1], POSITION, threads=2, keys=k, order="rows", **kw)
+            for h, s in enumerate(singles):
+                n = len(s["candidates"])
+                by_row = sorted(zip(s["candidates"].tolist(), s["scores"].tolist()))
+                check(counts_r[h] == n and ids_r[h, :n].tolist() == [r for r, _ in by_row]
+                      and scores_r[h, :n].tolist() == [x for _, x in by_row], f"{kind}: select order=rows row {h}")
             ids2, _, counts2, _ = lease.select(1, heads, q[1], [POSITION] * len(heads), capacity=2, **kw)
             check(counts2.tolist() == counts.tolist() and ids2.tolist() == ids[:, :2].tolist(),
                   f"{kind}: select with capacity 2")
