@@ -79,14 +79,14 @@ inline std::unique_ptr<faiss::IndexPQ> faiss_pq(const ArtifactReader& r, int64_t
 struct Queries {
   std::vector<float> q;  // [32 heads, d]
   std::vector<int64_t> heads, positions;
-  explicit Queries(uint64_t seed) {
+  explicit Queries(uint64_t seed, int64_t rows = kRows) {
     std::mt19937 rng(static_cast<uint32_t>(seed));
     std::normal_distribution<float> nd;
     q.resize(kQHeads * kD);
     for (auto& x : q) x = nd(rng);
     for (int64_t h = 0; h < kQHeads; ++h) {
       heads.push_back(h);
-      positions.push_back(kRows);
+      positions.push_back(rows);
     }
   }
 };
