@@ -336,8 +336,8 @@ int decode_128k() {
   auto setting = [](const std::string& art) {
     const ArtifactReader r(art);
     const json& p = r.manifest()["params"];
-    return "default (m=" + std::to_string(p["subspaces"].get<int64_t>()) + "/b=" +
-           std::to_string(p["bits"].get<int64_t>()) + ", " + p.value("codebook_dtype", "f32") + " codebooks)";
+    return "default (m=" + std::to_string(p["subspaces"].get<int64_t>()) +
+           "/b=" + std::to_string(p["bits"].get<int64_t>()) + ", " + p.value("codebook_dtype", "f32") + " codebooks)";
   };
   const std::vector<std::unique_ptr<faiss::IndexPQ>> none;
   const double s32 = decode_step(pool, a32, setting(a32).c_str(), "0.01", none, ok, kRows);

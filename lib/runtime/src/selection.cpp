@@ -37,19 +37,29 @@ void extremes(const uint64_t* keys, int64_t n, uint64_t& lo, uint64_t& hi) {
   }
 }
 
+// The bucket of a 2,048-bucket histogram over [lo, hi] (buckets 2^shift keys wide) that holds the
+// b-th smallest of keys[0, n); `below` counts the keys of the lower buckets.
+uint64_t bucket_of_rank(const uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t hi, int& shift,
+                        int64_t& below) {
+  constexpr uint64_t kBuckets = 2048;
+  shift = 0;
+  while (((hi - lo) >> shift) >= kBuckets) ++shift;
+  std::array<int64_t, kBuckets> count{};
+  for (int64_t i = 0; i < n; ++i) ++count[(keys[i] - lo) >> shift];
+  below = 0;
+  uint64_t t = 0;
+  while (below + count[t] < b) below += count[t++];
+  return t;
+}
+
 // keys[0, n) lie in [lo, hi].
 // `cap` (the top level's n) sizes every level's buffers, so that a thread's scratch stops growing
 // once it has selected from that many keys, whatever the keys' distribution.
 void select_smallest(uint64_t* keys, int64_t n, int64_t b, uint64_t lo, uint64_t hi, SelectionScratch& sc, int64_t cap,
                      int depth = 0) {
-  constexpr uint64_t kBuckets = 2048;
   int shift = 0;
-  while (((hi - lo) >> shift) >= kBuckets) ++shift;
-  std::array<int64_t, kBuckets> count{};
-  for (int64_t i = 0; i < n; ++i) ++count[(keys[i] - lo) >> shift];
   int64_t below = 0;
-  uint64_t t = 0;
-  while (below + count[t] < b) below += count[t++];
+  const uint64_t t = bucket_of_rank(keys, n, b, lo, hi, shift, below);
   // Branch-free compaction: the keys of the buckets below t, then bucket t's (each store lands
   // in a slot that is either kept or overwritten by the next key of that kind).
   uint64_t* low = room(sc.low[depth], static_cast<size_t>(cap) + 1);
@@ -164,18 +174,13 @@ int64_t sample_rank(int64_t b, int64_t n) {
 }
 
 uint64_t kth_smallest(const uint64_t* keys, int64_t n, int64_t b, SelectionScratch& sc) {
-  constexpr uint64_t kBuckets = 2048;
   uint64_t lo = 0, hi = 0;
   extremes(keys, n, lo, hi);
   for (int depth = 0;; ++depth) {
     if (lo == hi) return lo;  // distinct keys: one left
     int shift = 0;
-    while (((hi - lo) >> shift) >= kBuckets) ++shift;
-    std::array<int64_t, kBuckets> count{};
-    for (int64_t i = 0; i < n; ++i) ++count[(keys[i] - lo) >> shift];
     int64_t below = 0;
-    uint64_t t = 0;
-    while (below + count[t] < b) below += count[t++];
+    const uint64_t t = bucket_of_rank(keys, n, b, lo, hi, shift, below);
     b -= below;
     if (shift == 0) return lo + t;
     uint64_t* tied = room(sc.tied[depth], static_cast<size_t>(n));
