@@ -166,4 +166,13 @@ expect_exit 0 timeout 60 "$KVTOOL" import wide.npz --layout T,H,d,L --meta meta.
 expect_exit 0 timeout 60 "$KVTOOL" import wk.npy wv.npy --k wk --v wv --layout T,H,d,L --meta meta.json -o w2.h5
 expect_exit 0 timeout 60 "$KVTOOL" import wide.safetensors --layout T,H,d,L --meta meta.json -o w3.h5
 for f in w1 w2 w3; do cmp -s $f.h5 ref.h5 || fail "$f.h5 (T,H,d,L) differs from the L,H,T,d import"; done
+# A FIFO given as an input is refused at once (nothing waits for a writer), whatever reads it.
+mkfifo fifo
+for cmd in "inspect fifo" "verify fifo" "inspect fifo --gguf fifo" "import fifo --layout L,H,T,d --meta meta.json -o f.h5" \
+  "seal fifo -o f.json"; do
+  # shellcheck disable=SC2086
+  expect_reason 3 IO_ERROR timeout 20 "$KVTOOL" $cmd
+done
+absent f.h5
+absent f.json
 finish

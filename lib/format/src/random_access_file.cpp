@@ -19,7 +19,9 @@ RandomAccessFile::RandomAccessFile(std::string path, const Options& options)
     : path_(std::move(path)),
       name_(options.name.empty() ? "'" + path_ + "'" : options.name),
       activity_(options.activity),
-      flags_(O_RDONLY | (options.close_on_exec ? O_CLOEXEC : 0) | (options.no_follow ? O_NOFOLLOW : 0)) {
+      // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as not a regular
+      // file); reads of a regular file ignore the flag.
+      flags_(O_RDONLY | O_NONBLOCK | (options.close_on_exec ? O_CLOEXEC : 0) | (options.no_follow ? O_NOFOLLOW : 0)) {
   fd_ = open_path();
   KVT_CHECK(fd_ >= 0, IO_ERROR, "cannot open " << name_ << ": " << std::strerror(errno));
   struct stat st {};

@@ -1,7 +1,11 @@
 #include "kvtool/report.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -63,6 +67,11 @@ bool is_hex64(const std::string& s) {
 }  // namespace
 
 FileKind detect_file_kind(const std::string& path) {
+  // A FIFO or a device would block or never end the reads below (threat model: special files).
+  struct stat st {};
+  KVT_CHECK(stat(path.c_str(), &st) == 0, IO_ERROR, "cannot open '" << path << "': " << std::strerror(errno));
+  KVT_CHECK(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode), IO_ERROR,
+            "'" << path << "' is not a regular file (a FIFO, socket or device): kvtool reads files and directories");
   std::ifstream f(path, std::ios::binary);
   KVT_CHECK(f.good(), IO_ERROR, "cannot open '" << path << "'");
   if (looks_like_artifact(path)) return FileKind::artifact;

@@ -3,6 +3,8 @@
 // inspect and, as a KvSnapshot, for import and verify.
 #include "kvtool/llama_state.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -273,6 +275,8 @@ LlamaRotation parse_llama_rotation(const std::string& s) {
 }
 
 bool looks_like_llama_state(const std::string& path) {
+  struct stat st {};  // a FIFO would block the read: only regular files are probed
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   std::FILE* fp = std::fopen(path.c_str(), "rb");
   if (!fp) return false;
   uint8_t b[4] = {};
