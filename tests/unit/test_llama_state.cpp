@@ -436,3 +436,27 @@ TEST_CASE("GGUF decoder: weights beyond the memory budget are refused before the
   GgufDecoder m(p, o);
   CHECK(m.config().layers > 0);
 }
+
+// Two streams of one cache whose layer counts differ (llama.cpp writes the cache's layers in every
+// stream that holds cells): refused, with or without a sequence chosen, and without a model, where
+// nothing else says how many layers the cache has.
+TEST_CASE("llama state: streams of one cache with different layer counts are refused", "[llama_state]") {
+  TempDir t;
+  Bytes f;
+  f.put<uint32_t>(0x67677371u).put<uint32_t>(3).put<uint32_t>(0).put<uint32_t>(2);  // ggsq v3, no tokens, 2 streams
+  for (int32_t s = 0; s < 2; ++s) {
+    f.put<uint32_t>(1).put<int32_t>(0).put<uint32_t>(1).put<int32_t>(s);  // one cell at 0, sequence s
+    const uint32_t layers = 1 + static_cast<uint32_t>(s);
+    f.put<uint32_t>(0).put<uint32_t>(layers);  // V by row
+    for (uint32_t l = 0; l < 2 * layers; ++l) {
+      f.put<int32_t>(0).put<uint64_t>(16);  // f32 rows of 4 values
+      for (int j = 0; j < 4; ++j) f.put<float>(1.0f);
+    }
+  }
+  write_bytes(t.file("s.bin"), f.b);
+  for (int32_t seq : {0, 1}) {
+    LlamaStateOptions o;
+    o.seq_id = seq;
+    CHECK(reason_of([&] { inspect_llama_state(t.file("s.bin"), nullptr, o); }) == "BAD_STATE_FILE");
+  }
+}

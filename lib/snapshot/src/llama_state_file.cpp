@@ -202,11 +202,19 @@ void StateReader::parse_kv_section(const std::string& name, const std::vector<in
   f_.sections.push_back(sec);
   f_.streams.resize(f_.streams.size() + n_stream);
   for (uint32_t s = sec.first_stream; s < sec.first_stream + n_stream; ++s) parse_stream(s, layers, model);
+  // Every stream of a cache that holds cells holds the cache's layers (llama_kv_cache::state_write_data
+  // writes them all); without a model, the first such stream's count is the section's.
   StateSection& added = f_.sections.back();
-  if (!layers)  // no model: the section's layers are the file's
-    for (const StateStream& st : f_.streams)
-      if (added.layers.size() < st.k.size()) added.layers.resize(st.k.size());
-  for (size_t i = 0; !layers && i < added.layers.size(); ++i) added.layers[i] = static_cast<int64_t>(i);
+  std::optional<size_t> count;
+  for (uint32_t s = sec.first_stream; s < sec.first_stream + n_stream; ++s) {
+    const StateStream& st = f_.streams[s];
+    if (st.cells == 0) continue;
+    KVT_CHECK(!count || *count == st.k.size(), BAD_STATE_FILE,
+              r_.what() << ": its streams hold " << *count << " and " << st.k.size() << " layers");
+    count = st.k.size();
+  }
+  if (!layers)
+    for (size_t i = 0; i < count.value_or(0); ++i) added.layers.push_back(static_cast<int64_t>(i));
 }
 
 // A sequence lives in one stream of each section (llama.cpp maps seq_id to a stream): a file whose
