@@ -86,9 +86,10 @@ void common_rows(const StateFile& f, Chosen& c) {
     for (int64_t p : c.positions)
       r.rows.push_back(r.cells[static_cast<size_t>(std::lower_bound(r.all.begin(), r.all.end(), p) - r.all.begin())]);
   const SectionRows& first = c.sections.front();
-  for (uint32_t i : first.rows)
-    for (const auto& cell : f.cells)
-      if (cell.stream == first.stream && cell.index == i) c.cells.push_back(&cell);
+  std::vector<const impl::StateCell*> by_index(f.streams[first.stream].cells, nullptr);  // the stream's cells
+  for (const auto& cell : f.cells)
+    if (cell.stream == first.stream) by_index[cell.index] = &cell;
+  for (uint32_t i : first.rows) c.cells.push_back(by_index[i]);
 }
 
 // The sequence to read: --seq-id, or the only one. nullopt when the file holds several and none
