@@ -53,6 +53,15 @@ void refuse_unsupported_caches(const GgufFile& m, const std::string& a, const st
                  << "architectures kvtool knows");
 }
 
+// A count key that may be 0 (a window, a period): a whole number in [0, most], else BAD_MODEL
+// (a float, a NaN or a huge value is never cast).
+int64_t whole_number(const GgufFile& m, const std::string& key, int64_t most) {
+  const double x = m.any_number(key, 0);
+  KVT_CHECK(std::isfinite(x) && x >= 0 && x <= static_cast<double>(most) && x == std::floor(x), BAD_MODEL,
+            m.what() << ": " << key << " = " << x << " is not a whole number in [0, " << most << "]");
+  return static_cast<int64_t>(x);
+}
+
 // Sliding-window layers: llama.cpp keeps the full-attention layers in one cache and the
 // sliding-window ones in a second (llama_kv_cache_iswa). Which layers slide is the architecture's
 // own rule (its load_arch_hparams): these set `il % period < period - 1` with a default period a
@@ -67,8 +76,7 @@ void read_sliding_window(const GgufFile& m, const std::string& a, GgufModel& g) 
                      << "which layers of architecture '" << a << "' slide (formats/llama-state.md, \"Variants\")");
   const std::string key = a + ".attention.sliding_window_pattern";
   int64_t period = it->second;
-  if (m.has(key) && !m.is_numbers(key)) period = static_cast<int64_t>(m.any_number(key, 0));
-  KVT_CHECK(period >= 0 && period <= 1 << 20, BAD_MODEL, m.what() << ": " << key << " = " << period);
+  if (m.has(key) && !m.is_numbers(key)) period = whole_number(m, key, int64_t{1} << 20);
   std::vector<int64_t> full, swa;
   for (int64_t il = 0; il < g.layers; ++il) (period == 0 || il % period < period - 1 ? swa : full).push_back(il);
   g.memory = "iswa";
@@ -122,7 +130,7 @@ void read_memory(const GgufFile& m, const std::string& a, GgufModel& g) {
   const bool recurrent = m.has_prefix(a + ".ssm.") || m.has_prefix(a + ".wkv.") || m.has(a + ".shortconv.l_cache");
   if (recurrent) return read_hybrid(m, a, g);
   if (m.has(a + ".attention.sliding_window") && m.any_number(a + ".attention.sliding_window", 0) != 0) {
-    g.sliding_window = static_cast<int64_t>(m.any_number(a + ".attention.sliding_window", 0));
+    g.sliding_window = whole_number(m, a + ".attention.sliding_window", kMaxDumpTokens);
     read_sliding_window(m, a, g);
   }
 }
