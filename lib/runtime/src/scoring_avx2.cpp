@@ -1,9 +1,11 @@
 // The AVX2 kernels of the query arithmetic (scoring_kernels.h): eight lanes, the same bits as the
 // portable loops. Only called where simd_level() is avx2, so a CPU without it never meets them.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "scoring_kernels.h"
+#include "selection_internal.h"
 
 #if KVTOOL_X86_TARGETS
 
@@ -42,6 +44,79 @@ __attribute__((target("avx2"))) void cm_avx2(const float* lut, const Code* codes
     }
   }
   cm_portable(lut, codes, n, m, k, score, end8, to);
+}
+
+// pq_lut_t's tables 32 entries at a time, each entry's sum over t in a register (mul then add, no
+// FMA: the portable loop's roundings, in its order); the entries past the last 32 as it does.
+__attribute__((target("avx2"))) void lut_t_avx2(const float* q, const float* ct, int64_t m, int64_t k, int64_t dsub,
+                                                float* lut) {
+  const int64_t k32 = k / 32 * 32;
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t c = 0; c < k32; c += 32) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t t = 0; t < dsub; ++t) {
+        const __m256 qt = _mm256_set1_ps(q[j * dsub + t]);
+        const float* row = ct + (j * dsub + t) * k + c;
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(qt, _mm256_loadu_ps(row)));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(qt, _mm256_loadu_ps(row + 8)));
+        a2 = _mm256_add_ps(a2, _mm256_mul_ps(qt, _mm256_loadu_ps(row + 16)));
+        a3 = _mm256_add_ps(a3, _mm256_mul_ps(qt, _mm256_loadu_ps(row + 24)));
+      }
+      float* out = lut + j * k + c;
+      _mm256_storeu_ps(out, a0);
+      _mm256_storeu_ps(out + 8, a1);
+      _mm256_storeu_ps(out + 16, a2);
+      _mm256_storeu_ps(out + 24, a3);
+    }
+  if (k32 < k) lut_t_portable(q, ct, m, k, dsub, lut, k32);
+}
+
+namespace {
+
+// For each 8-bit mask of kept lanes, the kept lane numbers in order (then zeros): the permutation
+// that moves them to the front of a vector (AVX2 has no compress instruction).
+constexpr std::array<uint64_t, 256> kCompressLanes = [] {
+  std::array<uint64_t, 256> t{};
+  for (unsigned mask = 0; mask < 256; ++mask) {
+    uint64_t lanes = 0;
+    int at = 0;
+    for (unsigned lane = 0; lane < 8; ++lane)
+      if (mask >> lane & 1) lanes |= uint64_t{lane} << (8 * at++);
+    t[mask] = lanes;
+  }
+  return t;
+}();
+
+}  // namespace
+
+// collect_at_most eight scores at a time: keys as score_key computes them (+0.0f folds -0; the mask
+// flips every bit of a negative float, the sign bit of a positive one; then the complement), the
+// unsigned key <= t as a signed compare of both sides with their sign bits flipped, and the kept
+// lanes moved to the front and widened to (key << 32 | i): the same keys in the same order as the
+// scalar loop, without its store and add per score (a low budget keeps a few scores in a thousand).
+__attribute__((target("avx2"))) int64_t collect_at_most_avx2(const float* score, int64_t n, uint32_t t, uint64_t* out) {
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u)), ones = _mm256_set1_epi32(-1),
+                tv = _mm256_set1_epi32(static_cast<int>(t ^ 0x80000000u)), step = _mm256_set1_epi32(8);
+  __m256i ids = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int64_t n8 = n / 8 * 8;
+  int64_t w = 0;
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m256i b = _mm256_castps_si256(_mm256_add_ps(_mm256_loadu_ps(score + i), _mm256_setzero_ps()));
+    const __m256i key = _mm256_xor_si256(_mm256_xor_si256(b, _mm256_or_si256(_mm256_srai_epi32(b, 31), sign)), ones);
+    const __m256i above = _mm256_cmpgt_epi32(_mm256_xor_si256(key, sign), tv);
+    const unsigned keep = ~static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(above))) & 0xffu;
+    if (keep) {
+      const __m256i lanes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(kCompressLanes[keep])));
+      const __m256i k = _mm256_permutevar8x32_epi32(key, lanes), id = _mm256_permutevar8x32_epi32(ids, lanes);
+      // (key << 32 | id): unpack interleaves within 128-bit halves, the cross-half permutes restore order.
+      const __m256i lo = _mm256_unpacklo_epi32(id, k), hi = _mm256_unpackhi_epi32(id, k);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + w), _mm256_permute2x128_si256(lo, hi, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + w + 4), _mm256_permute2x128_si256(lo, hi, 0x31));
+      w += __builtin_popcount(keep);
+    }
+    ids = _mm256_add_epi32(ids, step);
+  }
+  return w + collect_at_most(score, n, t, out + w, n8);
 }
 
 template void cm_avx2<uint8_t>(const float*, const uint8_t*, int64_t, int64_t, int64_t, float*, int64_t, int64_t);

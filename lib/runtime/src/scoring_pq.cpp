@@ -140,6 +140,7 @@ void pq_scores_cm_group_u16(const float* luts, int64_t g, const uint16_t* codes,
 void pq_lut_t(const float* q, const float* centroids_t, int64_t m, int64_t k, int64_t dsub, float* lut) {
 #if KVTOOL_X86_TARGETS
   if (simd_level() == Simd::avx512) return detail::lut_t_avx512(q, centroids_t, m, k, dsub, lut);
+  if (simd_level() == Simd::avx2) return detail::lut_t_avx2(q, centroids_t, m, k, dsub, lut);
 #endif
   lut_t_portable(q, centroids_t, m, k, dsub, lut, 0);
 }

@@ -197,6 +197,7 @@ uint64_t kth_smallest(const uint64_t* keys, int64_t n, int64_t b, SelectionScrat
 int64_t collect(const float* score, int64_t n, uint32_t t, uint64_t* out) {
 #if KVTOOL_X86_TARGETS
   if (simd_level() == Simd::avx512) return collect_at_most_avx512(score, n, t, out);
+  if (simd_level() == Simd::avx2) return collect_at_most_avx2(score, n, t, out);
 #endif
   return collect_at_most(score, n, t, out);
 }
