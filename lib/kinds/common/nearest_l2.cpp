@@ -74,10 +74,46 @@ __attribute__((target("avx512f"))) void nearest_in_block_avx512(float* dis, idx_
   }
   label = j0 + (std::find(dis + (cols / 16) * 16, dis + cols, low) - dis);
 }
+
+// The same on AVX2, 8 columns at a time (max and min as above: the same values, NaN and -0 alike).
+__attribute__((target("avx2"))) void nearest_in_block_avx2(float* dis, idx_t cols, float xn, const float* yn, idx_t j0,
+                                                           float& best, idx_t& label) {
+  const __m256 vxn = _mm256_set1_ps(xn), two = _mm256_set1_ps(2.f), zero = _mm256_setzero_ps();
+  __m256 lane = _mm256_set1_ps(HUGE_VALF);
+  idx_t j = 0;
+  for (; j + 8 <= cols; j += 8) {
+    const __m256 ip = _mm256_loadu_ps(dis + j);
+    const __m256 v = _mm256_sub_ps(_mm256_add_ps(vxn, _mm256_loadu_ps(yn + j)), _mm256_mul_ps(two, ip));
+    const __m256 c = _mm256_max_ps(zero, v);
+    _mm256_storeu_ps(dis + j, c);
+    lane = _mm256_min_ps(c, lane);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, lane);
+  float low = HUGE_VALF;
+  for (float x : lanes) low = x < low ? x : low;
+  for (; j < cols; ++j) {
+    const float v = xn + yn[j] - 2 * dis[j];
+    dis[j] = v < 0 ? 0 : v;
+    low = dis[j] < low ? dis[j] : low;
+  }
+  if (!(best > low)) return;
+  best = low;
+  const __m256 vlow = _mm256_set1_ps(low);
+  for (idx_t k = 0; k + 8 <= cols; k += 8) {
+    const int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(dis + k), vlow, _CMP_EQ_OQ));
+    if (eq) {
+      label = j0 + k + __builtin_ctz(static_cast<unsigned>(eq));
+      return;
+    }
+  }
+  label = j0 + (std::find(dis + (cols / 8) * 8, dis + cols, low) - dis);
+}
 KVTOOL_AVX512_WARNINGS_ON
 
 void nearest_in_block(float* dis, idx_t cols, float xn, const float* yn, idx_t j0, float& best, idx_t& label) {
   if (cpu_has_avx512f()) return nearest_in_block_avx512(dis, cols, xn, yn, j0, best, label);
+  if (cpu_features().avx2) return nearest_in_block_avx2(dis, cols, xn, yn, j0, best, label);
   nearest_in_block_portable(dis, cols, xn, yn, j0, best, label);
 }
 #else
