@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -279,51 +280,87 @@ TEST_CASE("scoring: top_k_groups_into equals top_k_into over the rows' scores, t
   for (const int64_t n :
        {int64_t{1}, int64_t{100}, int64_t{2047}, int64_t{9000}, int64_t{32768}, int64_t{65536}, int64_t{70000}}) {
     for (const int64_t key_count : {int64_t{4}, int64_t{64}, int64_t{4096}}) {
-      for (const int distinct_scores : {3, 50, 100000}) {  // few distinct scores: many groups tie
-        std::vector<uint32_t> key(static_cast<size_t>(n));
-        for (auto& x : key) x = static_cast<uint32_t>(rng() % key_count);
-        kvtool::scoring::RowGroups g;
-        std::vector<uint32_t> keys;
-        kvtool::scoring::group_rows(key.data(), n, key_count, g, keys);
-        REQUIRE(g.n == n);
-        REQUIRE((n <= kvtool::scoring::RowGroups::kRows16 ? g.rows16.size() : g.rows32.size()) ==
-                static_cast<size_t>(n));
-        std::vector<float> gscore(static_cast<size_t>(g.groups()));
-        for (auto& s : gscore) s = static_cast<float>(static_cast<int>(rng() % distinct_scores) - distinct_scores / 2);
-        std::vector<int64_t> group_of(static_cast<size_t>(key_count), -1);
-        for (size_t p = 0; p < keys.size(); ++p) group_of[keys[p]] = static_cast<int64_t>(p);
-        std::vector<float> row_score(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) row_score[i] = gscore[group_of[key[i]]];
-        for (const Simd level : {Simd::portable, Simd::avx512}) {
-          const Simd was = kvtool::scoring::set_simd_level(level);
-          for (const int64_t k : {int64_t{0}, int64_t{1}, n / 10, n / 4, n / 2, n, n + 5}) {
-            const int64_t b = std::max<int64_t>(0, std::min(k, n));
-            std::vector<int64_t> want(static_cast<size_t>(b) + 1, -7), got(static_cast<size_t>(b) + 1, -7);
-            std::vector<float> got_s(static_cast<size_t>(b) + 1, -7.f);
-            REQUIRE(kvtool::scoring::top_k_into(row_score.data(), n, k, want.data()) == b);
-            REQUIRE(kvtool::scoring::top_k_groups_into(gscore.data(), g, k, 1000, got.data(), got_s.data()) == b);
-            for (int64_t r = 0; r < b; ++r) {
-              REQUIRE(got[r] == want[r] + 1000);
-              REQUIRE(got_s[r] == row_score[want[r]]);
+      for (const int distinct_scores : {3, 50, 100000})  // few distinct scores: many groups tie
+        for (const bool every_key : {false, true}) {     // with every key a group, empty ones among them
+          std::vector<uint32_t> key(static_cast<size_t>(n));
+          for (auto& x : key) x = static_cast<uint32_t>(rng() % key_count);
+          kvtool::scoring::RowGroups g;
+          std::vector<uint32_t> keys;
+          kvtool::scoring::group_rows(key.data(), n, key_count, g, keys, every_key);
+          if (every_key) REQUIRE(g.groups() == key_count);
+          REQUIRE(g.n == n);
+          REQUIRE((n <= kvtool::scoring::RowGroups::kRows16 ? g.rows16.size() : g.rows32.size()) ==
+                  static_cast<size_t>(n));
+          std::vector<float> gscore(static_cast<size_t>(g.groups()));
+          for (auto& s : gscore)
+            s = static_cast<float>(static_cast<int>(rng() % distinct_scores) - distinct_scores / 2);
+          std::vector<int64_t> group_of(static_cast<size_t>(key_count), -1);
+          for (size_t p = 0; p < keys.size(); ++p) group_of[keys[p]] = static_cast<int64_t>(p);
+          std::vector<float> row_score(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) row_score[i] = gscore[group_of[key[i]]];
+          for (const Simd level : {Simd::portable, Simd::avx2, Simd::avx512}) {
+            const Simd was = kvtool::scoring::set_simd_level(level);
+            for (const int64_t k : {int64_t{0}, int64_t{1}, n / 100, n / 10, n / 4, n / 2, n, n + 5}) {
+              const int64_t b = std::max<int64_t>(0, std::min(k, n));
+              std::vector<int64_t> want(static_cast<size_t>(b) + 1, -7), got(static_cast<size_t>(b) + 1, -7);
+              std::vector<float> got_s(static_cast<size_t>(b) + 1, -7.f);
+              REQUIRE(kvtool::scoring::top_k_into(row_score.data(), n, k, want.data()) == b);
+              REQUIRE(kvtool::scoring::top_k_groups_into(gscore.data(), g, k, 1000, got.data(), got_s.data()) == b);
+              for (int64_t r = 0; r < b; ++r) {
+                REQUIRE(got[r] == want[r] + 1000);
+                REQUIRE(got_s[r] == row_score[want[r]]);
+              }
+              REQUIRE(got[b] == -7);  // nothing past the answer
+              // Row order: the same rows and scores, by increasing row.
+              std::vector<std::pair<int64_t, float>> by_row;
+              for (int64_t r = 0; r < b; ++r) by_row.emplace_back(got[r], got_s[r]);
+              std::sort(by_row.begin(), by_row.end());
+              std::vector<int64_t> rows(static_cast<size_t>(b) + 1, -7);
+              std::vector<float> rows_s(static_cast<size_t>(b) + 1, -7.f);
+              REQUIRE(kvtool::scoring::top_k_groups_rows_into(gscore.data(), g, k, 1000, rows.data(), rows_s.data()) ==
+                      b);
+              for (int64_t r = 0; r < b; ++r) {
+                REQUIRE(rows[r] == by_row[r].first);
+                REQUIRE(rows_s[r] == by_row[r].second);
+              }
+              REQUIRE(rows[b] == -7);
             }
-            REQUIRE(got[b] == -7);  // nothing past the answer
-            // Row order: the same rows and scores, by increasing row.
-            std::vector<std::pair<int64_t, float>> by_row;
-            for (int64_t r = 0; r < b; ++r) by_row.emplace_back(got[r], got_s[r]);
-            std::sort(by_row.begin(), by_row.end());
-            std::vector<int64_t> rows(static_cast<size_t>(b) + 1, -7);
-            std::vector<float> rows_s(static_cast<size_t>(b) + 1, -7.f);
-            REQUIRE(kvtool::scoring::top_k_groups_rows_into(gscore.data(), g, k, 1000, rows.data(), rows_s.data()) ==
-                    b);
-            for (int64_t r = 0; r < b; ++r) {
-              REQUIRE(rows[r] == by_row[r].first);
-              REQUIRE(rows_s[r] == by_row[r].second);
-            }
-            REQUIRE(rows[b] == -7);
+            kvtool::scoring::set_simd_level(was);
           }
-          kvtool::scoring::set_simd_level(was);
         }
-      }
     }
   }
+}
+
+// pq's pair table (m = 2) against the row scorer over rows holding every code pair: the same bits
+// at every SIMD level, -0 entries, infinities and NaNs in the tables included.
+TEST_CASE("scoring: pair_scores equals the row scores of every code pair, bit for bit") {
+  namespace sc = kvtool::scoring;
+  std::mt19937 rng(17);
+  const sc::Simd best = sc::simd_supported();
+  for (const int64_t k : {int64_t{2}, int64_t{16}, int64_t{128}, int64_t{256}}) {
+    std::vector<float> lut(static_cast<size_t>(2 * k));
+    for (size_t e = 0; e < lut.size(); ++e)
+      lut[e] = e % 5 == 0 ? -0.0f : std::uniform_real_distribution<float>(-4, 4)(rng);
+    lut[1] = std::numeric_limits<float>::infinity();
+    lut[static_cast<size_t>(k)] = -std::numeric_limits<float>::infinity();
+    lut[static_cast<size_t>(k + 1)] = std::numeric_limits<float>::quiet_NaN();
+    const int64_t n = k * k;
+    std::vector<uint8_t> cm(static_cast<size_t>(2 * n));  // column-major [2, n]: row c0 k + c1
+    for (int64_t c0 = 0; c0 < k; ++c0)
+      for (int64_t c1 = 0; c1 < k; ++c1) {
+        cm[static_cast<size_t>(c0 * k + c1)] = static_cast<uint8_t>(c0);
+        cm[static_cast<size_t>(n + c0 * k + c1)] = static_cast<uint8_t>(c1);
+      }
+    std::vector<float> got(static_cast<size_t>(n));
+    sc::pair_scores(lut.data(), k, got.data());
+    for (int level = 0; level <= static_cast<int>(best); ++level) {
+      sc::set_simd_level(static_cast<sc::Simd>(level));
+      std::vector<float> want(static_cast<size_t>(n));
+      sc::pq_scores_cm_u8(lut.data(), cm.data(), n, 2, k, want.data());
+      INFO("k " << k << " level " << level);
+      REQUIRE(same_bits(got, want));
+    }
+  }
+  sc::set_simd_level(sc::Simd::avx512);
 }

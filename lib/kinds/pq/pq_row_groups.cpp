@@ -159,21 +159,33 @@ void RowGroups::prefetch() const {
   sweep(rows32.data(), rows32.size() * sizeof(uint32_t));
 }
 
+void pair_scores(const float* lut, int64_t k, float* out) {
+  const float* second = lut + k;
+  for (int64_t c0 = 0; c0 < k; ++c0) {
+    const float first = 0.f + lut[c0];  // as the scorers start from 0 (-0 becomes +0)
+    float* row = out + c0 * k;
+    for (int64_t c1 = 0; c1 < k; ++c1) row[c1] = first + second[c1];
+  }
+}
+
 int64_t RowGroups::bytes() const {
   return static_cast<int64_t>((start.capacity() + rows32.capacity() + sample.capacity()) * sizeof(uint32_t) +
                               rows16.capacity() * sizeof(uint16_t));
 }
 
-void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& out, std::vector<uint32_t>& keys) {
+void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& out, std::vector<uint32_t>& keys,
+                bool every_key) {
   std::vector<uint32_t> group(static_cast<size_t>(key_count), 0);  // first a count per key
   for (int64_t i = 0; i < n; ++i) ++group[key[i]];
-  const auto groups = static_cast<size_t>(std::count_if(group.begin(), group.end(), [](uint32_t c) { return c > 0; }));
+  const auto groups =
+      every_key ? static_cast<size_t>(key_count)
+                : static_cast<size_t>(std::count_if(group.begin(), group.end(), [](uint32_t c) { return c > 0; }));
   keys.resize(groups);
   out.n = n;
   out.start.assign(groups + 1, 0);  // exact sizes: bytes() counts capacity
   size_t p = 0;
   for (int64_t v = 0; v < key_count; ++v) {
-    if (group[v] == 0) continue;
+    if (group[v] == 0 && !every_key) continue;
     keys[p] = static_cast<uint32_t>(v);
     out.start[p + 1] = out.start[p] + group[v];
     group[v] = static_cast<uint32_t>(p++);  // now the key's group

@@ -28,9 +28,17 @@ struct RowGroups {
   // rows of groups in score order (else one cache miss a group).
   void prefetch() const;
 };
-// The groups of rows i < n by key[i] < key_count (keys no row has make no group), in increasing
-// key order: keys[p] is group p's key. n < 2^32.
-void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& out, std::vector<uint32_t>& keys);
+// The groups of rows i < n by key[i] < key_count, in increasing key order: keys[p] is group p's
+// key. Keys no row has make no group, unless `every_key`: then group p is key p, empty or not, so
+// that a table of scores by key is the groups' scores as it stands. n < 2^32.
+void group_rows(const uint32_t* key, int64_t n, int64_t key_count, RowGroups& out, std::vector<uint32_t>& keys,
+                bool every_key = false);
+// The scores of every code pair (c0, c1) of a part with m = 2 and k codes a subspace, at c0 k + c1,
+// from its lookup tables [2, k]: (0 + lut[c0]) + lut[k + c1], the sum pq's scorers form for a row
+// with those codes (pq_scores_cm: from 0, subspace by subspace), bit for bit. With rows grouped
+// by every pair key (group_rows, every_key), these are the groups' scores: k^2 additions a query
+// where scoring the distinct pairs took two table lookups each.
+void pair_scores(const float* lut, int64_t k, float* out);
 // top_k_into over the rows of g when each row of group p scores score[p], without scoring or
 // sorting rows: ids[r] = base + the r-th best row and scores[r] its score (scores: nullptr for
 // none), best first, equal scores by lower row — top_k_into's rows and their scores bit for bit.

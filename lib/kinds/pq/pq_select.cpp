@@ -72,8 +72,8 @@ class PqSelector : public PartSelector {
       }
     }
   }
-  // m = 2, b <= 8: the rows grouped by their code pair (c0 << b | c1), and the distinct pairs as
-  // column-major codes [2, pairs]; a query scores each pair once and lists the rows of the best.
+  // m = 2, b <= 8: the rows grouped by their code pair (c0 << b | c1), a group for every pair key;
+  // a query scores every pair once (pair_scores) and lists the rows of the best.
   void group_pairs(const uint8_t* codes) {
     // Scoring pairs instead of rows pays while pairs are fewer than rows by enough to cover
     // listing the kept pairs' rows: tests/bench/bench_pairs.cpp measures the break-even near 1.6
@@ -88,13 +88,10 @@ class PqSelector : public PartSelector {
       seen[pair[i]] = 1;
     }
     if (count * kRowsPerPair > n_) return;
-    scoring::group_rows(pair.data(), n_, int64_t{1} << (2 * lay_.bits), pairs_, distinct);
+    // A group for every pair key, empty or not: a query's table of pair scores (pair_scores) is
+    // then the groups' scores as it stands, with no lookup per distinct pair.
+    scoring::group_rows(pair.data(), n_, int64_t{1} << (2 * lay_.bits), pairs_, distinct, true);
     by_pair_ = true;
-    pair_codes_.resize(static_cast<size_t>(2 * count));
-    for (int64_t p = 0; p < count; ++p) {
-      pair_codes_[p] = static_cast<uint8_t>(distinct[p] >> lay_.bits);
-      pair_codes_[count + p] = static_cast<uint8_t>(distinct[p] & ((1u << lay_.bits) - 1));
-    }
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
@@ -230,7 +227,8 @@ class PqSelector : public PartSelector {
     for (int64_t j = 0; j < g; ++j)
       scoring::pq_lut_t(q[j], centroids_t_.data(), lay_.m, lay_.k, lay_.dsub, sc.lut.data() + j * t);
     if (by_pair_)
-      scoring::pq_scores_cm_group_u8(sc.lut.data(), g, pair_codes_.data(), sc.scored, 2, lay_.k, sc.score.data());
+      for (int64_t j = 0; j < g; ++j)
+        scoring::pair_scores(sc.lut.data() + j * t, lay_.k, sc.score.data() + j * sc.scored);
     else if (lay_.bits <= 8)
       scoring::pq_scores_cm_group_u8(sc.lut.data(), g, codes8_.get(), n_, lay_.m, lay_.k, sc.score.data());
     else
@@ -287,7 +285,7 @@ class PqSelector : public PartSelector {
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {
     return vector_bytes(centroids_t_) + (codes8_ ? n_ * lay_.m : 0) + vector_bytes(codes16_) + fast_.bytes() +
-           pairs_.bytes() + vector_bytes(pair_codes_);
+           pairs_.bytes();
   }
 
  private:
@@ -308,7 +306,6 @@ class PqSelector : public PartSelector {
   std::vector<uint16_t> codes16_;      // [m, n] column-major, bits > 8
   scoring::FastScanCodes fast_;        // bits == 4 and m != 2 (then codes8_ stays empty)
   scoring::RowGroups pairs_;           // m == 2, bits <= 8: the rows by code pair (then no codes8_)
-  std::vector<uint8_t> pair_codes_;    // [2, pairs] column-major: each pair's two codes
 };
 
 // The index of the first of `count` codes (u8, or u16 little-endian above 8 bits) that is not
@@ -371,7 +368,7 @@ void validate_pq(const ArtifactReader& r) {
 
 // What PqSelector holds beyond the pool's generic bound: with m = 2 and b <= 8, a part's rows
 // grouped by code pair (a row id each: 16-bit up to 65,536 rows, 32-bit above, counted at 32; a
-// 32-bit start and two codes per distinct pair; the sample) in place of its codes.
+// 32-bit start per pair key, 2^(2b) + 1 of them; the sample) in place of its codes.
 int64_t pq_selector_extra_bytes(const ArtifactReader& r) {
   const PqLayout lay = PqLayout::of(r);
   if (lay.m != 2 || lay.bits > 8) return 0;
@@ -379,7 +376,7 @@ int64_t pq_selector_extra_bytes(const ArtifactReader& r) {
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
     if (pm.value("dense", false)) continue;
     const int64_t n = int_member(pm, "indexed_rows", "pq part");
-    extra += 4 * n + 6 * std::min(n, int64_t{1} << (2 * lay.bits)) + 4 + 4 * scoring::kSelectionSample;
+    extra += 4 * n + 4 * ((int64_t{1} << (2 * lay.bits)) + 1) + 4 * scoring::kSelectionSample;
   }
   return extra;
 }
