@@ -132,7 +132,7 @@ TEST_CASE("scoring: simhash_products equals the fixed-order sums bit for bit at 
   struct Restore {
     ~Restore() { kvtool::scoring::set_simd_level(kvtool::scoring::Simd::avx512); }  // the best the CPU runs
   } restore;
-  for (int64_t rows : {0, 1, 5, 6, 7, 13})
+  for (int64_t rows : {0, 1, 5, 6, 7, 13, 70})  // 70: past a block of 64 rows (AVX2)
     for (int64_t d : {0, 1, 8, 128})
       for (int64_t cols : {1, 7, 8, 15, 16, 17, 63, 64, 65, 150, 1500}) {
         std::vector<float> x(static_cast<size_t>(rows * d)), w(static_cast<size_t>(d * cols));

@@ -125,34 +125,65 @@ template void cm_avx2<uint16_t>(const float*, const uint16_t*, int64_t, int64_t,
 #pragma GCC diagnostic pop
 #endif
 
-// AVX2: four rows x two vectors of 8 columns; the columns past the last whole vector one at a time.
+namespace {
+
+// NR rows x 16 columns from c0 (two vectors), the sums over j in registers (fixed trip counts, so
+// the compiler keeps the eight accumulators out of memory); mul then add, j from 0, as the
+// portable loop.
+template <int NR>
+__attribute__((target("avx2"), always_inline)) inline void products_tile_avx2(const float* x, int64_t d, const float* w,
+                                                                              int64_t cols, int64_t c0, float* out) {
+  __m256 a0[NR], a1[NR];
+  for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < d; ++j) {
+    const __m256 w0 = _mm256_loadu_ps(w + j * cols + c0), w1 = _mm256_loadu_ps(w + j * cols + c0 + 8);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 xr = _mm256_set1_ps(x[r * d + j]);
+      a0[r] = _mm256_add_ps(a0[r], _mm256_mul_ps(xr, w0));
+      a1[r] = _mm256_add_ps(a1[r], _mm256_mul_ps(xr, w1));
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    _mm256_storeu_ps(out + r * cols + c0, a0[r]);
+    _mm256_storeu_ps(out + r * cols + c0 + 8, a1[r]);
+  }
+}
+
+// One row, 8 columns from c0 (the vector past the last pair of vectors).
+__attribute__((target("avx2"))) void products_row8_avx2(const float* x, int64_t d, const float* w, int64_t cols,
+                                                        int64_t c0, float* out) {
+  __m256 a = _mm256_setzero_ps();
+  for (int64_t j = 0; j < d; ++j)
+    a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(x[j]), _mm256_loadu_ps(w + j * cols + c0)));
+  _mm256_storeu_ps(out + c0, a);
+}
+
+}  // namespace
+
+// AVX2: blocks of 64 rows (32 KiB of keys at d 128) against panels of 16 columns (8 KiB of the
+// projections), so that both stay in cache while a block's 4 x 16 tiles are summed in registers;
+// a row-major sweep of all columns per 4 rows read the whole projection matrix (768 KiB at
+// 1,500 columns) from beyond L2 for every 4 keys. The columns past the last whole vector one at a
+// time, as the portable loop sums them.
 __attribute__((target("avx2"))) void simhash_products_avx2(const float* x, int64_t rows, int64_t d, const float* w,
                                                            int64_t cols, float* out) {
-  constexpr int64_t R = 4;
-  const int64_t vec_cols = cols / 8 * 8;
-  for (int64_t i0 = 0; i0 < rows; i0 += R) {
-    const int64_t nr = std::min(R, rows - i0);
-    for (int64_t c0 = 0; c0 < vec_cols; c0 += 16) {
-      const int nv = c0 + 16 <= vec_cols ? 2 : 1;
-      __m256 acc[R][2] = {};
-      for (int64_t j = 0; j < d; ++j) {
-        const __m256 w0 = _mm256_loadu_ps(w + j * cols + c0);
-        const __m256 w1 = nv == 2 ? _mm256_loadu_ps(w + j * cols + c0 + 8) : w0;
-        for (int64_t r = 0; r < nr; ++r) {
-          const __m256 xr = _mm256_set1_ps(x[(i0 + r) * d + j]);
-          acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(xr, w0));
-          acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(xr, w1));
-        }
-      }
-      for (int64_t r = 0; r < nr; ++r)
-        for (int v = 0; v < nv; ++v) _mm256_storeu_ps(out + (i0 + r) * cols + c0 + 8 * v, acc[r][v]);
+  constexpr int64_t kBlockRows = 64;
+  const int64_t pair_cols = cols / 16 * 16, vec_cols = cols / 8 * 8;
+  for (int64_t b0 = 0; b0 < rows; b0 += kBlockRows) {
+    const int64_t b1 = std::min(rows, b0 + kBlockRows);
+    for (int64_t c0 = 0; c0 < pair_cols; c0 += 16) {
+      int64_t i = b0;
+      for (; i + 4 <= b1; i += 4) products_tile_avx2<4>(x + i * d, d, w, cols, c0, out + i * cols);
+      for (; i < b1; ++i) products_tile_avx2<1>(x + i * d, d, w, cols, c0, out + i * cols);
     }
-    for (int64_t r = i0; r < i0 + nr; ++r)
+    for (int64_t i = b0; i < b1; ++i) {
+      if (pair_cols < vec_cols) products_row8_avx2(x + i * d, d, w, cols, pair_cols, out + i * cols);
       for (int64_t c = vec_cols; c < cols; ++c) {
         float sum = 0.f;
-        for (int64_t j = 0; j < d; ++j) sum += x[r * d + j] * w[j * cols + c];
-        out[r * cols + c] = sum;
+        for (int64_t j = 0; j < d; ++j) sum += x[i * d + j] * w[j * cols + c];
+        out[i * cols + c] = sum;
       }
+    }
   }
 }
 
