@@ -2,6 +2,7 @@
 // device path, and the kind's registration (formats/kinds-v1.md, "pq").
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -92,6 +93,8 @@ class PqSelector : public PartSelector {
     // then the groups' scores as it stands, with no lookup per distinct pair.
     scoring::group_rows(pair.data(), n_, int64_t{1} << (2 * lay_.bits), pairs_, distinct, true);
     by_pair_ = true;
+    for (int64_t p = 0; p < pairs_.groups(); ++p)
+      if (pairs_.start[p + 1] == pairs_.start[p]) empty_pairs_.push_back(static_cast<uint16_t>(p));
   }
   int64_t indexed_rows() const override { return n_; }
   void select(const SelectRequest& req, Selection& out) const override {
@@ -227,8 +230,13 @@ class PqSelector : public PartSelector {
     for (int64_t j = 0; j < g; ++j)
       scoring::pq_lut_t(q[j], centroids_t_.data(), lay_.m, lay_.k, lay_.dsub, sc.lut.data() + j * t);
     if (by_pair_)
-      for (int64_t j = 0; j < g; ++j)
-        scoring::pair_scores(sc.lut.data() + j * t, lay_.k, sc.score.data() + j * sc.scored);
+      for (int64_t j = 0; j < g; ++j) {
+        float* s = sc.score.data() + j * sc.scored;
+        scoring::pair_scores(sc.lut.data() + j * t, lay_.k, s);
+        // A pair no row has lists nothing whatever it scores: at -inf the selection's collecting
+        // passes leave it out instead of sorting and cutting it with the rest (the answer is the same).
+        for (const uint16_t e : empty_pairs_) s[e] = -std::numeric_limits<float>::infinity();
+      }
     else if (lay_.bits <= 8)
       scoring::pq_scores_cm_group_u8(sc.lut.data(), g, codes8_.get(), n_, lay_.m, lay_.k, sc.score.data());
     else
@@ -285,7 +293,7 @@ class PqSelector : public PartSelector {
   json describe() const override { return {{"dense", dense_}}; }
   int64_t resident_bytes() const override {
     return vector_bytes(centroids_t_) + (codes8_ ? n_ * lay_.m : 0) + vector_bytes(codes16_) + fast_.bytes() +
-           pairs_.bytes();
+           pairs_.bytes() + vector_bytes(empty_pairs_);
   }
 
  private:
@@ -306,6 +314,7 @@ class PqSelector : public PartSelector {
   std::vector<uint16_t> codes16_;      // [m, n] column-major, bits > 8
   scoring::FastScanCodes fast_;        // bits == 4 and m != 2 (then codes8_ stays empty)
   scoring::RowGroups pairs_;           // m == 2, bits <= 8: the rows by code pair (then no codes8_)
+  std::vector<uint16_t> empty_pairs_;  // the pair keys no row has (2^(2b) <= 65,536 keys)
 };
 
 // The index of the first of `count` codes (u8, or u16 little-endian above 8 bits) that is not
@@ -368,7 +377,8 @@ void validate_pq(const ArtifactReader& r) {
 
 // What PqSelector holds beyond the pool's generic bound: with m = 2 and b <= 8, a part's rows
 // grouped by code pair (a row id each: 16-bit up to 65,536 rows, 32-bit above, counted at 32; a
-// 32-bit start per pair key, 2^(2b) + 1 of them; the sample) in place of its codes.
+// 32-bit start per pair key, 2^(2b) + 1 of them, and a 16-bit id per key no row has; the sample)
+// in place of its codes.
 int64_t pq_selector_extra_bytes(const ArtifactReader& r) {
   const PqLayout lay = PqLayout::of(r);
   if (lay.m != 2 || lay.bits > 8) return 0;
@@ -376,7 +386,7 @@ int64_t pq_selector_extra_bytes(const ArtifactReader& r) {
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
     if (pm.value("dense", false)) continue;
     const int64_t n = int_member(pm, "indexed_rows", "pq part");
-    extra += 4 * n + 4 * ((int64_t{1} << (2 * lay.bits)) + 1) + 4 * scoring::kSelectionSample;
+    extra += 4 * n + 6 * (int64_t{1} << (2 * lay.bits)) + 4 + 4 * scoring::kSelectionSample;
   }
   return extra;
 }
