@@ -334,6 +334,18 @@ def test_eval_decode():
                     "--json", "-q")
     got = kvtool.eval_decode("g.pq.kvi", "g.h5", gguf="m.gguf", steps=8, budget="100%")
     check(got == want and got["results"][0]["mean_kl"] == 0, f"eval_decode gguf: {got} != {want}")
+    # The same sums whatever this process's BLAS threads (OpenBLAS's own split moved the last bits
+    # on an AVX2-only EPYC, and a build before had left one thread set: docs/models.md).
+    blas = [line.split()[-1] for line in open("/proc/self/maps") if "libopenblas" in line]
+    if blas:
+        import ctypes
+        lib = ctypes.CDLL(blas[0])
+        before = lib.openblas_get_num_threads()
+        for t in (1, 3):
+            lib.openblas_set_num_threads(t)
+            again = kvtool.eval_decode("g.pq.kvi", "g.h5", gguf="m.gguf", steps=8, budget="100%")
+            check(again == want, f"eval_decode gguf with {t} BLAS threads: {again} != {want}")
+        lib.openblas_set_num_threads(before)
     # answer= as --answer START:END: the answer's tokens counted under teacher forcing.
     want = cli_json("eval-decode", "g.pq.kvi", "--gguf", "m.gguf", "--source", "g.h5", "--steps", 8, "--budget", "0.1",
                     "--answer", "99:103", "--json", "-q")

@@ -53,9 +53,12 @@ void round_q8_k(float* x, int64_t count) {
 const float* llama_cpp_input(const float* x, int n, int in, uint32_t type, std::vector<float>& buf) {
   // q4_0, q5_0, q8_0 take q8_0 blocks; q4_1 and q5_1 take q8_1 blocks, whose codes and scale are
   // q8_0's (the block's sum, which q8_1 adds, enters only through the weights' minimum).
+  // f16 weights take f16 inputs (ggml-cpu's vec_dot_type of F16; its tinyBLAS F16 kernels on x86
+  // need an F16 B as well), which some of llama.cpp's CPU builds measurably do and others did not
+  // (docs/models.md): the gguf forward test accepts either.
   const bool q8_0 = type == 2 || type == 3 || type == 6 || type == 7 || type == 8, q8_k = type == 12 || type == 14,
-             bf16 = type == 30;
-  if (!q8_0 && !q8_k && !bf16) return x;
+             bf16 = type == 30, f16 = type == 1;
+  if (!q8_0 && !q8_k && !bf16 && !f16) return x;
   buf.assign(x, x + static_cast<size_t>(n) * in);
   for (int i = 0; i < n; ++i) {
     float* row = buf.data() + static_cast<size_t>(i) * in;
@@ -63,17 +66,64 @@ const float* llama_cpp_input(const float* x, int n, int in, uint32_t type, std::
     if (q8_k) round_q8_k(row, in);
     if (bf16)
       for (int j = 0; j < in; ++j) row[j] = bf16_to_f32(f32_to_bf16(row[j]));
+    if (f16)
+      for (int j = 0; j < in; ++j) row[j] = f16_to_f32(f32_to_f16(row[j]));
   }
   return buf.data();
 }
 
+// Holds the process's BLAS at one thread while a forward pass runs, then restores its setting: the
+// pass runs its products on its own threads, in blocks fixed whatever the thread count (linear).
+class BlasOneThread {
+ public:
+  BlasOneThread() : before_(blas_threads()) {
+    if (before_ > 1) set_blas_threads(1);
+  }
+  ~BlasOneThread() {
+    if (before_ > 1) set_blas_threads(before_);
+  }
+  BlasOneThread(const BlasOneThread&) = delete;
+  BlasOneThread& operator=(const BlasOneThread&) = delete;
+
+ private:
+  int before_;
+};
+
+// Runs f(0..count-1) over up to `threads` threads.
+template <typename F>
+void parallel_for(int count, int threads, F f) {
+  threads = std::max(1, std::min(threads, count));
+  if (threads == 1) {
+    for (int i = 0; i < count; ++i) f(i);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = t; i < count; i += threads) f(i);
+    });
+  for (auto& th : pool) th.join();
+}
+
 // y[n][out] = x[n][in] · W[out][in]^T (+ bias[out]); with `llama_cpp`, x rounded as llama.cpp does.
-void linear(const float* x, int n, int in, const impl::GgufMatrix& w, int out, float* y, bool llama_cpp,
+// Blocks of kOutRows outputs, each one single-threaded sgemm (the forward pass holds the BLAS at one
+// thread, BlasOneThread), spread over `threads`: the blocks are the same whatever the thread count
+// or the process's BLAS setting, so the sums are too. OpenBLAS's own threads split a product
+// otherwise by their count, and on some CPUs (an AVX2-only EPYC: Zen kernels) that moved the last
+// bits, so a report depended on what the process had set before (docs/models.md).
+void linear(const float* x, int n, int in, const impl::GgufMatrix& w, int out, float* y, bool llama_cpp, int threads,
             const std::vector<float>& bias = {}) {
-  const float one = 1.f, zero = 0.f;
+  constexpr int kOutRows = 128;
+  constexpr double kParallelWork = 1 << 22;  // multiply-adds below which threads cost more than they save
   std::vector<float> buf;
   if (llama_cpp) x = llama_cpp_input(x, n, in, w.type, buf);
-  sgemm_("T", "N", &out, &n, &in, &one, w.w.data(), &in, x, &in, &zero, y, &out);
+  const int blocks = (out + kOutRows - 1) / kOutRows;
+  const bool parallel = double(out) * n * in >= kParallelWork;
+  parallel_for(blocks, parallel ? threads : 1, [&](int b) {
+    const float one = 1.f, zero = 0.f;
+    const int o0 = b * kOutRows, rows = std::min(kOutRows, out - o0);
+    sgemm_("T", "N", &rows, &n, &in, &one, w.w.data() + static_cast<size_t>(o0) * in, &in, x, &in, &zero, y + o0, &out);
+  });
   if (!bias.empty())
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < out; ++j) y[static_cast<size_t>(i) * out + j] += bias[static_cast<size_t>(j)];
@@ -110,22 +160,6 @@ void rope(float* v, int32_t p, const GgufModelConfig& c, const std::vector<float
   }
 }
 
-// Runs f(0..count-1) over up to `threads` threads.
-template <typename F>
-void parallel_for(int count, int threads, F f) {
-  threads = std::max(1, std::min(threads, count));
-  if (threads == 1) {
-    for (int i = 0; i < count; ++i) f(i);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int i = t; i < count; i += threads) f(i);
-    });
-  for (auto& th : pool) th.join();
-}
-
 // Softmax of one row of scores in place (ggml_soft_max: the maximum subtracted, sum in double).
 void softmax(float* s, int n) {
   float mx = -INFINITY;
@@ -149,8 +183,6 @@ void attend_batch(const GgufModelConfig& c, const std::vector<float>& kc, const 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   constexpr int kBlock = 256;
   const int blocks = (n + kBlock - 1) / kBlock;
-  const int blas_before = blas_threads();  // one BLAS thread per job while the jobs run (kvtool/blas.h)
-  if (threads > 1 && blas_before > 1) set_blas_threads(1);
   parallel_for(c.heads * blocks, threads, [&](int job) {
     const int h = job / blocks, b0 = (job % blocks) * kBlock, bn = std::min(kBlock, n - b0);
     const int rows = pos0 + b0 + bn;  // causal: the block's last query sees rows [0, rows)
@@ -171,7 +203,6 @@ void attend_batch(const GgufModelConfig& c, const std::vector<float>& kc, const 
     int mo = hd, ko = rows, lv = kvd;
     sgemm_("N", "N", &mo, &nn, &ko, &one, v, &lv, sc.data(), &m, &zero, o, &lq);
   });
-  if (threads > 1 && blas_before > 1) set_blas_threads(blas_before);
 }
 
 // One query row at `pos` attending head by head to all rows [0, pos] or to those `select` chooses,
@@ -224,9 +255,10 @@ void GgufDecoder::layer(int32_t l, int32_t n, int32_t pos0, GgufScratch& s, cons
   const int D = c.dim, hd = c.head_dim, qd = c.heads * hd, kvd = c.kv_heads * hd, F = c.hidden;
   rms_norm(s.x.data(), n, D, w.attn_norm, c.rms_eps, s.xn.data());
   const bool lc = opt_.llama_cpp_activations;
-  linear(s.xn.data(), n, D, w.wq, qd, s.q.data(), lc, w.bq);
-  linear(s.xn.data(), n, D, w.wk, kvd, s.k.data(), lc, w.bk);
-  linear(s.xn.data(), n, D, w.wv, kvd, s.v.data(), lc, w.bv);
+  const int t = opt_.threads;
+  linear(s.xn.data(), n, D, w.wq, qd, s.q.data(), lc, t, w.bq);
+  linear(s.xn.data(), n, D, w.wk, kvd, s.k.data(), lc, t, w.bk);
+  linear(s.xn.data(), n, D, w.wv, kvd, s.v.data(), lc, t, w.bv);
   for (int i = 0; i < n; ++i) {
     for (int h = 0; h < c.heads; ++h)
       rope(s.q.data() + static_cast<size_t>(i) * qd + h * hd, pos0 + i, c, w_->rope_freqs);
@@ -249,16 +281,16 @@ void GgufDecoder::layer(int32_t l, int32_t n, int32_t pos0, GgufScratch& s, cons
     impl::attend_one(c, kc, vc, l, pos0, s, select);
   else
     impl::attend_batch(c, kc, vc, n, pos0, s, opt_.threads);
-  linear(s.o.data(), n, qd, w.wo, D, s.xn.data(), lc);
+  linear(s.o.data(), n, qd, w.wo, D, s.xn.data(), lc, t);
   for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) s.x[i] += s.xn[i];
   rms_norm(s.x.data(), n, D, w.ffn_norm, c.rms_eps, s.xn.data());
-  linear(s.xn.data(), n, D, w.gate, F, s.gate.data(), lc);
-  linear(s.xn.data(), n, D, w.up, F, s.up.data(), lc);
+  linear(s.xn.data(), n, D, w.gate, F, s.gate.data(), lc, t);
+  linear(s.xn.data(), n, D, w.up, F, s.up.data(), lc, t);
   for (size_t i = 0; i < static_cast<size_t>(n) * F; ++i) {
     const float g = s.gate[i];
     s.gate[i] = g / (1.0f + std::exp(-g)) * s.up[i];  // ggml_swiglu: silu(gate) * up
   }
-  linear(s.gate.data(), n, F, w.down, D, s.xn.data(), lc);
+  linear(s.gate.data(), n, F, w.down, D, s.xn.data(), lc, t);
   for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) s.x[i] += s.xn[i];
 }
 
@@ -274,6 +306,7 @@ void GgufDecoder::run(const int32_t* tokens, int32_t n, int32_t pos0, float* q, 
             "prefill of " << n << " rows at position " << pos0 << " after " << cache_.rows << " cached rows");
   KVT_CHECK(int64_t(pos0) + n <= c.context, USAGE,
             "positions up to " << int64_t(pos0) + n << " exceed the model's context length " << c.context);
+  const BlasOneThread one_blas_thread;
   const size_t D = static_cast<size_t>(c.dim);
   GgufScratch s;
   s.n = n;
@@ -298,7 +331,7 @@ void GgufDecoder::run(const int32_t* tokens, int32_t n, int32_t pos0, float* q, 
   rms_norm(s.x.data() + (n - 1) * D, 1, c.dim, w_->output_norm, c.rms_eps, last.data());
   last_logits.resize(static_cast<size_t>(c.vocab));
   linear(last.data(), 1, c.dim, c.tied_output ? w_->embed : w_->output, c.vocab, last_logits.data(),
-         opt_.llama_cpp_activations);
+         opt_.llama_cpp_activations, opt_.threads);
 }
 
 void GgufDecoder::forward(int32_t token, int32_t pos, std::vector<float>& q_out, std::vector<float>& k_out,

@@ -10,9 +10,10 @@ namespace kvtool {
 
 // Sets how many threads the BLAS kvtool runs on uses for one call, where that BLAS has such a
 // setting (OpenBLAS, BLIS); false where it has none (reference BLAS runs on one thread). The setting
-// is the process's: front ends call it for their --threads. The library changes it only while the
-// GGUF prefill runs attention heads on its own threads (one BLAS thread each, then the setting as it
-// was: threads of both kinds at once made OpenBLAS's workers spin in sched_yield, docs/models.md).
+// is the process's: front ends call it for their --threads. The library changes it only while a
+// GGUF forward pass runs its products on its own threads (one BLAS thread, then the setting as it
+// was: threads of both kinds at once made OpenBLAS's workers spin in sched_yield, and the BLAS's
+// own split moved the last bits with its thread count, docs/models.md).
 bool set_blas_threads(int threads);
 // The setting set_blas_threads changes; 0 where the BLAS has none.
 int blas_threads();
