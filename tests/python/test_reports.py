@@ -341,11 +341,15 @@ def test_eval_decode():
         import ctypes
         lib = ctypes.CDLL(blas[0])
         before = lib.openblas_get_num_threads()
-        for t in (1, 3):
-            lib.openblas_set_num_threads(t)
-            again = kvtool.eval_decode("g.pq.kvi", "g.h5", gguf="m.gguf", steps=8, budget="100%")
-            check(again == want, f"eval_decode gguf with {t} BLAS threads: {again} != {want}")
-        lib.openblas_set_num_threads(before)
+        try:
+            for t in (1, 3):
+                lib.openblas_set_num_threads(t)
+                again = kvtool.eval_decode("g.pq.kvi", "g.h5", gguf="m.gguf", steps=8, budget="100%")
+                check(again == want, f"eval_decode gguf with {t} BLAS threads: {again} != {want}")
+                check(lib.openblas_get_num_threads() == t, f"eval_decode left {lib.openblas_get_num_threads()} "
+                      f"BLAS threads set, not {t}")
+        finally:
+            lib.openblas_set_num_threads(before)
     # answer= as --answer START:END: the answer's tokens counted under teacher forcing.
     want = cli_json("eval-decode", "g.pq.kvi", "--gguf", "m.gguf", "--source", "g.h5", "--steps", 8, "--budget", "0.1",
                     "--answer", "99:103", "--json", "-q")

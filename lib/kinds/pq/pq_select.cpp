@@ -88,10 +88,14 @@ class PqSelector : public PartSelector {
       count += seen[pair[i]] == 0;
       seen[pair[i]] = 1;
     }
-    if (count * kRowsPerPair > n_) return;
+    // The pair table holds every key (2^(2b) of them): no more than the part's rows, so that its
+    // additions never outnumber the rows path's scores (each of those two table lookups) and the
+    // groups never outnumber the rows (the selection's buffers are sized by rows).
+    const int64_t keys = int64_t{1} << (2 * lay_.bits);
+    if (count * kRowsPerPair > n_ || keys > n_) return;
     // A group for every pair key, empty or not: a query's table of pair scores (pair_scores) is
     // then the groups' scores as it stands, with no lookup per distinct pair.
-    scoring::group_rows(pair.data(), n_, int64_t{1} << (2 * lay_.bits), pairs_, distinct, true);
+    scoring::group_rows(pair.data(), n_, keys, pairs_, distinct, true);
     by_pair_ = true;
     for (int64_t p = 0; p < pairs_.groups(); ++p)
       if (pairs_.start[p + 1] == pairs_.start[p]) empty_pairs_.push_back(static_cast<uint16_t>(p));
@@ -377,8 +381,8 @@ void validate_pq(const ArtifactReader& r) {
 
 // What PqSelector holds beyond the pool's generic bound: with m = 2 and b <= 8, a part's rows
 // grouped by code pair (a row id each: 16-bit up to 65,536 rows, 32-bit above, counted at 32; a
-// 32-bit start per pair key, 2^(2b) + 1 of them, and a 16-bit id per key no row has; the sample)
-// in place of its codes.
+// 32-bit start per pair key, 2^(2b) + 1 of them, no more than the rows, and a 16-bit id per key
+// no row has; the sample) in place of its codes.
 int64_t pq_selector_extra_bytes(const ArtifactReader& r) {
   const PqLayout lay = PqLayout::of(r);
   if (lay.m != 2 || lay.bits > 8) return 0;
@@ -386,7 +390,7 @@ int64_t pq_selector_extra_bytes(const ArtifactReader& r) {
   for (const auto& pm : r.manifest()["kind_data"]["parts"]) {
     if (pm.value("dense", false)) continue;
     const int64_t n = int_member(pm, "indexed_rows", "pq part");
-    extra += 4 * n + 6 * (int64_t{1} << (2 * lay.bits)) + 4 + 4 * scoring::kSelectionSample;
+    extra += 4 * n + 6 * std::min(n, int64_t{1} << (2 * lay.bits)) + 4 + 4 * scoring::kSelectionSample;
   }
   return extra;
 }

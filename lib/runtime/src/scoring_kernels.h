@@ -41,7 +41,7 @@ __attribute__((target("avx2"))) void simhash_products_avx2(const float* x, int64
                                                            int64_t cols, float* out);
 __attribute__((target("avx2"))) void lut_t_avx2(const float* q, const float* ct, int64_t m, int64_t k, int64_t dsub,
                                                 float* lut);
-// collect_at_most (selection_internal.h) eight scores at a time; out holds n + 8 keys.
+// collect_at_most (selection_internal.h) eight scores at a time; out holds n + 16 keys, as there.
 __attribute__((target("avx2"))) int64_t collect_at_most_avx2(const float* score, int64_t n, uint32_t t, uint64_t* out);
 
 // scoring_avx512.cpp

@@ -38,7 +38,7 @@ struct GgufModelConfig {
 };
 
 struct GgufDecoderOptions {
-  int threads = 1;  // of the batched attention (>= 1)
+  int threads = 1;  // of the products and the batched attention (>= 1); the sums are the same for any
   // Round each matrix product's input as llama.cpp's CPU kernels do for the weight's type
   // (ggml-cpu's vec_dot_type): to bf16 for bf16 weights, to q8_0 blocks for q8_0, q4_0 and q5_0, to
   // q8_1 blocks for q4_1 and q5_1, to q8_K blocks for q4_K and q6_K (quantize_row_q8_0 and
